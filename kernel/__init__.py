@@ -1,0 +1,51 @@
+"""blis-kernel: the BLIS latency kernel in Python.
+
+Price one vLLM forward pass (:meth:`Kernel.step_time`) or a whole recorded trace
+(:meth:`Kernel.price`), size memory per rank, price KV transfers and offload reads, and say
+where every number came from (:meth:`Kernel.provenance`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+ENGINE_BEHAVIOUR_VERSION = "0.31.0"
+ENGINE_BEHAVIOUR_COMMIT = "db9527a46873454610df6dbedf79a36d6bf1a7f6"
+KERNEL_ASSUMPTION_SET = "blis-latency-kernel"
+
+# Public names, imported on first use so that `import kernel` stays cheap.
+_EXPORTS = {
+    "Repos": "pipeline.load",
+    "Inputs": "pipeline.load",
+    "load_bundle": "pipeline.load",
+    "open_inputs": "pipeline.load",
+    "new": "kernel.build",
+    "open": "kernel.build",
+    "open_pool": "kernel.build",
+    "Kernel": "kernel.kernel",
+    "Request": "kernel.types",
+    "Batch": "kernel.types",
+    "Resource": "kernel.types",
+    "StepEstimate": "kernel.types",
+    "MemoryBreakdown": "kernel.types",
+    "Placement": "kernel.types",
+    "Direction": "kernel.types",
+    "Resolution": "kernel.types",
+    "Override": "kernel.types",
+    "CoefficientOrigin": "kernel.types",
+    "PDTransferDemand": "kernel.transfer",
+    "Link": "kernel.transfer",
+    "KVCapacity": "kernel.memory",
+    "price_file": "kernel.bulk",
+}
+
+__all__ = ["ENGINE_BEHAVIOUR_COMMIT", "ENGINE_BEHAVIOUR_VERSION", "KERNEL_ASSUMPTION_SET",
+           *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernel' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,389 @@
+"""The document kinds the kernel reads, as frozen dataclasses (``schemas.md`` §2–§6).
+
+Each class is also the strict schema for its YAML form: a key the class does not declare is an
+error. Absent keys take the zero value (0, "", False, empty); tri-state settings are
+``bool | None`` so that "absent" and "false" stay different.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .decode import key
+
+# ---------------------------------------------------------------------------------------
+# Scenario (schemas.md §2)
+
+
+@dataclass(frozen=True)
+class TraceServer:
+    type: str = ""
+    model: str = ""
+    tensor_parallel: int = 0
+    max_num_seqs: int = 0
+    block_size: int = 0
+    gpu_memory_utilization: float = 0.0
+    max_model_len: int = 0
+
+
+@dataclass(frozen=True)
+class SLODimTargets:
+    ttft_ms: float = 0.0
+    itl_ms: float = 0.0
+    e2e_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class TraceHeader:
+    trace_version: int = 0
+    time_unit: str = ""
+    mode: str = ""
+    workload_seed: int | None = None
+    server: TraceServer | None = None
+    goodput_slo_targets: dict[str, SLODimTargets] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TraceRef:
+    data: str = ""
+    sha256: str = ""
+    rows: int = 0
+    header: TraceHeader = field(default_factory=TraceHeader)
+
+
+@dataclass(frozen=True)
+class Binding:
+    shape: str = ""
+    trace: TraceRef | None = None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    hardware: str = ""
+    fabric: str = ""
+    nodes: int = 0
+    gpus_per_node: int = 0
+    gpus_per_rack: int = 0
+    storage: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    kind: str = ""
+    name: str = ""
+    model: str = ""
+    coefficients: tuple[str, ...] = ()
+    engine_version: str = ""
+    workload: Binding | None = None
+    cluster: Cluster = field(default_factory=Cluster)
+
+
+# ---------------------------------------------------------------------------------------
+# Deployment (schemas.md §3)
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    tp: int = 0
+    pp: int = 0
+    dp: int = 0
+    dp_local: int = 0
+    pcp: int = 0
+    dcp: int = 0
+    enable_expert_parallel: bool = False
+
+    def expert_parallel_width(self) -> int:
+        """tp × pcp × dp with expert parallelism on (each < 1 read as 1), else 1."""
+        if not self.enable_expert_parallel:
+            return 1
+        return max(self.tp, 1) * max(self.pcp, 1) * max(self.dp, 1)
+
+
+@dataclass(frozen=True)
+class DBO:
+    enable_dbo: bool = False
+    dbo_decode_token_threshold: int = 0
+    dbo_prefill_token_threshold: int = 0
+
+
+@dataclass(frozen=True)
+class EPLB:
+    enable_eplb: bool = False
+    num_redundant_experts: int = 0
+    window_size: int = 0
+    step_interval: int = 0
+
+
+@dataclass(frozen=True)
+class Speculative:
+    method: str = ""
+    num_spec_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Engine:
+    all2all_backend: str = ""
+    disable_custom_all_reduce: bool | None = None
+    allreduce_backend: str = ""
+    dbo: DBO | None = None
+    block_size: int = 0
+    max_num_batched_tokens: int = 0
+    max_num_seqs: int = 0
+    max_model_len: int = 0
+    gpu_memory_utilization: float = 0.0
+    scheduling_policy: str = ""
+    async_scheduling: bool | None = None
+    cudagraph_mode: str = ""
+    # vLLM's capture-size knobs (seed-methods.md §7); not in schemas.md, see docs/decisions.md.
+    max_cudagraph_capture_size: int | None = None
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
+    quantization: str = ""
+    cache_dtype: str = ""
+    enable_prefix_caching: bool | None = None
+    mamba_cache_dtype: str = ""
+    mamba_ssm_cache_dtype: str = ""
+    mamba_cache_mode: str = ""
+    disable_cascade_attn: bool | None = None
+    speculative: Speculative | None = None
+    eplb: EPLB | None = None
+    dcp_comm_backend: str = ""
+    dcp_q_replicate: bool | None = None
+    cp_kv_cache_interleave_size: int = 0
+
+
+@dataclass(frozen=True)
+class Pool:
+    role: str = ""
+    nodes: int = 0
+    parallel: Parallelism = field(default_factory=Parallelism)
+    engine: Engine = field(default_factory=Engine)
+
+
+@dataclass(frozen=True)
+class Tier:
+    tier: str = ""
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Offload:
+    tiers: tuple[Tier, ...] = ()
+    eviction_policy: str = ""
+    prefetch_depth: int = 0
+    connector: str = ""
+    spec: str = ""
+
+
+@dataclass(frozen=True)
+class PDTransfer:
+    connector: str = ""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    kind: str = ""
+    name: str = ""
+    pools: tuple[Pool, ...] = ()
+    offload: Offload | None = None
+    pd_transfer: PDTransfer | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# Model graph (schemas.md §4)
+
+
+@dataclass(frozen=True)
+class Derivation:
+    format: str = ""
+    path: str = ""
+    sha256: str = ""
+    deriver_version: int = 0
+
+
+@dataclass(frozen=True)
+class GlobalShape:
+    hidden_size: int = 0
+    vocab_size: int = 0
+    tie_word_embeddings: bool = False
+    weight_dtype: str = ""
+
+
+@dataclass(frozen=True)
+class Node:
+    op: str = ""
+    role: str = ""
+    emit: str = ""
+    n: int = 0
+    k: int = 0
+    weight_dtype: str = ""
+    experts: int = 0
+    top_k: int = 0
+    shared_experts: int = 0
+    shared_intermediate_size: int = 0
+    latent_size: int = 0
+    kind: str = ""
+    n_q: int = 0
+    n_kv: int = 0
+    d_h: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    window: int = 0
+    index_topk: int = 0
+    compress_ratio: int = 0
+    recurrent_kind: str = ""
+    n_heads: int = 0
+    state_size: int = 0
+    n_groups: int = 0
+    conv_kernel: int = 0
+    intermediate_size: int = 0
+    state_dtype: str = ""
+    bytes_per_token: int = 0
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    id: str = ""
+    nodes: tuple[Node, ...] = ()
+    edges: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class Stack:
+    prologue: tuple[str, ...] = ()
+    pattern: tuple[str, ...] = ()
+    repeat: int = 0
+    epilogue: tuple[str, ...] = ()
+
+    def expand(self) -> list[str]:
+        """Layer-kind ids in execution order: prologue, pattern × repeat, epilogue."""
+        return [*self.prologue, *(list(self.pattern) * max(self.repeat, 0)), *self.epilogue]
+
+
+@dataclass(frozen=True)
+class Speculator:
+    method: str = ""
+    num_spec_tokens: int = 0
+    stack: Stack = field(default_factory=Stack)
+
+
+@dataclass(frozen=True)
+class Graph:
+    kind: str = ""
+    name: str = ""
+    derived_from: Derivation = field(default_factory=Derivation)
+    global_: GlobalShape = field(default_factory=GlobalShape, metadata=key("global"))
+    layer_kinds: tuple[LayerKind, ...] = ()
+    stack: Stack = field(default_factory=Stack)
+    head: tuple[Node, ...] = ()
+    speculator: Speculator | None = None
+    modality: str = ""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    provider: str = ""
+    repo: str = ""
+    revision: str = ""
+    retrieved: str = ""
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    name: str = ""
+    source: ModelSource | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# Hardware (schemas.md §5). Name = file stem / mapping key.
+
+
+@dataclass(frozen=True)
+class Chip:
+    _allow_comments = True
+    name: str = field(default="", metadata={"computed": True})
+    provenance: str = field(default="", metadata=key("Provenance"))
+    tflops_peak: float = field(default=0.0, metadata=key("TFlopsPeak"))
+    tflops_fp8: float = field(default=0.0, metadata=key("TFlopsFP8"))
+    tflops_nvfp4: float = field(default=0.0, metadata=key("TFlopsNVFP4"))
+    bw_peak_tbs: float = field(default=0.0, metadata=key("BwPeakTBs"))
+    memory_gib: float = field(default=0.0, metadata=key("MemoryGiB"))
+    intra_node_bw_gbps: float = field(default=0.0, metadata=key("IntraNodeBwGBps"))
+    sm_count: int = field(default=0, metadata=key("SMCount"))
+    gpus_per_node: int = field(default=0, metadata=key("GPUsPerNode"))
+    gpus_per_rack: int = field(default=0, metadata=key("GPUsPerRack"))
+    intra_rack_bw_gbps: float = field(default=0.0, metadata=key("IntraRackBwGBps"))
+
+
+@dataclass(frozen=True)
+class Fabric:
+    _allow_comments = True
+    name: str = field(default="", metadata={"computed": True})
+    provenance: str = field(default="", metadata=key("Provenance"))
+    inter_node_bw_gbps: float = field(default=0.0, metadata=key("InterNodeBwGBps"))
+    rdma: bool = field(default=False, metadata=key("RDMA"))
+
+
+@dataclass(frozen=True)
+class StorageDevice:
+    _allow_comments = True
+    _tolerate_name = True
+    name: str = field(default="", metadata={"computed": True})
+    read_bandwidth_mb_s: float = 0.0
+    write_bandwidth_mb_s: float = 0.0
+    base_latency_us: float = 0.0
+
+
+# ---------------------------------------------------------------------------------------
+# Coefficient set (schemas.md §6)
+
+
+@dataclass(frozen=True)
+class Scope:
+    hardware: tuple[str, ...] = ()
+    model: tuple[str, ...] = ()
+    tp: tuple[int, ...] = ()
+    ep: tuple[int, ...] = ()
+    nodes_spanned: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        """Canonical text: ``hardware=h100,h200;tp=2`` (sorted values), or ``unscoped``."""
+        parts = []
+        for label in ("hardware", "model", "tp", "ep", "nodes_spanned"):
+            values = getattr(self, label)
+            if values:
+                parts.append(f"{label}=" + ",".join(str(v) for v in sorted(values)))
+        return ";".join(parts) or "unscoped"
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str = ""
+    cite: str = ""
+    role: str = ""
+
+
+@dataclass(frozen=True)
+class CoefficientEntry:
+    _tolerate_name = True
+    name: str = field(default="", metadata={"computed": True})
+    value: float = 0.0
+    units: str = ""
+    method: str = ""
+    fitted: bool = field(default=False, metadata={"required_present": True})
+    scope: Scope = field(default_factory=Scope)
+    ci95: tuple[float, ...] | None = field(default=None, metadata={"length": 2})
+    sources: tuple[Source, ...] | None = field(default=None, metadata={"nonempty": True})
+    rationale: str = ""
+    copied_from: str = ""
+    supersedes: str = ""
+    validated: str | tuple[str, ...] | None = None
+    unsupported: str | tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class CoefficientSet:
+    kind: str = ""
+    name: str = ""
+    coefficients: tuple[CoefficientEntry, ...] = field(
+        default=(), metadata={"single_key_map": True}
+    )

@@ -1,0 +1,216 @@
+"""Load a scenario bundle and everything it names (schemas.md §1, kernel-behaviour.md §2.1)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TypeVar
+
+from .decode import decode, decode_map
+from .documents import (
+    Chip,
+    CoefficientSet,
+    Deployment,
+    Fabric,
+    Graph,
+    ModelIdentity,
+    Scenario,
+    StorageDevice,
+)
+from .errors import DocumentError, Problem
+from .resources import data_dir
+from .rules import PACKS, RulesPack, lookup
+from .yamlio import read_documents
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Repos:
+    """The three roots a scenario's names resolve against. Unset means the embedded default."""
+
+    scenarios: str | os.PathLike[str] | None = None
+    catalog: str | os.PathLike[str] | None = None
+    registry: str | os.PathLike[str] | None = None
+
+    def scenarios_root(self) -> Path:
+        return Path(self.scenarios) if self.scenarios else data_dir() / "scenarios"
+
+    def catalog_root(self) -> Path:
+        return Path(self.catalog) if self.catalog else data_dir() / "catalog"
+
+    def registry_root(self) -> Path:
+        return Path(self.registry) if self.registry else data_dir() / "registry"
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """Where a document came from and the source line of each key path (for messages)."""
+
+    file: str
+    lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The documents a kernel is built from (api.md ``Inputs``)."""
+
+    scenario: Scenario
+    deployment: Deployment
+    pool_index: int
+    model: Graph
+    chip: Chip
+    fabric: Fabric | None
+    devices: tuple[StorageDevice, ...]
+    coefficients: tuple[CoefficientSet, ...]
+    rules: RulesPack
+    sources: dict[str, Loaded] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def pool(self):  # noqa: ANN201 - Pool; kept short for callers
+        return self.deployment.pools[self.pool_index]
+
+
+def load_document(tp: type[T], path: str | Path, doc_index: int = 0) -> tuple[T, Loaded]:
+    """Read one document of kind ``tp`` from ``path`` (the first YAML document by default)."""
+    docs = read_documents(path)
+    if doc_index >= len(docs):
+        raise DocumentError(Problem(str(path), "", f"expected at least {doc_index + 1} YAML "
+                                    f"document(s), found {len(docs)}"))
+    obj, lines = decode(tp, docs[doc_index], str(path))
+    return obj, Loaded(str(path), lines)
+
+
+def load_bundle(path: str | os.PathLike[str]) -> tuple[Scenario, Deployment]:
+    """Read a scenario and its deployment from one file of two YAML documents."""
+    scenario, deployment, _, _ = _load_bundle(Path(path))
+    return scenario, deployment
+
+
+def _load_bundle(path: Path) -> tuple[Scenario, Deployment, Loaded, Loaded]:
+    file = str(path)
+    docs = read_documents(path)
+    if len(docs) != 2:
+        raise DocumentError(Problem(file, "", f"a scenario bundle is two YAML documents "
+                                    f"(Scenario, then Deployment); found {len(docs)}"))
+    scenario, s_lines = decode(Scenario, docs[0], file)
+    deployment, d_lines = decode(Deployment, docs[1], file, "")
+    problems = []
+    if scenario.kind != "Scenario":
+        problems.append(Problem(file, "kind", f'the first document must be kind "Scenario", '
+                                f'got "{scenario.kind}"', line=s_lines.get("kind", 0)))
+    if deployment.kind != "Deployment":
+        problems.append(Problem(file, "kind", f'the second document must be kind "Deployment", '
+                                f'got "{deployment.kind}"', line=d_lines.get("kind", 0)))
+    if problems:
+        raise DocumentError(problems)
+    return scenario, deployment, Loaded(file, s_lines), Loaded(file, d_lines)
+
+
+def resolve_scenario_path(scenario: str | os.PathLike[str], repos: Repos) -> Path:
+    """A scenario argument is a filesystem path, or a name under the scenarios root."""
+    as_path = Path(scenario)
+    if as_path.suffix in (".yaml", ".yml") and as_path.is_file():
+        return as_path
+    root = repos.scenarios_root()
+    for candidate in (root / f"{scenario}.yaml", root / str(scenario)):
+        if candidate.is_file():
+            return candidate
+    known = sorted(p.stem for p in root.glob("*.yaml")) if root.is_dir() else []
+    raise DocumentError(Problem(str(scenario), "", f"no scenario file {as_path} and no scenario "
+                                f"named {str(scenario)!r} under {root}; known: {known}"))
+
+
+def _stem_ok(name: str) -> bool:
+    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name
+
+
+def _named_file(kind_dir: Path, name: str, file: str, path: str, line: int, what: str) -> Path:
+    if not _stem_ok(name):
+        raise DocumentError(Problem(file, path, f"{name!r} is not a valid {what} identity: a "
+                                    "reference is a bare filename stem, with no path separator, "
+                                    "'.', or '..'", line=line))
+    target = kind_dir / f"{name}.yaml"
+    if not target.is_file():
+        have = sorted(p.stem for p in kind_dir.glob("*.yaml")) if kind_dir.is_dir() else []
+        raise DocumentError(Problem(file, path, f"{name!r}: looked for {kind_dir.name}/{name}"
+                                    f".yaml under {kind_dir.parent}; there are {have}", line=line))
+    return target
+
+
+def open_inputs(scenario: str | os.PathLike[str], repos: Repos | None = None,
+                pool: int = 0) -> Inputs:
+    """Load the bundle and every document it names, without building a kernel."""
+    repos = repos or Repos()
+    bundle_path = resolve_scenario_path(scenario, repos)
+    scen, dep, s_loaded, d_loaded = _load_bundle(bundle_path)
+    file = str(bundle_path)
+    s_line = s_loaded.lines.get
+    if not 0 <= pool < len(dep.pools):
+        raise DocumentError(Problem(file, "pools", f"pool index {pool} is outside the "
+                                    f"deployment's {len(dep.pools)} pool(s)"))
+    catalog, registry = repos.catalog_root(), repos.registry_root()
+    sources: dict[str, Loaded] = {"scenario": s_loaded, "deployment": d_loaded}
+
+    model_dir = catalog / "models" / scen.model
+    if not _stem_ok(scen.model) or not (model_dir / "graph.yaml").is_file():
+        have = sorted(p.name for p in (catalog / "models").iterdir()
+                      if (p / "graph.yaml").is_file()) if (catalog / "models").is_dir() else []
+        raise DocumentError(Problem(file, "model", f"{scen.model!r}: looked for models/"
+                                    f"{scen.model}/graph.yaml under {catalog}; the catalog has "
+                                    f"{have}", line=s_line("model", 0)))
+    graph, sources["model"] = load_document(Graph, model_dir / "graph.yaml")
+
+    if not scen.cluster.hardware:
+        raise DocumentError(Problem(file, "cluster.hardware",
+                                    "required: a scenario must name a hardware",
+                                    line=s_line("cluster", 0)))
+    chip_path = _named_file(catalog / "hardware", scen.cluster.hardware, file,
+                            "cluster.hardware", s_line("cluster.hardware", 0), "hardware")
+    chip, sources["chip"] = load_document(Chip, chip_path)
+    chip = replace(chip, name=scen.cluster.hardware)
+
+    fabric = None
+    if scen.cluster.fabric:
+        fabric_path = _named_file(catalog / "networks", scen.cluster.fabric, file,
+                                  "cluster.fabric", s_line("cluster.fabric", 0), "fabric")
+        fabric, sources["fabric"] = load_document(Fabric, fabric_path)
+        fabric = replace(fabric, name=scen.cluster.fabric)
+
+    devices: tuple[StorageDevice, ...] = ()
+    storage_path = catalog / "devices" / "storage.yaml"
+    if storage_path.is_file():
+        classes, lines = decode_map(StorageDevice, read_documents(storage_path)[0],
+                                    str(storage_path))
+        sources["devices"] = Loaded(str(storage_path), lines)
+        for i, tier in enumerate(scen.cluster.storage):
+            if tier not in classes:
+                raise DocumentError(Problem(file, f"cluster.storage[{i}]", f"{tier!r} is not a "
+                                            f"tier in devices/storage.yaml; it has "
+                                            f"{sorted(classes)}",
+                                            line=s_line("cluster.storage", 0)))
+        devices = tuple(classes.values())
+    elif scen.cluster.storage:
+        raise DocumentError(Problem(file, "cluster.storage", f"storage tiers cannot be resolved: "
+                                    f"{storage_path} does not exist",
+                                    line=s_line("cluster.storage", 0)))
+
+    sets = []
+    for i, set_name in enumerate(scen.coefficients):
+        set_path = _named_file(registry / "coefficients", set_name, file, f"coefficients[{i}]",
+                               s_line("coefficients", 0), "coefficient set")
+        cset, sources[f"coefficients:{set_name}"] = load_document(CoefficientSet, set_path)
+        sets.append(replace(cset, name=set_name) if not cset.name else cset)
+
+    rules = lookup(scen.engine_version)
+    if rules is None:
+        raise DocumentError(Problem(file, "engine_version", f"no rules pack for engine version "
+                                    f"{scen.engine_version!r}; published packs: {sorted(PACKS)}",
+                                    line=s_line("engine_version", 0)))
+    return Inputs(scen, dep, pool, graph, chip, fabric, devices, tuple(sets), rules, sources)
+
+
+def load_identity(path: str | Path) -> tuple[ModelIdentity, Loaded]:
+    """A catalog ``model.yaml``."""
+    return load_document(ModelIdentity, path)
