@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import click
 
 from pipeline.load import Repos
@@ -16,7 +19,10 @@ repos_options = [
 ]
 
 
-def with_repos(func):  # type: ignore[no-untyped-def]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def with_repos(func: F) -> F:
     """Add --scenarios/--catalog/--registry to a command."""
     for option in reversed(repos_options):
         func = option(func)
