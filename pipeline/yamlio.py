@@ -45,6 +45,8 @@ class Sequence:
 Tree = Scalar | Mapping | Sequence
 
 _NULLS = {"", "~", "null", "Null", "NULL"}
+# libyaml's composer when available (about 5x faster on the large coefficient sets).
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _convert(node: yaml.Node, file: str, path: str) -> Tree:
@@ -93,7 +95,7 @@ def read_documents(path: str | Path, text: str | None = None) -> list[Tree]:
         except OSError as exc:
             raise DocumentError(Problem(file, "", f"cannot read the file: {exc.strerror}")) from exc
     try:
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        nodes = list(yaml.compose_all(text, Loader=_LOADER))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 0
