@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .decode import decode, decode_map
 from .documents import (
@@ -15,6 +16,7 @@ from .documents import (
     Fabric,
     Graph,
     ModelIdentity,
+    Pool,
     Scenario,
     StorageDevice,
 )
@@ -68,12 +70,26 @@ class Inputs:
     sources: dict[str, Loaded] = field(default_factory=dict, compare=False, repr=False)
 
     @property
-    def pool(self):  # noqa: ANN201 - Pool; kept short for callers
+    def pool(self) -> Pool:
         return self.deployment.pools[self.pool_index]
 
 
 def load_document(tp: type[T], path: str | Path, doc_index: int = 0) -> tuple[T, Loaded]:
-    """Read one document of kind ``tp`` from ``path`` (the first YAML document by default)."""
+    """Read one document of kind ``tp`` from ``path`` (the first YAML document by default).
+
+    Documents are immutable, so a file read once is reused until it changes on disk (catalog
+    and registry files are shared by every scenario that names them).
+    """
+    stat = os.stat(path)
+    kind: Any = tp  # a class is hashable; typing's type[T] does not say so
+    doc, loaded = _load_document_cached(kind, str(Path(path).resolve()), str(path), doc_index,
+                                        stat.st_mtime_ns, stat.st_size)
+    return doc, loaded
+
+
+@lru_cache(maxsize=512)
+def _load_document_cached(tp: Any, _resolved: str, path: str, doc_index: int,
+                          _mtime_ns: int, _size: int) -> tuple[Any, Loaded]:
     docs = read_documents(path)
     if doc_index >= len(docs):
         raise DocumentError(Problem(str(path), "", f"expected at least {doc_index + 1} YAML "

@@ -1,0 +1,211 @@
+"""The resolution database: documents as tables, resolution as SQL views over them.
+
+``open_db()`` gives a DuckDB connection (in memory, or a file) with every table of
+:mod:`pipeline.normalise` created empty; ``register(con, inputs)`` adds one scenario's
+documents (idempotently: a document already present with the same content is skipped, one
+with different content under the same name is an error); ``apply_views(con)`` runs every
+``sql/*.sql`` file in filename order. Views compute for every scenario and pool at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from . import load as _load
+from . import normalise as nz
+from .errors import DocumentError, Problem
+from .load import Inputs, Repos, open_inputs, resolve_scenario_path
+from .resources import sql_dir
+
+_VIEW_NAME = re.compile(r"CREATE OR REPLACE VIEW\s+(\w+)")
+
+
+def open_db(path: str | os.PathLike[str] | None = None,
+            apply: bool = True) -> duckdb.DuckDBPyConnection:
+    """A connection with every document table present (empty if new) and the views applied."""
+    con = duckdb.connect(str(path) if path else ":memory:")
+    for name, schema in nz.SCHEMAS.items():
+        if not _exists(con, name):
+            con.register("__schema_tmp", pa.Table.from_pylist([], schema=schema))
+            con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM __schema_tmp')
+            con.unregister("__schema_tmp")
+    if not _exists(con, "loaded_documents"):
+        con.execute("CREATE TABLE loaded_documents (kind VARCHAR, name VARCHAR, "
+                    "digest VARCHAR, file VARCHAR)")
+    if apply:
+        apply_views(con)
+    return con
+
+
+def _exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    rows = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
+                       [name]).fetchall()
+    return bool(rows and rows[0][0])
+
+
+def _digest(tables: dict[str, pa.Table]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(tables):
+        h.update(name.encode())
+        h.update(repr(tables[name].to_pylist()).encode())
+    return h.hexdigest()
+
+
+# id(document) -> (document, tables, digest): a document object seen before is not re-normalised.
+# The document is kept so its id stays valid; documents are frozen, so the entry stays true.
+_NORMALISED: dict[int, tuple[object, dict[str, pa.Table], str]] = {}
+
+
+def _normalised(doc: object, make: Callable[[], dict[str, pa.Table]]
+                ) -> tuple[dict[str, pa.Table], str]:
+    hit = _NORMALISED.get(id(doc))
+    if hit is not None and hit[0] is doc:
+        return hit[1], hit[2]
+    tables = make()
+    digest = _digest(tables)
+    if len(_NORMALISED) > 256:
+        _NORMALISED.clear()
+    _NORMALISED[id(doc)] = (doc, tables, digest)
+    return tables, digest
+
+
+def _add(con: duckdb.DuckDBPyConnection, kind: str, name: str, doc: object,
+         make: Callable[[], dict[str, pa.Table]], file: str) -> None:
+    tables, digest = _normalised(doc, make)
+    rows = con.execute("SELECT digest, file FROM loaded_documents WHERE kind = ? AND name = ?",
+                       [kind, name]).fetchall()
+    if rows:
+        row = rows[0]
+        if row[0] == digest:
+            return
+        raise DocumentError(Problem(file, "", f"{kind} {name!r} is already in the database "
+                                    f"(from {row[1]}) with different content; one name must "
+                                    "mean one document"))
+    for table, data in tables.items():
+        if data.num_rows:
+            con.register("__doc_tmp", data)
+            con.execute(f'INSERT INTO "{table}" SELECT * FROM __doc_tmp')
+            con.unregister("__doc_tmp")
+    con.execute("INSERT INTO loaded_documents VALUES (?, ?, ?, ?)", [kind, name, digest, file])
+
+
+def scenario_key(inputs: Inputs) -> str:
+    """The name a scenario's rows are keyed by: its ``name``, else its file stem."""
+    if inputs.scenario.name:
+        return inputs.scenario.name
+    src = inputs.sources.get("scenario")
+    return Path(src.file).stem if src else "scenario"
+
+
+def register(con: duckdb.DuckDBPyConnection, inputs: Inputs) -> str:
+    """Add one scenario's documents; returns the scenario key. Idempotent."""
+    key = scenario_key(inputs)
+    src = inputs.sources
+    file = src["scenario"].file if "scenario" in src else "<memory>"
+    graph, chip, fabric, rules = inputs.model, inputs.chip, inputs.fabric, inputs.rules
+    _add(con, "graph", graph.name, graph, lambda: nz.graph_tables(graph),
+         src["model"].file if "model" in src else "<memory>")
+    _add(con, "chip", chip.name, chip, lambda: {"chips": nz.chip_table(chip)},
+         src["chip"].file if "chip" in src else "<memory>")
+    if fabric is not None:
+        _add(con, "fabric", fabric.name, fabric, lambda: {"fabrics": nz.fabric_table(fabric)},
+             src["fabric"].file if "fabric" in src else "<memory>")
+    for dev in inputs.devices:
+        if dev is not None:
+            _add(con, "storage_device", dev.name, dev,
+                 lambda d=dev: {"storage_devices": nz.device_table((d,))},  # type: ignore[misc]
+                 src["devices"].file if "devices" in src else "<memory>")
+    for cset in inputs.coefficients:
+        where = src.get(f"coefficients:{cset.name}")
+        _add(con, "coefficient_set", cset.name, cset,
+             lambda c=cset: {"coefficients": nz.coefficient_table(c)},  # type: ignore[misc]
+             where.file if where else "<memory>")
+    _add(con, "rules", rules.version, rules, lambda: {"rules": nz.rules_table(rules)},
+         "<rules pack>")
+    scen_tables = nz.scenario_tables(key, file, inputs.scenario, inputs.deployment, graph, rules)
+    _add(con, "scenario", key, scen_tables, lambda: scen_tables, file)
+    return key
+
+
+def embedded_scenarios(repos: Repos | None = None) -> list[str]:
+    """Every scenario name under the scenarios root, sorted."""
+    root = (repos or Repos()).scenarios_root()
+    return sorted(p.stem for p in root.glob("*.yaml")) if root.is_dir() else []
+
+
+def load_scenarios(names_or_paths: Iterable[str | os.PathLike[str]] | None = None,
+                   repos: Repos | None = None,
+                   con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+    """Register each named scenario (default: every embedded one) and apply the views."""
+    repos = repos or Repos()
+    con = con if con is not None else open_db(apply=False)
+    names = list(names_or_paths) if names_or_paths is not None else embedded_scenarios(repos)
+    with shared_document_cache():
+        for name in names:
+            resolve_scenario_path(name, repos)  # a clear error for an unknown name
+            register(con, open_inputs(name, repos, 0))
+    apply_views(con)
+    return con
+
+
+@contextlib.contextmanager
+def shared_document_cache() -> Iterator[None]:
+    """Within the block, a catalog/registry file named by several scenarios is parsed once.
+
+    Documents are frozen dataclasses, so sharing one decoded value is safe; the cache is keyed
+    by the file's path, size and modification time and dropped when the block ends.
+    """
+    original = _load.load_document
+    cache: dict[tuple[object, ...], Any] = {}
+
+    def cached(tp: Any, path: Any, doc_index: int = 0) -> Any:
+        st = os.stat(path)
+        key = (tp, str(path), doc_index, st.st_size, st.st_mtime_ns)
+        if key not in cache:
+            cache[key] = original(tp, path, doc_index)
+        return cache[key]
+
+    _load.load_document = cached
+    try:
+        yield
+    finally:
+        _load.load_document = original
+
+
+def sql_files() -> list[Path]:
+    return sorted(sql_dir().glob("*.sql"))
+
+
+def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> None:
+    """Run every ``sql/*.sql`` file in filename order (each creates or replaces views).
+
+    With ``materialize`` (the default) each view is computed once, in dependency order, into a
+    table of the same name: later views then read rows rather than re-expanding the whole
+    chain, which keeps resolving many scenarios at once fast. Derived tables are a snapshot:
+    call this again after registering more documents (``load_scenarios`` and
+    ``kernel.build.new`` do).
+    """
+    kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables"
+                             ).fetchall())
+    for path in sql_files():
+        text = path.read_text()
+        for name in _VIEW_NAME.findall(text):  # switching between views and tables
+            if materialize and kinds.get(name) == "VIEW":
+                con.execute(f'DROP VIEW "{name}"')
+            elif not materialize and kinds.get(name) == "BASE TABLE":
+                con.execute(f'DROP TABLE "{name}"')
+        if materialize:
+            text = text.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TABLE")
+        try:
+            con.execute(text)
+        except duckdb.Error as exc:  # a broken view file is a programming error: say which
+            raise RuntimeError(f"{path.name}: {exc}") from exc

@@ -1,0 +1,184 @@
+-- Engine settings after resolution (kernel-algorithm.md §1.2 steps 15–17, §1.9, §6.4–6.6;
+-- seed-methods.md §7–8): each unstated setting gets vLLM v0.31.0's default (an assumption
+-- row in `assumptions`), each stated one the engine changes gets an override row.
+
+CREATE OR REPLACE VIEW pool_engine AS
+WITH e AS (
+    SELECT p.*, l.tp AS l_tp, l.moe_group, l.chip, l.routed_all2all,
+           c.memory_gib, c.tflops_nvfp4,
+           t.hybrid, t.experts, t.any_latent, t.has_attention,
+           d.is_dsa,
+           coalesce(p.enable_prefix_caching, true) AS prefix_caching,
+           s.pd_connector, s.offload_connector
+    FROM pools p
+    JOIN pool_layout l USING (scenario, pool)
+    JOIN scenarios s USING (scenario)
+    JOIN chips c ON c.chip = s.hardware
+    JOIN plan_totals t USING (scenario, pool)
+    JOIN pool_dtypes d USING (scenario, pool)
+), r1 AS (
+    SELECT *,
+           -- recurrent cache mode (§1.2 step 15, 19ac88e6 form)
+           CASE WHEN NOT hybrid THEN ''
+                WHEN hybrid AND prefix_caching
+                     AND (CASE WHEN mamba_cache_mode = '' THEN 'none' ELSE mamba_cache_mode END)
+                         = 'none' THEN 'align'
+                WHEN mamba_cache_mode = '' THEN 'none'
+                ELSE mamba_cache_mode END AS recurrent_cache_mode,
+           -- block size (§1.2 step 16)
+           (NOT hybrid AND (block_size > 0 OR is_dsa)) AS block_size_final,
+           CASE WHEN block_size > 0 THEN block_size WHEN is_dsa THEN 64 ELSE 16 END
+               AS resolved_block_size,
+           -- scheduler budgets (§3.1, §1.9)
+           CASE WHEN max_num_batched_tokens > 0 THEN max_num_batched_tokens
+                WHEN memory_gib >= 160 THEN 16384
+                WHEN memory_gib >= 70 AND lower(chip) NOT LIKE '%a100%' THEN 8192
+                ELSE 2048 END AS resolved_max_num_batched_tokens,
+           CASE WHEN max_num_seqs > 0 THEN max_num_seqs
+                WHEN memory_gib >= 70 AND lower(chip) NOT LIKE '%a100%' THEN 1024
+                ELSE 256 END AS resolved_max_num_seqs,
+           -- CUDA graph mode (§1.9; seed §8 rule 7: DeepEP high-throughput with DP > 1 on an
+           -- MoE graph runs with no graphs)
+           CASE WHEN cudagraph_mode = '' THEN 'FULL_AND_PIECEWISE' ELSE upper(cudagraph_mode) END
+               AS requested_cudagraph_mode,
+           (enable_expert_parallel AND all2all_backend = 'deepep_high_throughput' AND dp > 1
+            AND experts > 0) AS deepep_ht_no_graphs,
+           CASE WHEN speculative_method <> '' AND num_spec_tokens > 0 THEN 1 + num_spec_tokens
+                ELSE 1 END AS uniform_decode_width,
+           CASE WHEN tflops_nvfp4 > 0 THEN 1024 ELSE 512 END AS platform_capture_cap,
+           ('MultiConnector' IN (pd_connector, offload_connector)) AS multi_connector,
+           ('NixlConnector' IN (pd_connector, offload_connector)) AS nixl_connector
+    FROM e
+), r2 AS (
+    SELECT *,
+           requested_cudagraph_mode IN ('PIECEWISE', 'FULL', 'FULL_AND_PIECEWISE',
+                                        'FULL_DECODE_ONLY', 'NONE') AS cudagraph_mode_known,
+           CASE WHEN deepep_ht_no_graphs THEN 'NONE' ELSE requested_cudagraph_mode END
+               AS resolved_cudagraph_mode
+    FROM r1
+), r3 AS (
+    SELECT *,
+           CASE resolved_cudagraph_mode WHEN 'PIECEWISE' THEN 'PIECEWISE' WHEN 'FULL' THEN 'FULL'
+               WHEN 'FULL_AND_PIECEWISE' THEN 'FULL' WHEN 'FULL_DECODE_ONLY' THEN 'FULL'
+               ELSE 'NONE' END AS decode_graph_mode,
+           CASE resolved_cudagraph_mode WHEN 'PIECEWISE' THEN 'PIECEWISE' WHEN 'FULL' THEN 'FULL'
+               WHEN 'FULL_AND_PIECEWISE' THEN 'PIECEWISE' ELSE 'NONE' END AS other_graph_mode,
+           -- capture ceiling C0 and uniform-decode sizes U (seed §7)
+           CASE WHEN max_cudagraph_capture_size IS NOT NULL THEN max_cudagraph_capture_size
+                ELSE least(resolved_max_num_seqs * uniform_decode_width * 2,
+                           platform_capture_cap) END AS capture_c0,
+           least(resolved_max_num_seqs, platform_capture_cap) AS capture_top_request
+    FROM r2
+), r4 AS (
+    SELECT *,
+           least(resolved_max_num_batched_tokens, capture_c0) AS capture_bounded,
+           CASE WHEN max_cudagraph_capture_size IS NULL AND uniform_decode_width > 1 THEN
+                list_filter(list_transform(list_distinct(
+                    list_filter([1, 2, 4], lambda x: x <= capture_top_request)
+                    || range(8, least(capture_top_request + 1, 256), 8)
+                    || range(256, capture_top_request + 1, 16)
+                    || [capture_top_request]), lambda n: n * uniform_decode_width),
+                    lambda u: u <= capture_c0)
+                ELSE [] END AS capture_uniform
+    FROM r3
+), r5 AS (
+    SELECT *,
+           CASE WHEN cudagraph_capture_sizes IS NOT NULL THEN
+                    list_filter(cudagraph_capture_sizes,
+                                lambda x: x <= resolved_max_num_batched_tokens)
+                ELSE list_distinct(
+                    list_filter([1, 2, 4], lambda x: x <= capture_bounded)
+                    || CASE WHEN capture_bounded >= 8
+                            THEN range(8, least(capture_bounded + 1, 256), 8) ELSE [] END
+                    || CASE WHEN capture_bounded >= 256
+                            THEN range(256, capture_bounded + 1, 16) ELSE [] END
+                    || CASE WHEN resolved_max_num_batched_tokens <= capture_bounded
+                            THEN [resolved_max_num_batched_tokens] ELSE [] END
+                    || list_filter(capture_uniform,
+                                   lambda u: u <= resolved_max_num_batched_tokens))
+                END AS capture_sizes_raw
+    FROM r4
+), r6 AS (
+    SELECT *, coalesce(list_max(capture_sizes_raw), 0) AS capture_largest FROM r5
+), r7 AS (
+    SELECT *,
+           CASE WHEN uniform_decode_width > 1 AND decode_graph_mode = 'FULL' THEN
+                list_sort(list_distinct(list_filter(list_transform(capture_sizes_raw,
+                    lambda s: ((s + uniform_decode_width - 1) // uniform_decode_width)
+                              * uniform_decode_width),
+                    lambda r: r <= capture_largest)))
+                ELSE list_sort(list_distinct(capture_sizes_raw)) END AS capture_sizes_rounded
+    FROM r6
+), r8 AS (
+    SELECT *,
+           CASE WHEN uniform_decode_width > 1 AND decode_graph_mode = 'FULL'
+                     AND len(capture_sizes_rounded) = 0 AND uniform_decode_width <= capture_largest
+                THEN [uniform_decode_width] ELSE capture_sizes_rounded END AS capture_sizes
+    FROM r7
+)
+SELECT scenario, pool, hybrid, prefix_caching, mamba_cache_mode AS stated_mamba_cache_mode,
+       recurrent_cache_mode, is_dsa, block_size AS stated_block_size, block_size_final,
+       resolved_block_size, max_num_batched_tokens AS stated_max_num_batched_tokens,
+       resolved_max_num_batched_tokens, max_num_seqs AS stated_max_num_seqs,
+       resolved_max_num_seqs, cudagraph_mode AS stated_cudagraph_mode, requested_cudagraph_mode,
+       cudagraph_mode_known, deepep_ht_no_graphs, resolved_cudagraph_mode, decode_graph_mode,
+       other_graph_mode, lower(resolved_cudagraph_mode) AS graph_mode_name,
+       uniform_decode_width, num_spec_tokens, platform_capture_cap, capture_c0,
+       max_cudagraph_capture_size AS stated_max_capture_size,
+       cudagraph_capture_sizes AS stated_capture_sizes, capture_sizes,
+       NOT (decode_graph_mode = 'NONE' AND other_graph_mode = 'NONE') AS captures_graphs,
+       CASE WHEN decode_graph_mode = 'NONE' AND other_graph_mode = 'NONE' THEN 0
+            ELSE coalesce(list_max(capture_sizes), 0) END AS capture_tokens,
+       (max_cudagraph_capture_size IS NOT NULL AND cudagraph_capture_sizes IS NOT NULL
+        AND max_cudagraph_capture_size <> capture_largest) AS capture_conflict,
+       max_model_len, multi_connector, nixl_connector, any_latent,
+       async_scheduling, disable_cascade_attn,
+       coalesce(async_scheduling, true) AS resolved_async_scheduling,
+       CASE WHEN disable_cascade_attn IS NULL THEN false ELSE NOT disable_cascade_attn END
+           AS resolved_cascade_attention
+FROM r8;
+
+-- Decode-context parallelism (§6.4 resolveContextParallel / ResolveDecodeContext).
+CREATE OR REPLACE VIEW pool_dcp AS
+WITH b AS (
+    SELECT p.scenario, p.pool, p.dcp, p.pcp, p.dcp_comm_backend AS stated_backend,
+           p.cp_kv_cache_interleave_size AS stated_interleave, p.dcp_q_replicate,
+           e.resolved_block_size AS block, e.block_size_final, e.multi_connector,
+           e.nixl_connector, e.any_latent,
+           (SELECT list(value ORDER BY position) FROM rules r
+            WHERE r.version = s.rules_version AND r.category = 'dcp_comm_backends') AS accepted
+    FROM pools p JOIN pool_engine e USING (scenario, pool) JOIN scenarios s USING (scenario)
+)
+SELECT *,
+       coalesce(len(accepted), 0) > 0 AS has_accepted_list,
+       CASE WHEN stated_backend = '' THEN 'ag_rs' ELSE stated_backend END AS comm_backend,
+       CASE WHEN stated_interleave > 0 THEN stated_interleave <= block AND block % stated_interleave = 0
+            ELSE false END
+           AS interleave_fits,
+       CASE WHEN dcp <= 1 THEN 1
+            WHEN stated_interleave > 0 THEN stated_interleave
+            WHEN nixl_connector AND NOT multi_connector AND block > 1 THEN block
+            ELSE 1 END AS interleave,
+       (dcp > 1 AND stated_interleave <= 0 AND nixl_connector AND NOT multi_connector
+        AND block > 1) AS interleave_overridden
+FROM b;
+
+-- MLA context-gather chunk (§6.6, 19ac88e6 with alignment).
+CREATE OR REPLACE VIEW pool_mla_chunk AS
+WITH c AS (
+    SELECT e.scenario, e.pool, e.max_model_len, e.resolved_max_num_seqs AS seqs,
+           e.resolved_block_size AS block, d.dcp, d.interleave, e.any_latent,
+           CASE WHEN e.max_model_len > 0
+                THEN least(greatest(8 * e.max_model_len,
+                                    4 * e.resolved_max_num_seqs * e.resolved_block_size), 65536)
+                ELSE 65536 END AS chunk0,
+           CASE WHEN d.dcp > 1
+                THEN lcm(greatest(e.resolved_block_size, 1), d.dcp * greatest(d.interleave, 1))
+                ELSE greatest(e.resolved_block_size, 1) END AS align
+    FROM pool_engine e JOIN pool_dcp d USING (scenario, pool)
+)
+SELECT scenario, pool, chunk0, align,
+       greatest(CAST(ceil(greatest(chunk0, align) / align) AS BIGINT) * align, 1)
+           AS mla_context_chunk,
+       (max_model_len <= 0 AND dcp > 1 AND any_latent) AS chunk_assumed
+FROM c;
