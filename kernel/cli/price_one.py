@@ -1,0 +1,201 @@
+"""``blis-kernel step`` and ``blis-kernel memory``: price one batch, size one rank.
+
+* ``step SCENARIO --batch SPEC [--pool i] [--decode-threshold N] [--sm-budget N]``: SPEC is
+  comma-separated groups ``COUNTxSCHEDULED@COMPUTED`` (``32x1@4095,1x512@0``; ``COUNTx`` may
+  be omitted for one request), or a path to a JSON/YAML file holding a list of
+  ``{scheduled, computed, prompt_len?}``. Prints Overlap and NoOverlap (µs and ns), the
+  per-resource breakdown, the bottleneck and, per layer kind, the term that set its stage.
+* ``memory SCENARIO [--pool i]``: the FixedBytes breakdown, PreSnapshotBytes, per-request
+  bytes at a few lengths and the KV capacity.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from kernel.cli.common import make_repos, with_repos
+
+if TYPE_CHECKING:
+    from kernel.kernel import Kernel
+    from kernel.types import Request
+
+GIB = 2**30
+MIB = 2**20
+_GROUP = re.compile(r"^\s*(?:(\d+)\s*[x×*]\s*)?(\d+)\s*@\s*(\d+)\s*$")
+
+
+def parse_batch_spec(spec: str) -> list[Request]:
+    """``COUNTxSCHEDULED@COMPUTED[,…]`` or a JSON/YAML file → requests, in order."""
+    from kernel.types import Request
+
+    path = Path(spec)
+    if path.suffix.lower() in (".json", ".yaml", ".yml") or path.is_file():
+        if not path.is_file():
+            raise click.BadParameter(f"no such batch file: {spec}")
+        text = path.read_text()
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+        if isinstance(data, dict) and "requests" in data:
+            data = data["requests"]
+        if not isinstance(data, list):
+            raise click.BadParameter("a batch file holds a list of {scheduled, computed}")
+        out = []
+        for i, item in enumerate(data):
+            if not isinstance(item, dict) or "scheduled" not in item or "computed" not in item:
+                raise click.BadParameter(f"batch entry {i} needs scheduled and computed")
+            out.append(Request(int(item["scheduled"]), int(item["computed"]),
+                               int(item.get("prompt_len", 0)),
+                               int(item.get("cached_tokens", 0))))
+        return out
+    out = []
+    for group in spec.split(","):
+        if not group.strip():
+            continue
+        m = _GROUP.match(group)
+        if m is None:
+            raise click.BadParameter(
+                f"{group!r} is not COUNTxSCHEDULED@COMPUTED (e.g. 32x1@4095)")
+        count = int(m.group(1)) if m.group(1) else 1
+        out.extend([Request(int(m.group(2)), int(m.group(3)))] * count)
+    return out
+
+
+def _open(scenario: str, pool: int, repos: Any) -> Kernel:
+    import kernel
+
+    if pool == 0:
+        return kernel.open(scenario, repos)
+    return kernel.open_pool(scenario, repos, pool)
+
+
+def _us(ns: int) -> str:
+    return f"{ns / 1000:,.3f}"
+
+
+def register(group: click.Group) -> None:
+    @group.command("step")
+    @click.argument("scenario")
+    @click.option("--batch", "spec", required=True,
+                  help="COUNTxSCHEDULED@COMPUTED groups, comma-separated "
+                       "(e.g. 32x1@4095,1x512@0), or a JSON/YAML file.")
+    @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
+                  help="Pool index of a disaggregated deployment.")
+    @click.option("--decode-threshold", default=1, show_default=True, type=int,
+                  help="A request scheduling more tokens than this is a prefill.")
+    @click.option("--sm-budget", default=0, show_default=True, type=click.IntRange(0),
+                  help="SMs available to the step (0 = all).")
+    @with_repos
+    def step_cmd(scenario: str, spec: str, pool: int, decode_threshold: int, sm_budget: int,
+                 scenarios_root: str | None, catalog_root: str | None,
+                 registry_root: str | None) -> None:
+        """Price one forward pass of SCENARIO over the batch SPEC."""
+        from kernel import step
+        from kernel.types import Batch
+
+        reqs = parse_batch_spec(spec)
+        k = _open(scenario, pool, make_repos(scenarios_root, catalog_root, registry_root))
+        batch = Batch(reqs, decode_threshold=decode_threshold, sm_budget=sm_budget)
+        est = k.step_time(batch)
+        console = Console()
+        n_pre = sum(1 for q in reqs if q.scheduled > decode_threshold
+                    and q.scheduled + q.computed > 0)
+        console.print(f"[bold]{k!r}[/bold]")
+        console.print(f"batch: {len(reqs)} requests ({n_pre} prefill), {batch.tokens()} tokens, "
+                      f"decode threshold {decode_threshold}, SM budget {sm_budget or 'all'}")
+        head = Table(title="step time")
+        head.add_column("estimate")
+        head.add_column("µs", justify="right")
+        head.add_column("ns", justify="right")
+        head.add_row("Overlap", _us(est.overlap), f"{est.overlap:,}")
+        head.add_row("NoOverlap", _us(est.no_overlap), f"{est.no_overlap:,}")
+        console.print(head)
+        per = Table(title=f"per resource (bottleneck: {est.bottleneck.value})")
+        per.add_column("resource")
+        per.add_column("µs", justify="right")
+        per.add_column("ns", justify="right")
+        per.add_column("share", justify="right")
+        for res, ns in (est.per_resource or {}).items():
+            mark = " *" if res is est.bottleneck else ""
+            share = f"{ns / est.no_overlap:.1%}" if est.no_overlap else "-"
+            per.add_row(res.value + mark, _us(ns), f"{ns:,}", share)
+        console.print(per)
+        rows = step.layer_breakdown(k.resolved_pool, batch)
+        if rows:
+            lt = Table(title="per layer kind: one layer, µs (stage = max of the dense terms "
+                             "+ routed)")
+            for col in ("kind", "×", "sm", "hbm", "nvlink", "nic", "routed", "stage",
+                        "dominant"):
+                lt.add_column(col, justify="left" if col in ("kind", "dominant") else "right")
+            for row in rows:
+                routed = float(row["routed_sm"]) + float(row["routed_hbm"])
+                lt.add_row(row["kind"], str(row["count"]),
+                           *(f"{float(row[c]) * 1e6:,.1f}" for c in
+                             ("dense_sm", "dense_hbm", "nvlink", "nic")),
+                           f"{routed * 1e6:,.1f}", f"{float(row['stage']) * 1e6:,.1f}",
+                           row["dominant"].replace("dense_", ""))
+            console.print(lt)
+
+    @group.command("memory")
+    @click.argument("scenario")
+    @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
+                  help="Pool index of a disaggregated deployment.")
+    @with_repos
+    def memory_cmd(scenario: str, pool: int, scenarios_root: str | None,
+                   catalog_root: str | None, registry_root: str | None) -> None:
+        """Per-rank memory of SCENARIO: fixed bytes, pre-snapshot bytes, KV per request."""
+
+        k = _open(scenario, pool, make_repos(scenarios_root, catalog_root, registry_root))
+        r = k.resolved_pool
+        console = Console()
+        console.print(f"[bold]{k!r}[/bold]")
+        fb = k.fixed_bytes()
+        pre = k.pre_snapshot_bytes()
+        t = Table(title="fixed bytes per rank (inside the gpu_memory_utilization budget)")
+        t.add_column("part")
+        t.add_column("bytes", justify="right")
+        t.add_column("GiB", justify="right")
+        for name, v in (("weights", fb.weights), ("activation peak", fb.activation_peak),
+                        ("CUDA graphs", fb.cuda_graph), ("comm buffers", fb.comm_buffers),
+                        ("EPLB redundant", fb.eplb_redundant), ("total", fb.total())):
+            t.add_row(name, f"{v:,}", f"{v / GIB:5.1f}")
+        t.add_row("pre-snapshot (communicator + workspace)", f"{pre:,}", f"{pre / GIB:5.1f}")
+        t.add_row("total + pre-snapshot", f"{fb.total() + pre:,}",
+                  f"{(fb.total() + pre) / GIB:5.1f}")
+        console.print(t)
+        s = Table(title="per request")
+        s.add_column("tokens", justify="right")
+        s.add_column("variable bytes", justify="right")
+        s.add_column("MiB", justify="right")
+        lengths = sorted({1, r.block_size, 1024, 4096, 32768, r.max_model_len} - {0})
+        for n in lengths:
+            v = k.sequence_variable_bytes(n)
+            s.add_row(f"{n:,}", f"{v:,}", f"{v / MIB:,.1f}")
+        console.print(s)
+        console.print(f"sequence fixed bytes {k.sequence_fixed_bytes():,}; admission "
+                      f"{k.sequence_admission_bytes():,}")
+        cap = k.kv_capacity()
+        note = " (vLLM default, unstated)" if cap.utilization_assumed else ""
+        c = Table(title=f"KV capacity (gpu_memory_utilization {cap.utilization}{note})")
+        c.add_column("item")
+        c.add_column("value", justify="right")
+        c.add_row("budget bytes", f"{cap.budget_bytes:,}")
+        c.add_row("page bytes (one block)", f"{cap.page_bytes:,}")
+        c.add_row("blocks", f"{cap.num_blocks:,}")
+        c.add_row("tokens", f"{cap.tokens:,}")
+        if cap.max_concurrency is None:
+            c.add_row("max concurrency", "unknown: the pool states no max_model_len")
+        else:
+            c.add_row(f"max concurrency at {r.max_model_len:,} tokens",
+                      f"{cap.max_concurrency:.2f}")
+        console.print(c)

@@ -1,0 +1,157 @@
+"""The immutable :class:`Kernel`: one resolved pool and the methods that price it.
+
+Construction lives in :mod:`kernel.build`; the cost laws in :mod:`kernel.laws`; the
+per-call arithmetic in :mod:`kernel.step`, :mod:`kernel.memory`, :mod:`kernel.transfer` and
+:mod:`kernel.host`. Every method is a pure function of its arguments and the resolved pool,
+so a kernel is safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from . import host, memory, step, transfer
+from .resolved import ResolvedPool
+from .types import (
+    Batch,
+    CoefficientOrigin,
+    Direction,
+    MemoryBreakdown,
+    Placement,
+    Resolution,
+    Resource,
+    StepEstimate,
+)
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from pipeline.documents import Pool
+
+    from .transfer import PDTransferDemand
+
+KERNEL_ASSUMPTION_SET = "blis-latency-kernel"
+EVIDENCED_METHODS = frozenset({"measured", "literature", "vendor_spec"})
+
+
+class Kernel:
+    """Prices one pool of one deployment. Build it with :func:`kernel.new` or :func:`kernel.open`."""
+
+    __slots__ = ("_r", "_pool", "_resolution", "__dict__")
+
+    def __init__(self, resolved: ResolvedPool, pool: Pool, resolution: Resolution):
+        self._r = resolved
+        self._pool = pool
+        self._resolution = resolution
+
+    # -- pricing a step ----------------------------------------------------------------
+    def step_time(self, batch: Batch) -> StepEstimate:
+        """One forward pass over ``batch``: Overlap, NoOverlap, bottleneck and breakdown."""
+        return step.step_time_into(self._r, batch, {})
+
+    def step_time_into(self, batch: Batch, per: dict[Resource, int] | None) -> StepEstimate:
+        """:meth:`step_time`, clearing and filling the caller's ``per`` dict (None: no map)."""
+        return step.step_time_into(self._r, batch, per)
+
+    # -- memory ----------------------------------------------------------------------
+    @cached_property
+    def _fixed(self) -> MemoryBreakdown:
+        return memory.fixed_bytes(self._r)
+
+    def fixed_bytes(self) -> MemoryBreakdown:
+        """Per-rank bytes inside the gpu_memory_utilization budget before any request."""
+        return self._fixed
+
+    def pre_snapshot_bytes(self) -> int:
+        """Communicator reservation + engine workspace, held before vLLM's memory snapshot."""
+        return memory.pre_snapshot_bytes(self._r)
+
+    def sequence_variable_bytes(self, tokens: int) -> int:
+        return memory.sequence_variable_bytes(self._r, tokens)
+
+    def sequence_fixed_bytes(self) -> int:
+        return memory.sequence_fixed_bytes(self._r)
+
+    def sequence_admission_bytes(self) -> int:
+        return memory.sequence_admission_bytes(self._r)
+
+    def sequence_bounded_bytes(self, in_flight: int) -> int:
+        return memory.sequence_bounded_bytes(self._r, in_flight)
+
+    def sequence_bounded_bytes_at(self, computed: int, in_flight: int) -> int:
+        return memory.sequence_bounded_bytes_at(self._r, computed, in_flight)
+
+    def kv_capacity(self) -> memory.KVCapacity:
+        """KV blocks in the budget and max concurrent requests at max_model_len (vLLM's report)."""
+        return memory.kv_capacity(self._r, self._fixed,
+                                  self._pool.engine.gpu_memory_utilization or None)
+
+    # -- whole traces -------------------------------------------------------------------
+    def price(self, trace: Any, **options: Any) -> pl.DataFrame:
+        """Price every batch of a trace as columns; see :func:`kernel.bulk.price`."""
+        from .bulk import price
+
+        return price(self, trace, **options)
+
+    # -- transfers and host ------------------------------------------------------------
+    def tier_time(self, tier: str, direction: Direction | str, nbytes: int, depth: int) -> int:
+        return transfer.tier_time(self._r, tier, Direction(direction), nbytes, depth)
+
+    def pd_transfer_demand(self, tokens: int, src: Placement, dst: Placement) -> PDTransferDemand:
+        return transfer.pd_transfer_demand(self._r, tokens, src, dst)
+
+    def pd_transfer_time(self, tokens: int, src: Placement, dst: Placement) -> int:
+        return self.pd_transfer_demand(tokens, src, dst).alone_time()
+
+    def admission_overhead(self, prompt_tokens: int) -> int:
+        return host.admission_overhead(self._r, prompt_tokens)
+
+    def output_token_overhead(self) -> int:
+        return self._r.coefficients.host_output_token_ns
+
+    def completion_overhead(self) -> int:
+        return self._r.coefficients.host_completion_ns
+
+    # -- engine introspection ------------------------------------------------------------
+    def capture_tokens(self) -> int:
+        return self._r.capture_tokens
+
+    def graph_modes(self) -> tuple[str, str]:
+        """(uniform-decode mode, every other step's mode): FULL, PIECEWISE or NONE."""
+        return (self._r.decode_graph_mode, self._r.other_graph_mode)
+
+    def decode_context_parallel_width(self) -> int:
+        return max(self._r.layout.dcp, 1)
+
+    def prefill_context_parallel_width(self) -> int:
+        return max(self._r.layout.pcp, 1)
+
+    # -- provenance ---------------------------------------------------------------------
+    def provenance(self) -> list[CoefficientOrigin]:
+        """Every coefficient in scope (name order), then the kernel's own assumptions."""
+        return list(self._r.provenance)
+
+    def evidence(self) -> tuple[int, int, list[str]]:
+        """(entries resting on evidence, all entries, names of assumed entries)."""
+        entries = self._r.provenance
+        evidenced = sum(1 for e in entries if e.method in EVIDENCED_METHODS)
+        return evidenced, len(entries), [e.name for e in entries if e.method == "assumed"]
+
+    def resolved(self) -> Resolution:
+        return self._resolution
+
+    def deployment(self) -> Pool:
+        """The pool exactly as the document stated it (a deep copy)."""
+        return copy.deepcopy(self._pool)
+
+    @property
+    def resolved_pool(self) -> ResolvedPool:
+        """The full resolution record pricing reads (read-only)."""
+        return self._r
+
+    def __repr__(self) -> str:
+        r = self._r
+        return (f"Kernel({r.scenario!r}, pool={r.pool_index}, model={r.model_name!r}, "
+                f"chip={r.chip_name!r}, tp={r.layout.tp})")

@@ -1,0 +1,167 @@
+"""Per-rank memory (kernel-algorithm.md §3, seed-methods.md §1–§6).
+
+Decisions (the lead's, resolving the old goldens against the seed API):
+
+* :func:`fixed_bytes` keeps five fields but ``comm_buffers`` is 0: the communicator
+  reservation and the engine workspace are :func:`pre_snapshot_bytes` (seed §6), held before
+  vLLM measures its ``gpu_memory_utilization`` budget. The old golden "total 83.9 GiB"
+  (case 96) is ``fixed.total() + pre_snapshot_bytes``.
+* EPLB redundant experts are moved out of the weights (``W -= eplb``, §3.1).
+* Every embedded graph is a *legacy* graph (no stated caches), so SequenceFixed, Admission,
+  Bounded and BoundedAt all equal the legacy SequenceFixedBytes (recurrent state only).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from . import laws
+from .resolved import ResolvedPool
+from .types import MemoryBreakdown
+
+GIB = 2**30
+# vLLM's gpu_memory_utilization default at v0.29.0 and v0.31.0 (upstream's scenario generator
+# notes it is 0.92, not 0.9), used when a pool states none. See docs/decisions.md.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+
+__all__ = [
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
+    "KVCapacity",
+    "fixed_bytes",
+    "kv_capacity",
+    "pre_snapshot_bytes",
+    "sequence_admission_bytes",
+    "sequence_bounded_bytes",
+    "sequence_bounded_bytes_at",
+    "sequence_fixed_bytes",
+    "sequence_variable_bytes",
+]
+
+
+def fixed_bytes(r: ResolvedPool) -> MemoryBreakdown:
+    """Per-rank bytes inside the budget before any request (§3.1; CommBuffers moved out)."""
+    tp = max(r.layout.tp, 1)
+    w = 0.0
+    for layer in r.plan.layers:
+        w += layer.count * layer.dense_weight_bytes / tp
+        if layer.expert_weight_bytes_per_expert > 0:
+            w += (layer.count * layer.expert_weight_bytes_per_expert * r.experts_per_rank
+                  / r.expert_tensor_shards)
+            w += layer.count * layer.shared_expert_weight_bytes / tp
+    mem = r.memory
+    w += (r.plan.head.dense_weight_bytes
+          + mem.vocab_size * mem.hidden_size * mem.checkpoint_weight_bytes) / tp
+    act = max(mem.activation_buffers * mem.batched_tokens * mem.activation_width * 2,
+              mem.activation_floor)
+    eplb = 0.0
+    redundant = r.eplb_redundant_experts
+    if redundant > 0 and r.layout.expert_width > 0:
+        for layer in r.plan.layers:
+            if layer.expert_weight_bytes_per_expert > 0:
+                eplb += (layer.count * layer.expert_weight_bytes_per_expert * redundant
+                         / r.layout.expert_width / r.expert_tensor_shards)
+        w -= eplb  # moved out of the weights, so the total counts them once (§3.1)
+    return MemoryBreakdown(
+        weights=int(w),
+        activation_peak=int(act),
+        cuda_graph=int(mem.capture_bytes),
+        comm_buffers=0,  # the communicator and workspace are pre-snapshot (seed §6)
+        eplb_redundant=int(eplb),
+    )
+
+
+def pre_snapshot_bytes(r: ResolvedPool) -> int:
+    """Communicator reservation + engine workspace, held before vLLM's snapshot (seed §6)."""
+    return int(r.memory.comm_bytes) + int(r.memory.workspace_bytes)
+
+
+def _spec(r: ResolvedPool) -> int:
+    return max(r.num_spec_tokens, 0)
+
+
+def sequence_variable_bytes(r: ResolvedPool, tokens: int) -> int:
+    """One request's KV at ``tokens`` tokens in whole pages (§3.2, legacy path)."""
+    if tokens <= 0:
+        return 0
+    dcp = r.layout.dcp
+    # Known divergence (behaviour §8.4): one non-sharding KV layer kind leaves capacity
+    # unsharded, while the decode read is sharded per kind.
+    t = laws.cdiv(tokens, dcp) if dcp > 1 and r.dcp_shards_all_kv_layers else tokens
+    total = laws.paged_bytes(t, r.block_size, r.kv_bytes_per_token)
+    if r.recurrent_cache_mode == "all":
+        spec = _spec(r)
+        for layer in r.plan.layers:
+            if layer.recurrent_kind:
+                total += int(laws.recurrent_state_bytes(
+                    layer.recurrent_state_bytes, "all", tokens, r.block_size, spec, 0)
+                    * layer.count)  # recurrent state is never DCP-sharded: unsharded tokens
+    return int(total)
+
+
+def sequence_fixed_bytes(r: ResolvedPool) -> int:
+    """Length-independent per-request bytes: recurrent state (§3.3, legacy path)."""
+    mode = r.recurrent_cache_mode
+    if mode == "all":
+        return 0
+    spec = _spec(r)
+    total = 0.0
+    for layer in r.plan.layers:
+        if layer.recurrent_kind:
+            total += laws.recurrent_state_bytes(
+                layer.recurrent_state_bytes, mode, r.max_model_len, r.block_size, spec,
+                0) * layer.count
+    return int(total)
+
+
+def sequence_admission_bytes(r: ResolvedPool) -> int:
+    """What admission reserves whatever the length; legacy graphs have no rings (seed §3)."""
+    return sequence_fixed_bytes(r)
+
+
+def sequence_bounded_bytes(r: ResolvedPool, in_flight: int) -> int:
+    """Bounded state at ``in_flight`` tokens; legacy: SequenceFixedBytes for every f (seed §4)."""
+    return sequence_fixed_bytes(r)
+
+
+def sequence_bounded_bytes_at(r: ResolvedPool, computed: int, in_flight: int) -> int:
+    """Bounded state after ``computed`` tokens; legacy: SequenceFixedBytes (seed §5)."""
+    return sequence_fixed_bytes(r)
+
+
+@dataclass(frozen=True)
+class KVCapacity:
+    """The KV budget per rank and what it holds (vLLM's startup report)."""
+
+    budget_bytes: int  # MemoryGiB·2^30·utilization − FixedBytes().Total()
+    page_bytes: int  # SequenceVariableBytes(block_size): one block of every KV layer
+    num_blocks: int
+    tokens: int  # num_blocks·block_size (×DCP when every KV layer shards)
+    # num_blocks·page / (SVB(max_model_len) + SequenceAdmissionBytes); None when the pool states
+    # no max_model_len (vLLM takes it from the model config, which the catalog does not carry).
+    max_concurrency: float | None
+    utilization: float
+    utilization_assumed: bool
+
+
+def kv_capacity(r: ResolvedPool, fixed: MemoryBreakdown,
+                utilization: float | None = None) -> KVCapacity:
+    """KV blocks in the budget and concurrency at max_model_len (seed §3, §12 item 9).
+
+    ``utilization``: the pool's stated gpu_memory_utilization; None or 0 means unstated, and
+    vLLM's default applies.
+    """
+    assumed = utilization is None or utilization <= 0
+    util = DEFAULT_GPU_MEMORY_UTILIZATION if assumed else float(utilization)  # type: ignore[arg-type]
+    budget = int(r.chip_memory_gib * GIB * util) - fixed.total()
+    block = max(r.block_size, 1)
+    page = sequence_variable_bytes(r, block)
+    blocks = budget // page if page > 0 and budget > 0 else 0
+    shard = r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers else 1
+    per_request = sequence_variable_bytes(r, r.max_model_len) + sequence_admission_bytes(r)
+    concurrency: float | None = None
+    if r.max_model_len > 0:
+        concurrency = (blocks * page / per_request) if per_request > 0 else math.inf
+    return KVCapacity(budget_bytes=budget, page_bytes=page, num_blocks=blocks,
+                      tokens=blocks * block * shard, max_concurrency=concurrency,
+                      utilization=util, utilization_assumed=assumed)
