@@ -1,0 +1,193 @@
+"""``blis-kernel price`` (a recorded trace → parquet) and ``blis-kernel trace synth``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .common import make_repos, with_repos
+
+DEFAULT_SCENARIO = "deepseek-v3-h200-fp8-sglang-tp8"
+
+
+def _columns(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise click.BadParameter(f"{p!r}: expected CANONICAL=SOURCE, e.g. scheduled=n_sched",
+                                     param_hint="--column")
+        k, v = p.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _open_kernel(scenario: str, pool: int, repos: Any) -> Any:
+    from kernel import build
+    from pipeline.errors import DocumentError, RefusalError
+
+    try:
+        return build.open(scenario, repos, pool)
+    except (DocumentError, RefusalError, IndexError, ValueError) as exc:
+        raise click.ClickException(f"cannot open scenario {scenario!r} pool {pool}: "
+                                   f"{exc}") from None
+
+
+def write_db(db: str | Path, k: Any, scenario: str, pool: int, priced: Path, trace: str,
+             repos: Any = None) -> None:
+    """Store the priced table in DuckDB beside the scenario's documents and provenance.
+
+    Tables: ``priced_steps`` (scenario, pool, trace + the priced columns; a re-run of the same
+    trace replaces its rows) and ``kernel_provenance`` (scenario, pool, name, set, method,
+    scope — ``k.provenance()``). When :mod:`pipeline.db` is present, the scenario's documents
+    and the resolution views are loaded too.
+    """
+    import duckdb
+    import pyarrow as pa
+
+    try:
+        from pipeline import db as pdb
+    except ImportError:  # pragma: no cover - pipeline.db ships with the project
+        pdb = None  # type: ignore[assignment]
+    if pdb is not None:
+        con = pdb.open_db(db)
+        try:
+            pdb.load_scenarios([scenario], repos=repos, con=con)
+        except Exception as exc:  # documents are a convenience; the prices are the point
+            click.echo(f"note: scenario documents not loaded into {db}: {exc}", err=True)
+    else:
+        con = duckdb.connect(str(db))
+    try:
+        prov = k.provenance()
+        ptab = pa.table({
+            "scenario": [scenario] * len(prov), "pool": [pool] * len(prov),
+            "name": [p.name for p in prov], "set": [p.set for p in prov],
+            "method": [p.method for p in prov], "scope": [p.scope for p in prov]})
+        con.execute("CREATE TABLE IF NOT EXISTS kernel_provenance (scenario VARCHAR, "
+                    "pool BIGINT, name VARCHAR, \"set\" VARCHAR, method VARCHAR, "
+                    "scope VARCHAR)")
+        con.execute("DELETE FROM kernel_provenance WHERE scenario = ? AND pool = ?",
+                    [scenario, pool])
+        con.register("__prov", ptab)
+        con.execute("INSERT INTO kernel_provenance SELECT * FROM __prov")
+        con.unregister("__prov")
+        src = str(priced).replace("'", "''")
+        exists = con.execute("SELECT count(*) FROM information_schema.tables "
+                             "WHERE table_name = 'priced_steps'").fetchone()
+        if not (exists and exists[0]):
+            con.execute("CREATE TABLE priced_steps AS SELECT CAST(? AS VARCHAR) AS scenario, "
+                        "CAST(? AS BIGINT) AS pool, CAST(? AS VARCHAR) AS trace, * "
+                        f"FROM read_parquet('{src}')", [scenario, pool, trace])
+        else:
+            con.execute("DELETE FROM priced_steps WHERE scenario = ? AND pool = ? AND trace = ?",
+                        [scenario, pool, trace])
+            con.execute("INSERT INTO priced_steps SELECT CAST(? AS VARCHAR), CAST(? AS BIGINT), "
+                        f"CAST(? AS VARCHAR), * FROM read_parquet('{src}')",
+                        [scenario, pool, trace])
+    finally:
+        con.close()
+
+
+def register(group: click.Group) -> None:
+    @group.command("price")
+    @click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+    @click.option("--scenario", "-s", default=DEFAULT_SCENARIO, show_default=True,
+                  help="Scenario name or path.")
+    @click.option("--pool", default=0, show_default=True, help="Pool index.")
+    @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+                  help="Priced parquet (one row per batch; .csv also works).")
+    @click.option("--rejects", type=click.Path(dir_okay=False),
+                  help="Where rejected rows go (default: OUTPUT with .rejects.parquet, "
+                       "written only if there are any).")
+    @click.option("--strict", is_flag=True, help="Fail on the first bad row, with its reason.")
+    @click.option("--decode-threshold", default=1, show_default=True,
+                  help="scheduled > N is a prefill (unless the trace has decode_threshold).")
+    @click.option("--sm-budget", default=0, show_default=True,
+                  help="SMs a step may use, 0 = all (unless the trace has sm_budget).")
+    @click.option("--batches", "batches_path", type=click.Path(exists=True, dir_okay=False),
+                  help="Optional per-batch table: batch_id, decode_threshold, sm_budget.")
+    @click.option("--column", "column_map", multiple=True, metavar="NAME=SOURCE",
+                  help="Map a trace column, e.g. --column scheduled=num_scheduled_tokens.")
+    @click.option("--chunk-rows", default=1 << 20, show_default=True,
+                  help="Rows read per chunk (memory bound).")
+    @click.option("--db", type=click.Path(dir_okay=False),
+                  help="Also store the priced table in this DuckDB file, beside provenance.")
+    @click.option("--no-progress", is_flag=True, help="No progress bar.")
+    @with_repos
+    def price_cmd(trace: str, scenario: str, pool: int, output: str, rejects: str | None,
+                  strict: bool, decode_threshold: int, sm_budget: int,
+                  batches_path: str | None, column_map: tuple[str, ...], chunk_rows: int,
+                  db: str | None, no_progress: bool, scenarios_root: str | None,
+                  catalog_root: str | None, registry_root: str | None) -> None:
+        """Price every batch of a recorded TRACE into parquet (docs/traces.md)."""
+        from kernel.bulk import price_file
+        from kernel.trace import RejectedRowError, TraceError
+
+        repos = make_repos(scenarios_root, catalog_root, registry_root)
+        k = _open_kernel(scenario, pool, repos)
+        out = Path(output)
+        rej = Path(rejects) if rejects else out.with_name(out.stem + ".rejects.parquet")
+        try:
+            counts = price_file(k, trace, out, rejects=rej, strict=strict,
+                                chunk_rows=chunk_rows, progress=not no_progress,
+                                decode_threshold=decode_threshold, sm_budget=sm_budget,
+                                columns=_columns(column_map), batches=batches_path)
+        except RejectedRowError as exc:
+            raise click.ClickException(f"--strict: {exc}") from None
+        except TraceError as exc:
+            raise click.ClickException(str(exc)) from None
+        rejected = counts.rows_rejected + counts.batch_table_rows_rejected
+        if not rejects and rejected == 0:
+            rej.unlink(missing_ok=True)
+        click.echo(f"rows in {counts.rows_in:,} = priced {counts.rows_priced:,} + rejected "
+                   f"{counts.rows_rejected:,}; {counts.batches_priced:,} batches priced in "
+                   f"{counts.seconds:.2f}s ({counts.steps_per_second:,.0f} steps/s, "
+                   f"{counts.rows_per_second:,.0f} rows/s, {counts.mode}) -> {out}")
+        if rejected:
+            extra = (f" (+{counts.batch_table_rows_rejected:,} per-batch table rows)"
+                     if counts.batch_table_rows_rejected else "")
+            click.echo(f"{counts.rows_rejected:,} rejected rows{extra} -> {rej}", err=True)
+        if db:
+            write_db(db, k, scenario, pool, out, str(trace), repos)
+            click.echo(f"stored in {db}: priced_steps, kernel_provenance")
+
+    @group.group("trace")
+    def trace_group() -> None:
+        """Trace utilities."""
+
+    @trace_group.command("synth")
+    @click.option("--batches", "-n", default=100_000, show_default=True, help="Steps.")
+    @click.option("--mix", default=0.05, show_default=True, type=float,
+                  help="Prefill share: the fraction of request rows that are prefill chunks.")
+    @click.option("--requests", default=32.0, show_default=True,
+                  help="Mean requests per batch.")
+    @click.option("--prompt", default="lognormal:1024:1.0", show_default=True,
+                  help="Prompt lengths: fixed:N, uniform:LO:HI, lognormal:MEAN:SIGMA, "
+                       "exponential:MEAN.")
+    @click.option("--output-len", "output_len", default="lognormal:256:1.0",
+                  show_default=True, help="Output lengths (same forms).")
+    @click.option("--budget", default=8192, show_default=True,
+                  help="max_num_batched_tokens (caps the prefill chunk).")
+    @click.option("--chunk", default=None, type=int,
+                  help="Prefill chunk size (default: solved from --mix).")
+    @click.option("--seed", default=0, show_default=True)
+    @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+                  help="Trace file: .parquet, .csv or .arrow.")
+    def synth_cmd(batches: int, mix: float, requests: float, prompt: str, output_len: str,
+                  budget: int, chunk: int | None, seed: int, output: str) -> None:
+        """Write a synthetic continuous-batching trace (requests enter, prefill in chunks,
+        decode, leave)."""
+        from kernel.synth import write_synth
+
+        try:
+            st = write_synth(output, batches, requests_per_batch=requests, prefill_share=mix,
+                             prompt=prompt, output=output_len, max_num_batched_tokens=budget,
+                             chunk=chunk, seed=seed)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"{st.batches:,} batches, {st.rows:,} request rows "
+                   f"({st.requests_per_batch:.1f}/batch, {st.prefill_share:.1%} prefill, "
+                   f"chunk {st.chunk}), {st.requests:,} requests -> {output}",
+                   file=sys.stdout)

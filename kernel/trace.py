@@ -1,0 +1,506 @@
+"""The trace format: reading request-level step traces and setting bad rows aside.
+
+A trace has one row per request per step (``docs/traces.md``):
+
+=================  ========  =========================================================
+column             needed    meaning
+=================  ========  =========================================================
+batch_id           yes       the step; integer. Rows of one batch need not be contiguous
+scheduled          yes       tokens scheduled for this request this step
+computed           yes       tokens of this request already computed
+prompt_len         yes       the request's prompt length (carried, not priced)
+cached_tokens      no        prefix-cache hits (carried, not priced)
+decode_threshold   no        per-batch: ``scheduled > threshold`` is a prefill
+sm_budget          no        per-batch: SMs the step may use (0 = all)
+=================  ========  =========================================================
+
+Column names are configurable (``columns={"scheduled": "num_scheduled", ...}``). Sources:
+parquet, Arrow IPC (file or stream), CSV, or an in-memory polars / Arrow table.
+
+Validation is in two stages. :func:`coerce` checks each row on its own (nulls, non-integers,
+int64 overflow, negatives, ``computed + scheduled`` overflow) and records rejects with the
+row number, the batch id, the column, the reason and the row's values. :func:`batch_checks`
+runs on whole batches: per-batch int64 sums that overflow, per-batch columns whose values
+disagree within a batch, and — so that no batch is ever priced with a request missing —
+every other row of a batch that has a rejected row. Every input row ends up either priced or
+in the rejects table: ``rows in = rows priced + rows rejected``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = [
+    "BATCH_COLUMNS",
+    "CANONICAL",
+    "OPTIONAL",
+    "REJECT_SCHEMA",
+    "REQUIRED",
+    "RejectedRowError",
+    "Rows",
+    "TraceError",
+    "TraceSource",
+    "coerce",
+    "open_trace",
+    "reject_frame",
+]
+
+REQUIRED = ("batch_id", "scheduled", "computed", "prompt_len")
+OPTIONAL = ("cached_tokens", "decode_threshold", "sm_budget")
+CANONICAL = REQUIRED + OPTIONAL
+BATCH_COLUMNS = ("decode_threshold", "sm_budget")  # constant within a batch
+COUNTS = ("scheduled", "computed", "prompt_len", "cached_tokens", "sm_budget")  # >= 0
+INT64_MAX = np.iinfo(np.int64).max
+
+# Reason codes (the ``reason`` column of the rejects table).
+NULL = "null"
+NON_INTEGER = "non_integer"
+NEGATIVE = "negative"
+OVERFLOW = "overflow"
+CONFLICT = "conflicting_batch_value"
+UNKNOWN_BATCH = "unknown_batch_id"
+DUPLICATE_BATCH = "duplicate_batch_id"
+BATCH_REJECTED = "batch_rejected"
+
+REJECT_SCHEMA = pa.schema([
+    ("row", pa.int64()),  # 0-based row number in the input (per-batch table: in that table)
+    ("batch_id", pa.int64()),  # null when the batch id itself is unreadable
+    ("reason", pa.string()),
+    ("column", pa.string()),
+    ("detail", pa.string()),
+    ("source", pa.string()),  # "trace" or "batches" (the per-batch table)
+    ("values", pa.string()),  # the row as read: "name=value, ..."
+])
+
+
+class TraceError(ValueError):
+    """The whole input is unusable (unreadable, a missing column, an unsupported type)."""
+
+
+class RejectedRowError(TraceError):
+    """Raised in strict mode at the first rejected row."""
+
+    def __init__(self, reject: Mapping[str, Any]):
+        self.reject = dict(reject)
+        super().__init__(f"row {reject['row']} (batch {reject['batch_id']}) rejected: "
+                         f"{reject['reason']}: {reject['detail']}")
+
+
+# -- sources ------------------------------------------------------------------------------
+
+def _resolve_names(schema_names: list[str], columns: Mapping[str, str] | None,
+                   required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, str]:
+    columns = dict(columns or {})
+    unknown = set(columns) - set(CANONICAL)
+    if unknown:
+        raise TraceError(f"unknown trace column(s) in the column map: {sorted(unknown)}; "
+                         f"known: {list(CANONICAL)}")
+    names: dict[str, str] = {}
+    have = set(schema_names)
+    missing = []
+    for canon in required:
+        src = columns.get(canon, canon)
+        if src not in have:
+            missing.append(f"{src!r}" + (f" (mapped from {canon!r})" if src != canon else ""))
+        names[canon] = src
+    if missing:
+        raise TraceError(f"missing column{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(missing)}: the trace needs {', '.join(required)}; "
+                         f"it has {', '.join(schema_names)}")
+    for canon in optional:
+        src = columns.get(canon, canon)
+        if src in have:
+            names[canon] = src
+        elif canon in columns:
+            raise TraceError(f"missing column {src!r} (mapped from {canon!r})")
+    return names
+
+
+@dataclass
+class TraceSource:
+    """A trace opened for batched reading; chunks come renamed to the canonical names."""
+
+    names: dict[str, str]  # canonical -> column in the source
+    num_rows: int | None
+    _iter: Any
+    label: str = "<table>"
+
+    def chunks(self) -> Iterator[pa.Table]:
+        rename = {v: k for k, v in self.names.items()}
+        for part in self._iter():
+            if isinstance(part, pa.RecordBatch):
+                part = pa.Table.from_batches([part])
+            part = part.select([n for n in self.names.values() if n in part.column_names])
+            yield part.rename_columns([rename[n] for n in part.column_names])
+
+
+def _as_arrow(src: Any) -> pa.Table | None:
+    if isinstance(src, pl.LazyFrame):
+        src = src.collect()
+    if isinstance(src, pl.DataFrame):
+        return src.to_arrow()
+    if isinstance(src, pa.RecordBatch):
+        return pa.Table.from_batches([src])
+    if isinstance(src, pa.Table):
+        return src
+    return None
+
+
+def open_trace(src: Any, *, columns: Mapping[str, str] | None = None,
+               chunk_rows: int = 1 << 20, required: tuple[str, ...] = REQUIRED,
+               optional: tuple[str, ...] = OPTIONAL) -> TraceSource:
+    """Open ``src`` (a path or an in-memory polars / Arrow table) for batched reading."""
+    chunk_rows = max(int(chunk_rows), 1)
+    table = _as_arrow(src)
+    if table is not None:
+        names = _resolve_names(table.column_names, columns, required, optional)
+        tbl = table.select(list(names.values()))
+
+        def it_table() -> Iterator[pa.Table]:
+            for off in range(0, tbl.num_rows, chunk_rows):
+                yield tbl.slice(off, chunk_rows)
+        return TraceSource(names, tbl.num_rows, it_table)
+    if isinstance(src, pa.RecordBatchReader):
+        names = _resolve_names(src.schema.names, columns, required, optional)
+        return TraceSource(names, None, lambda: iter(src))
+    if not isinstance(src, str | Path):
+        raise TraceError(f"cannot read a trace from {type(src).__name__}")
+    path = Path(src)
+    if not path.exists():
+        raise TraceError(f"no such trace file: {path}")
+    suffixes = [s.lower() for s in path.suffixes]
+    try:
+        if ".csv" in suffixes or ".tsv" in suffixes:
+            return _open_csv(path, columns, chunk_rows, required, optional)
+        if suffixes and suffixes[-1] in (".arrow", ".ipc", ".feather", ".arrows"):
+            return _open_ipc(path, columns, chunk_rows, required, optional)
+        return _open_parquet(path, columns, chunk_rows, required, optional)
+    except TraceError:
+        raise
+    except (pa.ArrowException, OSError) as e:
+        raise TraceError(f"cannot read trace {path}: {e}") from e
+
+
+def _open_parquet(path: Path, columns: Mapping[str, str] | None, chunk_rows: int,
+                  required: tuple[str, ...], optional: tuple[str, ...]) -> TraceSource:
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(str(path))
+    names = _resolve_names(pf.schema_arrow.names, columns, required, optional)
+    read = [n for canon, n in names.items()
+            if not (canon in _CHECK_ONLY and _stats_prove_valid(pf, n))]
+
+    md = pf.metadata
+    groups = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+    whole_groups = bool(groups) and max(groups) <= 2 * chunk_rows
+
+    def it() -> Iterator[pa.RecordBatch | pa.Table]:
+        f = pq.ParquetFile(str(path))
+        if not whole_groups:
+            yield from f.iter_batches(batch_size=chunk_rows, columns=read)
+            return
+        for i in range(len(groups)):  # whole row groups decode fastest (columns in parallel)
+            t = f.read_row_group(i, columns=read)
+            for off in range(0, t.num_rows, chunk_rows):
+                yield t.slice(off, chunk_rows)
+    return TraceSource(names, md.num_rows, it, str(path))
+
+
+def _stats_prove_valid(pf: Any, column: str) -> bool:
+    """Whether every row group's statistics show a validated-only column (``prompt_len``,
+    ``cached_tokens``) to be a non-null, non-negative integer: then it need not be read."""
+    field = pf.schema_arrow.field(column)
+    if not pa.types.is_integer(field.type) or pa.types.is_uint64(field.type):
+        return False
+    md = pf.metadata
+    try:
+        idx = pf.schema_arrow.get_field_index(column)
+        for rg in range(md.num_row_groups):
+            st = md.row_group(rg).column(idx).statistics
+            if st is None or not st.has_min_max or st.null_count is None or st.null_count:
+                return False
+            if st.min < 0:
+                return False
+    except (KeyError, IndexError, TypeError, pa.ArrowException):
+        return False
+    return True
+
+
+def _open_ipc(path: Path, columns: Mapping[str, str] | None, chunk_rows: int,
+              required: tuple[str, ...], optional: tuple[str, ...]) -> TraceSource:
+    try:
+        with pa.memory_map(str(path)) as mm:
+            reader = pa.ipc.open_file(mm)
+            schema, total = reader.schema, sum(reader.get_batch(i).num_rows
+                                               for i in range(reader.num_record_batches))
+        file_format = True
+    except pa.ArrowInvalid:
+        with pa.OSFile(str(path)) as f:
+            schema = pa.ipc.open_stream(f).schema
+        total, file_format = None, False
+    names = _resolve_names(schema.names, columns, required, optional)
+
+    def it() -> Iterator[pa.Table]:
+        with pa.memory_map(str(path)) as mm:
+            if file_format:
+                r = pa.ipc.open_file(mm)
+                parts = (r.get_batch(i) for i in range(r.num_record_batches))
+            else:
+                parts = iter(pa.ipc.open_stream(mm))
+            for rb in parts:  # re-slice so chunks stay near chunk_rows
+                for off in range(0, rb.num_rows, chunk_rows):
+                    yield pa.Table.from_batches([rb.slice(off, chunk_rows)])
+    return TraceSource(names, total, it, str(path))
+
+
+def _open_csv(path: Path, columns: Mapping[str, str] | None, chunk_rows: int,
+              required: tuple[str, ...], optional: tuple[str, ...]) -> TraceSource:
+    import pyarrow.csv as pcsv
+
+    delimiter = "\t" if ".tsv" in [s.lower() for s in path.suffixes] else ","
+    parse = pcsv.ParseOptions(delimiter=delimiter)
+    with pcsv.open_csv(str(path), parse_options=parse) as r:
+        header = r.schema.names
+    names = _resolve_names(header, columns, required, optional)
+    # Strings, so that a bad value anywhere in the file is a rejected row, not a read error.
+    convert = pcsv.ConvertOptions(include_columns=list(names.values()),
+                                  column_types={n: pa.string() for n in names.values()},
+                                  strings_can_be_null=True)
+    block = max(1 << 16, min(chunk_rows * 24, 1 << 26))  # ~bytes per chunk_rows rows
+
+    def it() -> Iterator[pa.RecordBatch]:
+        with pcsv.open_csv(str(path), parse_options=parse, convert_options=convert,
+                           read_options=pcsv.ReadOptions(block_size=block)) as rd:
+            for rb in rd:
+                for off in range(0, rb.num_rows, chunk_rows):
+                    yield rb.slice(off, chunk_rows)
+    return TraceSource(names, None, it, str(path))
+
+
+# -- validated rows -----------------------------------------------------------------------
+
+@dataclass
+class Rows:
+    """Coerced rows as int64 columns; ``bad`` marks rows already rejected on their own.
+
+    ``decode_threshold`` / ``sm_budget`` are None when the trace has no such column (the
+    pricing arguments apply). ``prompt_len`` and ``cached_tokens`` are validated, not kept.
+    """
+
+    row: np.ndarray
+    batch_id: np.ndarray
+    scheduled: np.ndarray
+    computed: np.ndarray
+    bad: np.ndarray  # bool
+    decode_threshold: np.ndarray | None = None
+    sm_budget: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.row.size)
+
+    def _map(self, f: Any) -> Rows:
+        vals: list[Any] = [None if (v := getattr(self, x.name)) is None else f(v)
+                           for x in fields(self)]
+        return Rows(*vals)
+
+    def take(self, idx: np.ndarray) -> Rows:
+        return self._map(lambda v: v[idx])
+
+    def slice(self, lo: int, hi: int) -> Rows:
+        """Rows lo..hi as views (no copy)."""
+        return self._map(lambda v: v[lo:hi])
+
+    @staticmethod
+    def concat(parts: list[Rows]) -> Rows:
+        parts = [p for p in parts if len(p)] or parts[:1]
+        if not parts:
+            return Rows.empty()
+        if len(parts) == 1:
+            return parts[0]
+        out: list[Any] = []
+        for x in fields(Rows):
+            vals = [getattr(p, x.name) for p in parts]
+            out.append(None if vals[0] is None else np.concatenate(vals))
+        return Rows(*out)
+
+    @staticmethod
+    def empty() -> Rows:
+        z = np.zeros(0, np.int64)
+        return Rows(z, z, z, z, np.zeros(0, bool))
+
+    def to_arrow(self) -> pa.Table:
+        return pa.table({x.name: v for x in fields(self)
+                         if (v := getattr(self, x.name)) is not None})
+
+    @staticmethod
+    def from_arrow(t: pa.Table) -> Rows:
+        names = set(t.column_names)
+        vals: list[Any] = [t.column(x.name).to_numpy() if x.name in names else None
+                           for x in fields(Rows)]
+        return Rows(*vals)
+
+
+def _coerce_column(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """(int64 values, reason codes per row: 0 ok, 1 null, 2 non-integer, 3 overflow — or
+    None when every value is fine)."""
+    n = len(arr)
+    t = arr.type
+    nulls = arr.null_count
+    code: np.ndarray | None = None
+    if nulls:
+        code = np.zeros(n, np.int8)
+        code[arr.is_null().to_numpy(zero_copy_only=False)] = 1
+
+    def mark(mask: np.ndarray, value: int) -> None:
+        nonlocal code
+        if mask.any():
+            if code is None:
+                code = np.zeros(n, np.int8)
+            code[mask & (code == 0)] = value
+
+    if pa.types.is_integer(t):
+        if pa.types.is_uint64(t):
+            big = pc.fill_null(pc.greater(arr, pa.scalar(INT64_MAX, pa.uint64())), False)
+            mark(big.to_numpy(zero_copy_only=False), 3)
+            arr = pc.cast(arr, pa.int64(), safe=False)
+        vals = (pc.fill_null(arr, 0) if nulls else arr).to_numpy(zero_copy_only=False)
+        return vals.astype(np.int64, copy=False), code
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        f = pc.cast(arr, pa.float64()) if not pa.types.is_float64(t) else arr
+        fv = (pc.fill_null(f, 0.0) if nulls else f).to_numpy(zero_copy_only=False)
+        with np.errstate(invalid="ignore"):
+            nonint = ~np.isfinite(fv) | (np.floor(fv) != fv)
+            over = ~nonint & (np.abs(fv) >= 2.0**63)
+        mark(nonint, 2)
+        mark(over, 3)
+        ok = ~(nonint | over)
+        return np.where(ok, fv, 0.0).astype(np.int64), code
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        try:  # fast path: every value is a plain integer
+            vals = pc.cast(pc.fill_null(arr, "0") if nulls else arr, pa.int64())
+            return vals.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), code
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+        s = pl.Series(arr).str.strip_chars()
+        as_int = s.cast(pl.Int64, strict=False)
+        as_float = s.cast(pl.Float64, strict=False)
+        iv = as_int.fill_null(0).to_numpy()
+        fv = as_float.fill_null(np.nan).to_numpy()
+        int_ok = as_int.is_not_null().to_numpy() & ~arr.is_null().to_numpy(zero_copy_only=False)
+        with np.errstate(invalid="ignore"):
+            integral = np.isfinite(fv) & (np.floor(fv) == fv)
+        over = ~int_ok & integral & (np.abs(fv) >= 2.0**63)
+        fine_float = ~int_ok & integral & ~over
+        mark(~int_ok & ~integral, 2)
+        mark(over, 3)
+        vals = np.where(int_ok, iv, np.where(fine_float, fv, 0.0).astype(np.int64))
+        return vals.astype(np.int64), code
+    if pa.types.is_null(t):
+        return np.zeros(n, np.int64), np.ones(n, np.int8)
+    raise TraceError(f"column {name!r} has type {t}; counts must be integers")
+
+
+_CHECK_ONLY = ("prompt_len", "cached_tokens")
+_CODE_REASON = {1: NULL, 2: NON_INTEGER, 3: OVERFLOW, 4: NEGATIVE}
+
+
+def _values_text(raw: pa.Table, idx: np.ndarray) -> list[str]:
+    sub = raw.take(pa.array(idx, pa.int64()))
+    cols = {n: sub.column(n).to_pylist() for n in sub.column_names}
+    return [", ".join(f"{n}={cols[n][i]!r}" for n in sub.column_names) for i in range(len(idx))]
+
+
+def coerce(raw: pa.Table, offset: int, *, rejects: list[pa.Table] | None = None,
+           strict: bool = False, source: str = "trace") -> Rows:
+    """Row-local validation of one raw chunk (canonical names); row numbers start at ``offset``.
+
+    Returns the rows that have a batch id (``bad`` marks the rejected ones) and appends the
+    reject records of every rejected row.
+    """
+    n = raw.num_rows
+    present = set(raw.column_names)
+    values: dict[str, np.ndarray] = {}
+    codes: dict[str, np.ndarray] = {}
+    for name in CANONICAL:
+        if name not in present:
+            continue
+        col = raw.column(name)
+        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if name in _CHECK_ONLY and pa.types.is_signed_integer(arr.type) and not arr.null_count:
+            lo = pc.min(arr).as_py()  # validated, not kept: no conversion needed
+            if lo is None or lo >= 0:
+                continue
+        v, c = _coerce_column(arr, name)
+        if name in COUNTS and v.size and int(v.min()) < 0:
+            neg = v < 0
+            if c is None:
+                c = np.zeros(n, np.int8)
+            c[neg & (c == 0)] = 4
+        if c is not None:
+            codes[name] = c
+        values[name] = v
+    zeros = np.zeros(n, np.int64)
+    sched, comp = values.get("scheduled", zeros), values.get("computed", zeros)
+    bad = np.zeros(n, bool)
+    for c in codes.values():
+        bad |= c != 0
+    if n and int(sched.max()) > INT64_MAX - int(comp.max()):
+        ctx_over = ~bad & (comp > INT64_MAX - sched)
+        bad |= ctx_over
+    rows = Rows(np.arange(offset, offset + n, dtype=np.int64), values["batch_id"], sched, comp,
+                bad, values.get("decode_threshold"), values.get("sm_budget"))
+    if bad.any():
+        idx = np.flatnonzero(bad)
+        reasons, cols, details = [], [], []
+        for i in idx:
+            for name, c in codes.items():
+                if c[i]:
+                    reasons.append(_CODE_REASON[int(c[i])])
+                    cols.append(name)
+                    details.append(_detail(int(c[i]), name, raw.column(name)[int(i)].as_py()))
+                    break
+            else:
+                reasons.append(OVERFLOW)
+                cols.append("computed")
+                details.append("computed + scheduled exceeds int64")
+        id_bad = codes["batch_id"] != 0 if "batch_id" in codes else np.zeros(n, bool)
+        tbl = pa.table({
+            "row": pa.array(idx + offset, pa.int64()),
+            "batch_id": pa.array(values["batch_id"][idx], pa.int64(), mask=id_bad[idx]),
+            "reason": pa.array(reasons, pa.string()),
+            "column": pa.array(cols, pa.string()),
+            "detail": pa.array(details, pa.string()),
+            "source": pa.array([source] * idx.size, pa.string()),
+            "values": pa.array(_values_text(raw, idx), pa.string()),
+        }, schema=REJECT_SCHEMA)
+        if strict:
+            raise RejectedRowError(tbl.slice(0, 1).to_pylist()[0])
+        if rejects is not None:
+            rejects.append(tbl)
+        if id_bad.any():  # rows without a batch cannot take part in batch checks
+            rows = rows.take(np.flatnonzero(~id_bad))
+    return rows
+
+
+def _detail(code: int, name: str, value: object) -> str:
+    if code == 1:
+        return f"{name} is null"
+    if code == 2:
+        return f"{name} = {value!r} is not an integer"
+    if code == 3:
+        return f"{name} = {value!r} does not fit int64"
+    return f"{name} = {value!r} is negative"
+
+
+def reject_frame(parts: list[pa.Table]) -> pl.DataFrame:
+    if not parts:
+        return pl.from_arrow(REJECT_SCHEMA.empty_table())  # type: ignore[return-value]
+    return pl.from_arrow(pa.concat_tables(parts))  # type: ignore[return-value]

@@ -1,0 +1,129 @@
+"""Hand-built ResolvedPools that switch on every per-request path of the walk (PCP, DCP,
+sliding windows, sparse MLA selection, secondary attentions, MLA context gathers, experts,
+recurrent layers), so bulk == scalar is tested even where no embedded scenario combines them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernel.resolved import (
+    ALL2ALL,
+    ALL_GATHER,
+    ALL_REDUCE,
+    GROUP_DCP,
+    GROUP_EXPERT,
+    GROUP_PCP,
+    GROUP_TP,
+    REDUCE_SCATTER,
+    Coefficients,
+    CollectiveKey,
+    Layout,
+    MemoryMagnitudes,
+    Plan,
+    PlannedAttention,
+    PlannedCollective,
+    PlannedGemm,
+    PlannedLayer,
+    ResolvedPool,
+)
+
+
+def _coeffs(shape_aware: bool, prefill_scale: float) -> Coefficients:
+    return Coefficients(
+        hbm_bps=4.8e12, peak_flops=989e12, gemm_suffix="fp8", eps_max=0.71, m_half=96.0,
+        n_half=512.0, k_half=256.0, shape_aware=shape_aware, nvlink_bps=450e9, nic_bps=50e9,
+        attention_floor_ns=7_000, attention_rate_bps=3.1e12,
+        attention_by_kind={"mla": (9_000, 2.7e12), "indexer": (3_000, 2.0e12)},
+        attention_prefill_floor_ns=11_000, attention_prefill_scale=prefill_scale,
+        recurrent={"gdn": (5_000, 2.5e7)}, host_link_bps=50e9, moe_imbalance=1.15,
+        host_admission_per_token_ns=10, host_admission_per_request_ns=1000,
+        host_output_token_ns=100, host_completion_ns=1000,
+        host_launch_eager_per_layer_ns=45_000, host_launch_per_kernel_ns=3_100,
+        host_replay_graph_per_step_ns=120_000)
+
+
+def _key(op: str, group: str, width: int, crosses: bool = False) -> CollectiveKey:
+    return CollectiveKey(op, group, width, width, 9_000, 380e9, 120e9, crosses,
+                         1.7 if crosses else 1.0)
+
+
+def pool(*, pcp: int = 1, dcp: int = 1, window: int = 0, sparse: bool = False,
+         recurrent: bool = False, shape_aware: bool = False, prefill_scale: float = 0.6,
+         dcp_backend: str = "", uniform_width: int = 1, capture: int = 512,
+         interleave: int = 1, sm: int = 132, kind: str = "mla") -> ResolvedPool:
+    tp = 8
+    lay = Layout(tp=tp, pp=1, dp=1, pcp=pcp, dcp=dcp, expert_width=8, moe_group_width=8,
+                 gpus_per_node=8, gpus_per_rack=0, nodes_spanned=max(pcp, 1),
+                 enable_expert_parallel=True, all2all_backend="deepep_low_latency",
+                 sequence_parallel_moe=False, custom_all_reduce=True, rack_is_one_domain=False,
+                 intra_node_bw_gbps=900.0, inter_node_bw_gbps=400.0)
+    colls = {}
+    for op, grp, w in ((ALL_REDUCE, GROUP_TP, tp), (ALL2ALL, GROUP_EXPERT, 8),
+                       (ALL_GATHER, GROUP_TP, tp), (ALL_GATHER, GROUP_DCP, dcp),
+                       (REDUCE_SCATTER, GROUP_DCP, dcp), (ALL_REDUCE, GROUP_DCP, dcp),
+                       (ALL2ALL, GROUP_DCP, dcp), (ALL_GATHER, GROUP_PCP, pcp)):
+        colls[(op, grp)] = _key(op, grp, w, crosses=(grp == GROUP_PCP))
+    attn_kind = "sparse_mla" if sparse else kind
+    attns: tuple[PlannedAttention, ...] = (PlannedAttention(128, 1, 576, attn_kind, window, "", 0),)
+    if sparse:
+        attns += (PlannedAttention(64, 1, 128, "indexer", 0, "indexer", 4),)
+    layer = PlannedLayer(
+        kind_id="moe", count=58,
+        dense_gemms=(PlannedGemm(7168, 2048, 2.9e7, True), PlannedGemm(2048, 7168, 2.9e7, False)),
+        dense_flops_per_token=1.9e8, dense_weight_bytes=1.1e9,
+        expert_flops_per_token_per_expert=4.4e7, expert_weight_bytes_per_expert=4.4e7,
+        top_k=8, shared_expert_flops_per_token=4.4e7, shared_expert_weight_bytes=4.4e7,
+        attn_q_heads=128, attn_kv_heads=1, attn_head_dim=576, attn_kind=attn_kind,
+        attn_window=window, attn_index_top_k=2048 if sparse else 0,
+        attn_compress_ratio=4 if sparse else 0, attn_kv_lora_rank=512, attentions=attns,
+        elementwise_bytes_per_token=57344.0,
+        collectives=(PlannedCollective(ALL_REDUCE, GROUP_TP, 14336.0, False),
+                     PlannedCollective(ALL2ALL, GROUP_EXPERT, 7168.0, True)),
+        kernels=20)
+    layers = [layer]
+    if recurrent:
+        layers.append(PlannedLayer(
+            kind_id="linear", count=3, dense_flops_per_token=1.2e8, dense_weight_bytes=3e8,
+            elementwise_bytes_per_token=30000.0, recurrent_kind="gdn",
+            recurrent_state_bytes=1e6,
+            collectives=(PlannedCollective(ALL_REDUCE, GROUP_TP, 14336.0, False),),
+            kernels=9))
+    if window and not sparse:  # a full-attention layer beside the windowed one
+        layers.append(PlannedLayer(
+            kind_id="full", count=3, dense_flops_per_token=1.9e8, dense_weight_bytes=1.1e9,
+            attn_q_heads=64, attn_kv_heads=8, attn_head_dim=128, attn_kind="gqa",
+            attentions=(PlannedAttention(64, 8, 128, "gqa", 0, "", 0),),
+            elementwise_bytes_per_token=20000.0, kernels=12))
+    head = PlannedLayer(kind_id="head", count=1, dense_flops_per_token=1.8e9,
+                        dense_weight_bytes=9.3e8)
+    plan = Plan(tuple(layers), head, total_layers=61, total_kernels=1300, piecewise_segments=62)
+    mem = MemoryMagnitudes(0, 0, 0, 0.0, 0.0, 0, 8192, 1.0, 129280, 7168)
+    return ResolvedPool(
+        scenario="synthetic", pool_index=0, role="", chip_name="h200", chip_sm_count=sm,
+        chip_memory_gib=141.0, chip_nvfp4_tflops=0.0, model_name="synthetic", served_dtype="fp8",
+        layout=lay, coefficients=_coeffs(shape_aware, prefill_scale), collectives=colls,
+        plan=plan, experts=256, total_experts=256, experts_per_rank=32, local_expert_share=0.125,
+        expert_tensor_shards=1, eplb_redundant_experts=0, kv_bytes_per_token=70272.0,
+        kv_layers=61, dcp_shards_all_kv_layers=True, cache_bytes=1.0, cache_layout="fp8",
+        state_bytes=0.0, block_size=64, block_size_final=True, max_model_len=163840,
+        max_num_batched_tokens=8192, max_num_seqs=256, num_spec_tokens=0,
+        uniform_decode_width=uniform_width, decode_graph_mode="FULL",
+        other_graph_mode="PIECEWISE", cudagraph_mode="FULL_AND_PIECEWISE", capture_tokens=capture,
+        recurrent_cache_mode="", dcp_comm_backend=dcp_backend, dcp_interleave=interleave,
+        mla_context_chunk=4096, async_scheduling=True, cascade_attention=False, memory=mem,
+        tiers={}, provenance=(), overrides=())
+
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "plain-mla": {},
+    "pcp2": {"pcp": 2},
+    "pcp2-dcp4": {"pcp": 2, "dcp": 4, "interleave": 2},
+    "dcp4-ctxgather": {"dcp": 4},
+    "dcp2-a2a": {"dcp": 2, "dcp_backend": "a2a"},
+    "sparse-dcp2": {"sparse": True, "dcp": 2},
+    "window-gqa": {"window": 4096, "kind": "gqa", "shape_aware": True},
+    "window-pcp2": {"window": 1024, "kind": "gqa", "pcp": 2},
+    "recurrent": {"recurrent": True, "uniform_width": 2, "sm": 0},
+    "no-prefill-scale": {"prefill_scale": 0.0, "kind": "gqa"},
+}
