@@ -1,14 +1,30 @@
 """``blis-kernel demo``: the main job on the embedded defaults.
 
-Loads, validates and resolves every embedded scenario (every pool) and prints what each one
-is, whether it is accepted, and how much of its pricing rests on evidence.
+Synthesises a realistic continuous-batching trace (:mod:`kernel.synth`), prices it in bulk on
+the default scenario (:mod:`kernel.bulk`), and writes into ``--out`` (default ``out/``):
+
+* ``trace.parquet`` — the synthetic trace (one row per request per step);
+* ``priced.parquet`` — one row per batch: Overlap, NoOverlap, bottleneck, per-resource ns;
+* ``report.html`` — a self-contained report (summary, charts, configuration, provenance);
+* ``anatomy.png``, ``bottleneck_map.png``, ``step_time.png``, ``by_bottleneck.png``;
+* ``summary.json`` — the printed numbers;
+
+then prints a short summary (batches, total GPU time, bottleneck shares, p50/p99 step time,
+evidence ratio). ``--all-scenarios`` also loads, validates and resolves every embedded
+scenario (every pool) and prints what each one is and how much of it rests on evidence.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import click
+import polars as pl
 from rich.console import Console
 from rich.table import Table
 
@@ -69,14 +85,97 @@ def summarise_scenarios(repos: Repos) -> tuple[Table, int]:
     return table, failures
 
 
+DEFAULT_SCENARIO = "deepseek-v3-h200-fp8-sglang-tp8"
+# A chat-like workload: ~64 requests in flight, long-tailed prompts (mean 2048 tokens, at most
+# half of max_model_len) and outputs (mean 384, at most a quarter), prompts prefilled in chunks
+# of up to 2048 tokens (or the scenario's max_num_batched_tokens, if smaller).
+WORKLOAD: dict[str, Any] = {"requests_per_batch": 64.0, "prompt": "lognormal:2048:1.0",
+                            "output": "lognormal:384:0.9"}
+PREFILL_CHUNK = 2048
+
+
+def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
+             repos: Repos | None = None, seed: int = 0, *,
+             echo: Callable[[str], None] = click.echo) -> dict[str, Any]:
+    """The main job; returns the summary dict written to ``summary.json``."""
+    from kernel import bulk
+    from kernel.cli.report import decode_width, open_for_cli
+    from kernel.report import html
+    from kernel.report.summary import summarise
+    from kernel.synth import Lengths, write_synth
+
+    t0 = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    k = open_for_cli(scenario, repos)
+    t_open = time.perf_counter()
+    trace = out / "trace.parquet"
+    budget = int(k.resolved_pool.max_num_batched_tokens)
+    limit = max(int(k.resolved_pool.max_model_len), 64)
+    stats = write_synth(trace, batches, seed=seed, max_num_batched_tokens=budget,
+                        chunk=min(PREFILL_CHUNK, budget),
+                        requests_per_batch=WORKLOAD["requests_per_batch"],
+                        prompt=Lengths.parse(WORKLOAD["prompt"], hi=limit // 2),
+                        output=Lengths.parse(WORKLOAD["output"], hi=limit // 4))
+    t_synth = time.perf_counter()
+    priced_path = out / "priced.parquet"
+    counts = bulk.price_file(k, trace, priced_path, progress=False,
+                             decode_threshold=decode_width(k))
+    priced = pl.read_parquet(priced_path)
+    t_price = time.perf_counter()
+    summary = summarise(priced, k, scenario=scenario)
+    r = k.resolved_pool
+    subtitle = (f"{batches:,} steps of a synthetic chat-like trace ({stats.requests:,} requests, "
+                f"~{stats.requests_per_batch:.0f} in flight, prefill chunks of up to "
+                f"{stats.chunk:,} tokens) priced on {scenario}: {r.model_name} on "
+                f"{r.chip_name}, tp={k.resolved().tensor_parallel()}")
+    page = html.trace_report(priced, k, summary=summary, png_dir=out, subtitle=subtitle,
+                             title="blis-kernel demo: a synthetic trace, priced")
+    html.write(page, out / "report.html")
+    t_report = time.perf_counter()
+    result = summary.as_dict() | {
+        "trace_rows": stats.rows, "chunk": stats.chunk, "workload": WORKLOAD,
+        "over_budget_steps": stats.over_budget_steps,
+        "rows_rejected": counts.rows_rejected,
+        "seconds": {"open": round(t_open - t0, 3), "synth": round(t_synth - t_open, 3),
+                    "price": round(t_price - t_synth, 3),
+                    "report": round(t_report - t_price, 3),
+                    "total": round(t_report - t0, 3)},
+    }
+    (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    echo(f"Synthesised a chat-like trace: {batches:,} batches, {stats.requests:,} requests, "
+         f"~{stats.requests_per_batch:.0f} in flight per batch, prefill chunks of up to "
+         f"{stats.chunk:,} tokens; priced on {scenario}.")
+    echo("")
+    for line in summary.lines():
+        echo("  " + line)
+    echo("")
+    echo(f"Wrote {out / 'priced.parquet'}, {out / 'report.html'} and charts (*.png) "
+         f"in {t_report - t0:.1f} s (pricing {counts.steps_per_second:,.0f} batches/s).")
+    return result
+
+
 def register(group: click.Group) -> None:
     @group.command("demo")
+    @click.option("--out", "out_dir", default="out", show_default=True,
+                  type=click.Path(file_okay=False), help="Directory for the outputs.")
+    @click.option("--batches", default=50000, show_default=True, type=click.IntRange(1),
+                  help="Batches (steps) in the synthetic trace.")
+    @click.option("--scenario", default=DEFAULT_SCENARIO, show_default=True,
+                  help="The scenario to price on (name or path).")
+    @click.option("--seed", default=0, show_default=True, type=int)
+    @click.option("--all-scenarios", is_flag=True,
+                  help="Also load, validate and resolve every embedded scenario and print a "
+                       "table.")
     @with_repos
-    def demo(scenarios_root: str | None, catalog_root: str | None,
+    def demo(out_dir: str, batches: int, scenario: str, seed: int, all_scenarios: bool,
+             scenarios_root: str | None, catalog_root: str | None,
              registry_root: str | None) -> None:
-        """Run the main job on the embedded defaults (or the given roots)."""
+        """Run the main job: synthesise a trace, price it, write a report."""
         repos = make_repos(scenarios_root, catalog_root, registry_root)
-        table, failures = summarise_scenarios(repos)
-        Console().print(table)
+        failures = 0
+        if all_scenarios:
+            table, failures = summarise_scenarios(repos)
+            Console().print(table)
+        run_demo(Path(out_dir), batches, scenario, repos, seed)
         if failures:
             raise SystemExit(1)

@@ -1,0 +1,276 @@
+"""``blis-kernel anatomy``, ``report`` and ``compare``: charts and reports.
+
+* ``anatomy SCENARIO -o FILE``: step anatomy (per-resource time, Overlap/NoOverlap against
+  decode batch size at a fixed context). ``.png``/``.svg``/``.pdf`` write the chart;
+  ``.html`` writes a page with the anatomy, the bottleneck map, the resolved configuration
+  and the provenance table.
+* ``report PRICED.parquet [--scenario S] -o FILE``: the report of a priced trace (the output
+  of ``blis-kernel price``). ``.html``: the full report (with ``--scenario``, also the
+  anatomy, map, configuration and provenance); ``.png``/``.svg``: the step-time distribution.
+* ``compare TRACE --scenario A --scenario B … [-o FILE]``: prices one trace under several
+  deployments and prints total time, p50/p99 and the bottleneck shift against the first;
+  ``-o`` writes the comparison chart (``.png``/``.svg``) or a page (``.html``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from html import escape
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from kernel.cli.common import make_repos, with_repos
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from kernel.kernel import Kernel
+    from kernel.report.summary import TraceSummary
+    from pipeline.load import Repos
+
+DEFAULT_SCENARIO = "deepseek-v3-h200-fp8-sglang-tp8"
+CHART_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def open_kernel(scenario: str, repos: Repos | None = None) -> Kernel:
+    """``kernel.open`` on a scenario name or path, with optional roots."""
+    import kernel
+
+    k: Kernel = kernel.open(scenario, repos) if repos is not None else kernel.open(scenario)
+    return k
+
+
+def open_for_cli(scenario: str, repos: Repos | None = None) -> Kernel:
+    """:func:`open_kernel`, turning a document problem or a refusal into a one-line CLI
+    error (exit 1) instead of a traceback."""
+    from pipeline.errors import DocumentError, RefusalError
+
+    try:
+        return open_kernel(scenario, repos)
+    except (DocumentError, RefusalError, FileNotFoundError) as exc:
+        raise click.ClickException(f"{scenario}: {exc}") from exc
+
+
+def decode_width(k: Kernel) -> int:
+    """The decode threshold a trace is priced with: 1 + speculative tokens."""
+    try:
+        return max(int(k.resolved_pool.uniform_decode_width), 1)
+    except (AttributeError, TypeError, ValueError):
+        return 1
+
+
+def read_table(path: str | Path) -> pl.DataFrame:
+    """A parquet / CSV / Arrow IPC file as a polars frame (by suffix)."""
+    import polars as pl
+
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".csv":
+        return pl.read_csv(p)
+    if suffix in (".arrow", ".ipc", ".feather"):
+        return pl.read_ipc(p)
+    return pl.read_parquet(p)
+
+
+def price_trace(k: Kernel, trace: Any, decode_threshold: int | None = None) -> pl.DataFrame:
+    """Price a whole trace (a path or a table) in bulk: one row per batch."""
+    from kernel import bulk
+
+    dt = decode_threshold if decode_threshold is not None else decode_width(k)
+    return bulk.price(k, str(trace) if isinstance(trace, Path) else trace, decode_threshold=dt)
+
+
+def _suffix(path: str | Path) -> str:
+    return Path(path).suffix.lower()
+
+
+def _check_output(path: str, allowed: tuple[str, ...]) -> None:
+    if _suffix(path) not in allowed:
+        raise click.BadParameter(f"{path}: the suffix must be one of {', '.join(allowed)}",
+                                 param_hint="-o/--output")
+
+
+def _compare_table(summaries: list[TraceSummary], names: list[str]) -> Table:
+    from kernel.report.summary import fmt_duration
+
+    table = Table(title="One trace, several deployments (NoOverlap)")
+    table.add_column("scenario", no_wrap=True)
+    for col in ("total", "Δ total", "p50", "p99", "Δ p99"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("binds most (share of time)", no_wrap=True)
+    base = summaries[0]
+    for i, (s, name) in enumerate(zip(summaries, names, strict=True)):
+        shares = s.bottleneck_share("time")
+        top = max(shares, key=lambda r: shares[r]) if shares else "-"
+        rel = (s.total_no_overlap_ns / base.total_no_overlap_ns - 1
+               if base.total_no_overlap_ns else 0.0)
+        rel99 = (s.p99_no_overlap_ns / base.p99_no_overlap_ns - 1
+                 if base.p99_no_overlap_ns else 0.0)
+        table.add_row(name, fmt_duration(s.total_no_overlap_ns), "-" if i == 0 else f"{rel:+.1%}",
+                      fmt_duration(s.p50_no_overlap_ns), fmt_duration(s.p99_no_overlap_ns),
+                      "-" if i == 0 else f"{rel99:+.1%}",
+                      f"{top} ({shares.get(top, 0.0):.0%})" if shares else "-")
+    return table
+
+
+def _shift(base: TraceSummary, s: TraceSummary) -> str:
+    b, shares = base.bottleneck_share("time"), s.bottleneck_share("time")
+    moves = [(r, shares.get(r, 0.0) - b.get(r, 0.0)) for r in sorted(set(b) | set(shares))]
+    moves = [(r, d) for r, d in moves if abs(d) >= 0.0005]
+    moves.sort(key=lambda m: -abs(m[1]))
+    return ", ".join(f"{r} {d * 100:+.1f} pt" for r, d in moves[:3]) or "none"
+
+
+def compare_lines(summaries: list[TraceSummary], names: list[str]) -> list[str]:
+    """One plain line per deployment after the first: the differences against the first."""
+    from kernel.report.summary import fmt_duration
+
+    base, out = summaries[0], []
+    for s, name in zip(summaries[1:], names[1:], strict=True):
+        rel = (s.total_no_overlap_ns / base.total_no_overlap_ns - 1
+               if base.total_no_overlap_ns else 0.0)
+        rel99 = (s.p99_no_overlap_ns / base.p99_no_overlap_ns - 1
+                 if base.p99_no_overlap_ns else 0.0)
+        out.append(f"{name} vs {names[0]}: total {fmt_duration(s.total_no_overlap_ns)} "
+                   f"({rel:+.1%}), p99 {fmt_duration(s.p99_no_overlap_ns)} ({rel99:+.1%}), "
+                   f"bottleneck shift (share of time): {_shift(base, s)}")
+    return out
+
+
+def compare_summaries(trace: Any, scenarios: Sequence[str | Kernel], repos: Repos | None = None,
+                      decode_threshold: int | None = None
+                      ) -> tuple[list[TraceSummary], list[pl.DataFrame]]:
+    """Price ``trace`` under each scenario (a name, a path or an open kernel); the summaries
+    and the priced frames, in order."""
+    from kernel.report.summary import summarise
+
+    summaries, frames = [], []
+    for item in scenarios:
+        k = open_kernel(item, repos) if isinstance(item, str) else item
+        priced = price_trace(k, trace, decode_threshold)
+        frames.append(priced)
+        name = item if isinstance(item, str) else str(k.resolved_pool.scenario)
+        summaries.append(summarise(priced, k, scenario=name))
+    return summaries, frames
+
+
+def register(group: click.Group) -> None:
+    @group.command("anatomy")
+    @click.argument("scenario")
+    @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+                  help="Output file: .png, .svg, .pdf (the chart) or .html (a page).")
+    @click.option("--context", default=4096, show_default=True, type=click.IntRange(1),
+                  help="Context length of every decode request (tokens).")
+    @click.option("--max-batch", default=256, show_default=True, type=click.IntRange(1, 4096),
+                  help="Largest decode batch size.")
+    @with_repos
+    def anatomy(scenario: str, output: str, context: int, max_batch: int,
+                scenarios_root: str | None, catalog_root: str | None,
+                registry_root: str | None) -> None:
+        """Step anatomy of SCENARIO: where the time of a decode step goes, by batch size."""
+        from kernel.report import charts, html
+        from kernel.report.summary import anatomy_sweep
+
+        _check_output(output, (*CHART_SUFFIXES, ".html"))
+        k = open_for_cli(scenario, make_repos(scenarios_root, catalog_root, registry_root))
+        if _suffix(output) == ".html":
+            html.write(html.anatomy_report(k, context=context), output)
+        else:
+            points = anatomy_sweep(k, context, range(1, max_batch + 1))
+            fig = charts.anatomy_figure(points, context=context,
+                                        title=f"Step anatomy: {k.resolved_pool.scenario}")
+            charts.save(fig, output)
+        click.echo(f"wrote {output}")
+
+    @group.command("report")
+    @click.argument("priced", type=click.Path(exists=True, dir_okay=False))
+    @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+                  help="Output file: .html (the report) or .png/.svg/.pdf (the distribution).")
+    @click.option("--scenario", default=None,
+                  help="The scenario the trace was priced on: adds the anatomy, bottleneck "
+                       "map, resolved configuration and provenance.")
+    @with_repos
+    def report(priced: str, output: str, scenario: str | None, scenarios_root: str | None,
+               catalog_root: str | None, registry_root: str | None) -> None:
+        """Report on a priced trace (PRICED.parquet from `blis-kernel price`)."""
+        from kernel.report import charts, html
+        from kernel.report.summary import summarise
+
+        _check_output(output, (*CHART_SUFFIXES, ".html"))
+        frame = read_table(priced)
+        missing = {"batch_id", "overlap_ns", "no_overlap_ns", "bottleneck"} - set(frame.columns)
+        if missing:
+            raise click.BadParameter(f"{priced} is not a priced trace: missing "
+                                     f"{', '.join(sorted(missing))}", param_hint="PRICED")
+        k = (open_for_cli(scenario, make_repos(scenarios_root, catalog_root, registry_root))
+             if scenario else None)
+        summary = summarise(frame, k, scenario=scenario)
+        if _suffix(output) == ".html":
+            html.write(html.trace_report(frame, k, summary=summary,
+                                         title=f"blis-kernel: {Path(priced).name}"), output)
+        else:
+            mask = frame["prefill_requests"] > 0 if "prefill_requests" in frame.columns else None
+            charts.save(charts.step_time_histogram_figure(frame["no_overlap_ns"],
+                                                          with_prefill=mask), output)
+        for line in summary.lines():
+            click.echo(line)
+        click.echo(f"wrote {output}")
+
+    @group.command("compare")
+    @click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+    @click.option("--scenario", "scenarios", multiple=True, required=True,
+                  help="A deployment to price the trace on (repeat; the first is the base).")
+    @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
+                  help="Also write the comparison: .png/.svg/.pdf (chart) or .html (page).")
+    @click.option("--decode-threshold", default=None, type=click.IntRange(0),
+                  help="scheduled > threshold is a prefill (default: each scenario's "
+                       "decode width).")
+    @with_repos
+    def compare(trace: str, scenarios: tuple[str, ...], output: str | None,
+                decode_threshold: int | None, scenarios_root: str | None,
+                catalog_root: str | None, registry_root: str | None) -> None:
+        """Price one TRACE under several deployments and show the differences."""
+        from kernel.report import charts, html
+
+        if output is not None:
+            _check_output(output, (*CHART_SUFFIXES, ".html"))
+        repos = make_repos(scenarios_root, catalog_root, registry_root)
+        names = list(scenarios)
+        kernels = [open_for_cli(n, repos) for n in names]
+        summaries, _ = compare_summaries(Path(trace), kernels, repos, decode_threshold)
+        summaries = [dataclasses.replace(s, scenario=n) for s, n in zip(summaries, names,
+                                                                          strict=True)]
+        console = Console()
+        if not console.is_terminal:  # piped or captured: do not squeeze the table into 80
+            console = Console(width=max(console.width, 120))
+        console.print(_compare_table(summaries, names))
+        for line in compare_lines(summaries, names):
+            click.echo(line)
+        if output is None:
+            return
+        fig = charts.compare_figure(summaries, names, title=f"{Path(trace).name} on "
+                                    f"{len(names)} deployment{'s' if len(names) > 1 else ''}")
+        if _suffix(output) == ".html":
+            chart = html.Chart.of(fig, html.CHART_IDS["compare"], "Comparison",
+                                  "Total NoOverlap time by binding resource, and p50/p99 step "
+                                  "time, per deployment.")
+            rows = "".join(
+                f"<tr><td>{n}</td><td class='n'>{s.batches:,}</td>"
+                f"<td class='n'>{s.total_no_overlap_ns:,}</td>"
+                f"<td class='n'>{s.p50_no_overlap_ns:,}</td>"
+                f"<td class='n'>{s.p99_no_overlap_ns:,}</td></tr>"
+                for n, s in zip((escape(x) for x in names), summaries, strict=True))
+            table = ("<section id='compare'><h2>Totals (ns)</h2><table><thead><tr>"
+                     "<th>scenario</th><th>batches</th><th>total NoOverlap</th><th>p50</th>"
+                     f"<th>p99</th></tr></thead><tbody>{rows}</tbody></table></section>")
+            html.write(html.render(title=f"blis-kernel: {Path(trace).name} compared",
+                                   subtitle=", ".join(names), charts_=[chart],
+                                   extra_sections=[table]), output)
+        else:
+            charts.save(fig, output)
+        click.echo(f"wrote {output}")

@@ -1,0 +1,382 @@
+"""The charts, drawn with matplotlib's object API on the Agg canvas (no pyplot, no display).
+
+Each ``*_figure`` function takes plain data (see :mod:`kernel.report.summary`) and returns a
+:class:`matplotlib.figure.Figure`; :func:`save` writes it as PNG/SVG/PDF by suffix,
+:func:`to_svg` returns it as an inline ``<svg>`` element (text kept as text, with an ``id``)
+and :func:`to_png_data_uri` as a base64 ``data:`` URI. Times are shown in µs.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, cast
+
+import matplotlib
+
+matplotlib.use("Agg")  # before anything touches a backend
+
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.colors import BoundaryNorm, ListedColormap  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
+
+from .summary import (  # noqa: E402
+    RESOURCES,
+    AnatomyPoint,
+    BottleneckGrid,
+    TraceSummary,
+    fmt_duration,
+    nearest_rank,
+)
+
+__all__ = [
+    "COLORS",
+    "LABELS",
+    "anatomy_figure",
+    "bottleneck_map_figure",
+    "compare_figure",
+    "save",
+    "step_time_histogram_figure",
+    "time_by_bottleneck_figure",
+    "to_png_data_uri",
+    "to_svg",
+]
+
+COLORS: dict[str, str] = {
+    "sm": "#1f77b4",
+    "hbm": "#ff7f0e",
+    "nvlink": "#2ca02c",
+    "nic": "#d62728",
+    "host": "#9467bd",
+}
+LABELS: dict[str, str] = {
+    "sm": "SM (compute)",
+    "hbm": "HBM (memory)",
+    "nvlink": "NVLink",
+    "nic": "NIC (network)",
+    "host": "Host (CPU)",
+}
+_OTHER = "#7f7f7f"
+
+_RC: dict[str, Any] = {
+    "font.size": 10.0,
+    "axes.titlesize": 12.0,
+    "axes.labelsize": 10.5,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "svg.fonttype": "none",  # keep text as text in SVG: small, searchable, no glyph ids
+}
+
+
+def _rc(extra: dict[str, Any] | None = None) -> AbstractContextManager[None]:
+    """The charts' style (plus ``extra``) for the duration of a ``with`` block."""
+    return matplotlib.rc_context(cast(Any, {**_RC, **(extra or {})}))
+
+
+def _color(r: str) -> str:
+    return COLORS.get(r, _OTHER)
+
+
+def _label(r: str) -> str:
+    return LABELS.get(r, r)
+
+
+def _new(width: float = 9.0, height: float = 5.0) -> Figure:
+    with _rc():
+        fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+        FigureCanvasAgg(fig)
+    return fig
+
+
+def _us(ns: Sequence[int] | np.ndarray) -> np.ndarray:
+    return np.asarray(ns, dtype=np.float64) / 1e3
+
+
+# -- output ---------------------------------------------------------------------------------
+
+def save(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` to ``path``; the format follows the suffix (.png, .svg, .pdf)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    with _rc({"svg.hashsalt": path.stem}):
+        fig.savefig(path, format=fmt, metadata=_metadata(fmt))
+    return path
+
+
+def _metadata(fmt: str) -> dict[str, str | None] | None:
+    # Drop the creation date so the same data gives the same file.
+    if fmt == "svg":
+        return {"Date": None}
+    if fmt == "pdf":
+        return {"CreationDate": None}
+    return None
+
+
+def to_svg(fig: Figure, element_id: str) -> str:
+    """``fig`` as an inline ``<svg id=element_id>`` element (no XML prolog, no DOCTYPE)."""
+    buf = io.StringIO()
+    with _rc({"svg.hashsalt": element_id}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    start = text.find("<svg")
+    text = text[start:]
+    # One id per chart; also make the internal ids (clip paths) unique within the page.
+    text = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{element_id}-{m.group(1)}"', text)
+    text = re.sub(r'url\(#([^)]+)\)', lambda m: f"url(#{element_id}-{m.group(1)})", text)
+    text = re.sub(r'xlink:href="#([^"]+)"', lambda m: f'xlink:href="#{element_id}-{m.group(1)}"',
+                  text)
+    text = text.replace("<svg", f'<svg id="{element_id}" role="img" class="chart"', 1)
+    return text
+
+
+def to_png_data_uri(fig: Figure) -> str:
+    """``fig`` as a ``data:image/png;base64,…`` URI for an ``<img src>``."""
+    buf = io.BytesIO()
+    with _rc():
+        fig.savefig(buf, format="png")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+# -- step anatomy ------------------------------------------------------------------------------
+
+def anatomy_figure(points: Sequence[AnatomyPoint], *, context: int, title: str = "") -> Figure:
+    """Per-resource time and Overlap/NoOverlap (µs) against decode batch size.
+
+    The band along the bottom shows which resource binds at each batch size.
+    """
+    fig = _new(9.0, 5.4)
+    with _rc():
+        ax = fig.add_subplot()
+        xs = np.array([p.batch_size for p in points])
+        present = [r for r in RESOURCES if any(p.per_resource.get(r, 0) for p in points)]
+        extra = sorted({r for p in points for r in p.per_resource} - set(RESOURCES))
+        for r in present + [r for r in extra if any(p.per_resource.get(r, 0) for p in points)]:
+            ax.plot(xs, _us([p.per_resource.get(r, 0) for p in points]), color=_color(r),
+                    lw=1.6, label=_label(r))
+        ax.plot(xs, _us([p.no_overlap_ns for p in points]), color="black", lw=2.6,
+                label="NoOverlap (sum)")
+        ax.plot(xs, _us([p.overlap_ns for p in points]), color="black", lw=2.0, ls="--",
+                label="Overlap")
+        # The binding resource as a coloured strip under the curves (one span per run).
+        edges = _edges(xs) if len(xs) else np.zeros(0)
+        if len(points):
+            top = max(max(p.no_overlap_ns for p in points), 1) / 1e3
+            ax.set_ylim(-0.07 * top, top * 1.08)
+            start = 0
+            for i in range(1, len(points) + 1):
+                if i == len(points) or points[i].bottleneck != points[start].bottleneck:
+                    ax.axvspan(edges[start], edges[i], ymin=0.0, ymax=0.04, lw=0, alpha=0.9,
+                               color=_color(points[start].bottleneck))
+                    start = i
+        if len(xs):
+            ax.set_xlim(edges[0], edges[-1])
+            ticks = _batch_ticks(int(xs.min()), int(xs.max()))
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.set_xlabel("decode batch size (requests)")
+        ax.set_ylabel("time per step (µs)")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        fig.suptitle(title or "Step anatomy")
+        ax.set_title(f"uniform decode at context {context:,} tokens; the strip along the "
+                     "bottom shows the binding resource", fontsize=9, color="#444")
+        ax.legend(loc="upper left", frameon=False, ncols=2)
+    return fig
+
+
+def _edges(xs: np.ndarray) -> np.ndarray:
+    """Cell edges (midpoints) around sorted x values."""
+    x = xs.astype(np.float64)
+    if x.size == 1:
+        return np.array([x[0] - 0.5, x[0] + 0.5])
+    mids = (x[:-1] + x[1:]) / 2
+    return np.concatenate([[2 * x[0] - mids[0]], mids, [2 * x[-1] - mids[-1]]])
+
+
+def _batch_ticks(lo: int, hi: int) -> list[int]:
+    """1 and round multiples (of 8, 16, 32, …) across [lo, hi], about eight of them."""
+    step = 8
+    while (hi - lo) / step > 8:
+        step *= 2
+    ticks = [t for t in range(step, hi + 1, step) if t >= lo]
+    return ([lo] if not ticks or ticks[0] - lo >= step / 2 else []) + ticks
+
+
+# -- bottleneck map -------------------------------------------------------------------------
+
+def bottleneck_map_figure(grid: BottleneckGrid, *, title: str = "") -> Figure:
+    """A categorical heatmap: which resource binds at each batch size × context length."""
+    fig = _new(9.0, 5.4)
+    with _rc({"axes.grid": False}):
+        ax = fig.add_subplot()
+        cats = grid.resources() or list(RESOURCES[:1])
+        index = {r: i for i, r in enumerate(cats)}
+        data = np.array([[index[c] for c in row] for row in grid.cells], dtype=float)
+        cmap = ListedColormap([_color(r) for r in cats])
+        norm = BoundaryNorm(np.arange(len(cats) + 1) - 0.5, len(cats))
+        ax.imshow(data if data.size else np.zeros((1, 1)), cmap=cmap, norm=norm,
+                  aspect="auto", origin="lower", interpolation="nearest")
+        ax.set_xticks(range(len(grid.sizes)), [str(s) for s in grid.sizes])
+        ax.set_yticks(range(len(grid.contexts)), [_ctx(c) for c in grid.contexts])
+        ax.set_xlabel("decode batch size (requests)")
+        ax.set_ylabel("context length (tokens)")
+        fig.suptitle(title or "Which resource binds")
+        worst = max((t for row in grid.no_overlap_ns for t in row), default=0)
+        unit, scale = ("ms", 1e6) if worst >= 10e6 else ("µs", 1e3)
+        if grid.no_overlap_ns and len(grid.sizes) * len(grid.contexts) <= 200:
+            for i, row in enumerate(grid.no_overlap_ns):
+                for j, t in enumerate(row):
+                    ax.text(j, i, _short(t / scale), ha="center", va="center", fontsize=7.5,
+                            color="white")
+        ax.legend(handles=[Patch(color=_color(r), label=_label(r)) for r in cats],
+                  loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                  title="binding resource")
+        ax.set_title(f"uniform decode steps; cell text: NoOverlap step time ({unit})", fontsize=9,
+                     color="#444")
+    return fig
+
+
+def _ctx(c: int) -> str:
+    return f"{c // 1024}K" if c >= 1024 and c % 1024 == 0 else str(c)
+
+
+def _short(v: float) -> str:
+    return f"{v:,.0f}" if v >= 10 else f"{v:.1f}"
+
+
+# -- a priced trace ------------------------------------------------------------------------------
+
+def step_time_histogram_figure(no_overlap_ns: Sequence[int] | np.ndarray | pl.Series, *,
+                               with_prefill: Sequence[bool] | np.ndarray | pl.Series | None = None,
+                               title: str = "") -> Figure:
+    """Histogram of per-step NoOverlap time (µs) with p50 and p99 marked.
+
+    ``with_prefill`` (one flag per step) splits the bars into decode-only steps and steps
+    that carry prefill work. A wide spread gets a log time axis; a tall peak a log count axis.
+    """
+    values = np.asarray(no_overlap_ns, dtype=np.int64)
+    fig = _new(9.0, 4.8)
+    with _rc():
+        ax = fig.add_subplot()
+        us = _us(values)
+        if us.size:
+            lo, hi = float(us.min()), float(us.max())
+            bins: Any = np.linspace(lo, hi if hi > lo else lo + 1.0, 61)
+            if lo > 0 and hi / lo > 4:
+                bins = np.geomspace(lo, hi * 1.0001, 61)
+                ax.set_xscale("log")
+                ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            if with_prefill is not None:
+                mask = np.asarray(with_prefill, dtype=bool)
+                counts, _, _ = ax.hist([us[~mask], us[mask]], bins=bins, stacked=True,
+                                       color=["#4c72b0", "#dd8452"], alpha=0.9,
+                                       label=[f"decode-only steps ({int((~mask).sum()):,})",
+                                              f"steps with prefill ({int(mask.sum()):,})"])
+                heights = np.asarray(counts[-1])
+            else:
+                counts, _, _ = ax.hist(us, bins=bins, color="#4c72b0", alpha=0.9)
+                heights = np.asarray(counts)
+            nonzero = heights[heights > 0]
+            if nonzero.size and nonzero.max() > 20 * np.median(nonzero):
+                ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+            ax.xaxis.set_major_formatter(FuncFormatter(_plain))
+            ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+            for q, style in ((0.50, "-"), (0.99, "--")):
+                ns = nearest_rank(values, q)
+                ax.axvline(ns / 1e3, color="#c44e52", ls=style, lw=1.8)
+                ax.annotate(f"p{int(q * 100)} = {fmt_duration(ns)}", xy=(ns / 1e3, 1.0),
+                            xycoords=("data", "axes fraction"), xytext=(4, -14),
+                            textcoords="offset points", color="#c44e52", fontsize=9.5)
+            if with_prefill is not None:
+                fig.legend(loc="outside lower center", ncols=2, frameon=False)
+        ax.set_xlabel("NoOverlap step time (µs)")
+        ax.set_ylabel("batches")
+        ax.set_title(title or f"Step-time distribution ({values.size:,} batches)")
+    return fig
+
+
+def _plain(v: float, _pos: object = None) -> str:
+    """A tick label without scientific notation: 20,000 / 1.5 / 0.2."""
+    return f"{v:,.0f}" if abs(v) >= 10 else f"{v:g}"
+
+
+def time_by_bottleneck_figure(summary: TraceSummary | Mapping[str, int], *,
+                              title: str = "") -> Figure:
+    """Total NoOverlap time of the batches each resource binds (bars, with shares)."""
+    times = summary.bottleneck_time_ns if isinstance(summary, TraceSummary) else dict(summary)
+    order = [r for r in RESOURCES if r in times] + sorted(set(times) - set(RESOURCES))
+    total = sum(times.values())
+    fig = _new(7.0, 4.2)
+    with _rc():
+        ax = fig.add_subplot()
+        unit, scale = _time_unit(max(times.values(), default=0))
+        vals = [times[r] / scale for r in order]
+        bars = ax.bar([_label(r) for r in order], vals, color=[_color(r) for r in order])
+        for b, r in zip(bars, order, strict=True):
+            share = times[r] / total if total else 0.0
+            ax.annotate(f"{share:.1%}", xy=(b.get_x() + b.get_width() / 2, b.get_height()),
+                        xytext=(0, 3), textcoords="offset points", ha="center", fontsize=9)
+        ax.set_ylabel(f"GPU time ({unit}, NoOverlap)")
+        ax.set_title(title or "Time by binding resource")
+        if vals:
+            ax.set_ylim(0, max(vals) * 1.15 or 1)
+    return fig
+
+
+def _time_unit(ns: float) -> tuple[str, float]:
+    if ns >= 10e9:
+        return "s", 1e9
+    if ns >= 10e6:
+        return "ms", 1e6
+    return "µs", 1e3
+
+
+# -- comparing deployments -----------------------------------------------------------------------
+
+def compare_figure(summaries: Sequence[TraceSummary], names: Sequence[str], *,
+                   title: str = "") -> Figure:
+    """One trace under several deployments: total time stacked by binding resource, and
+    p50/p99 step time."""
+    fig = _new(10.0, max(3.2, 1.6 + 0.6 * len(names)))
+    with _rc():
+        ax, ax2 = fig.subplots(1, 2, sharey=True, width_ratios=[3, 2])
+        ys = np.arange(len(names))
+        worst = max((s.total_no_overlap_ns for s in summaries), default=0)
+        unit, scale = _time_unit(worst)
+        left = np.zeros(len(names))
+        cats = [r for r in RESOURCES if any(r in s.bottleneck_time_ns for s in summaries)]
+        for r in cats:
+            w = np.array([s.bottleneck_time_ns.get(r, 0) / scale for s in summaries])
+            ax.barh(ys, w, left=left, color=_color(r), label=_label(r))
+            left += w
+        for y, s in zip(ys, summaries, strict=True):
+            ax.annotate(f" {fmt_duration(s.total_no_overlap_ns)}", xy=(left[y], y),
+                        va="center", fontsize=9)
+        ax.set_yticks(ys, list(names))
+        ax.invert_yaxis()
+        ax.set_xlabel(f"total GPU time ({unit}, NoOverlap), by binding resource")
+        ax.set_xlim(0, (left.max() if left.size else 1) * 1.25 or 1)
+        h = 0.38
+        unit2, scale2 = _time_unit(max((s.p99_no_overlap_ns for s in summaries), default=0))
+        ax2.barh(ys - h / 2, [s.p50_no_overlap_ns / scale2 for s in summaries], h,
+                 color="#8da0cb", label="p50 step")
+        ax2.barh(ys + h / 2, [s.p99_no_overlap_ns / scale2 for s in summaries], h,
+                 color="#e78ac3", label="p99 step")
+        ax2.xaxis.set_major_formatter(FuncFormatter(_plain))
+        ax2.set_xlabel(f"step time ({unit2}, NoOverlap)")
+        handles, labels = ax.get_legend_handles_labels()
+        h2, l2 = ax2.get_legend_handles_labels()
+        fig.legend(handles + h2, labels + l2, loc="outside lower center",
+                   ncols=len(labels) + len(l2), frameon=False, fontsize=9)
+        fig.suptitle(title or "One trace, several deployments")
+    return fig
