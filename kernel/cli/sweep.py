@@ -1,0 +1,74 @@
+"""``blis-kernel sweep``: price one partitioned trace under many deployments on a cluster."""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+
+import click
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.load import Repos
+
+from .common import make_repos, with_repos
+
+
+def match_scenarios(patterns: tuple[str, ...], repos: Repos) -> list[str]:
+    """Scenario names under the scenarios root matching any glob, or paths that exist."""
+    known = sorted(p.stem for p in repos.scenarios_root().glob("*.yaml"))
+    chosen: list[str] = []
+    for pattern in patterns:
+        if Path(pattern).is_file():
+            chosen.append(pattern)
+            continue
+        hits = [p for p in sorted(Path().glob(pattern)) if p.suffix in (".yaml", ".yml")]
+        hits_names = [str(p) for p in hits] or fnmatch.filter(known, pattern)
+        if not hits_names:
+            raise click.BadParameter(f"{pattern!r} matches no scenario; known: {known}",
+                                     param_hint="--scenarios")
+        chosen.extend(h for h in hits_names if h not in chosen)
+    return chosen
+
+
+def summary_table(frame: pl.DataFrame) -> Table:
+    table = Table(title="Sweep summary (NoOverlap)")
+    for col in ("scenario", "batches", "total GPU s", "p50 µs", "p99 µs", "top bottleneck"):
+        table.add_column(col)
+    shares = ["sm", "hbm", "nvlink", "nic", "host"]
+    for row in frame.iter_rows(named=True):
+        top = max(shares, key=lambda s: row[f"share_{s}"])
+        table.add_row(row["scenario"], f"{row['batches']:,}",
+                      f"{row['total_no_overlap_ns'] / 1e9:,.2f}", f"{row['p50_ns'] / 1e3:,.1f}",
+                      f"{row['p99_ns'] / 1e3:,.1f}", f"{top} ({row[f'share_{top}']:.0%})")
+    return table
+
+
+def register(group: click.Group) -> None:
+    @group.command("sweep")
+    @click.argument("trace", type=click.Path(exists=True))
+    @click.option("--scenarios", "patterns", multiple=True, required=True,
+                  help="Scenario name glob (repeatable) or scenario file path.")
+    @click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
+                  help="Output directory (partitioned parquet + summary.parquet).")
+    @click.option("--pool", default=0, show_default=True, help="Pool index in each deployment.")
+    @click.option("--cluster", default="local:2", show_default=True,
+                  help="Dask scheduler ADDRESS, or local[:N] for N local worker processes.")
+    @click.option("--decode-threshold", default=1, show_default=True)
+    @with_repos
+    def sweep(trace: str, patterns: tuple[str, ...], out: str, pool: int, cluster: str,
+              decode_threshold: int, scenarios_root: str | None, catalog_root: str | None,
+              registry_root: str | None) -> None:
+        """Price TRACE (a parquet file or a directory of partitions) under every scenario."""
+        from kernel.distributed import price_dataset
+
+        repos = make_repos(scenarios_root, catalog_root, registry_root)
+        names = match_scenarios(patterns, repos)
+        result = price_dataset(trace, out, names, cluster, pool=pool, repos=repos,
+                               decode_threshold=decode_threshold)
+        console = Console()
+        console.print(summary_table(result.summary))
+        console.print(f"rows in {result.rows_in:,} = priced {result.rows_priced:,} + rejected "
+                      f"{result.rows_rejected:,}; {len(result.tasks)} tasks in "
+                      f"{result.seconds:.1f} s; summary in {Path(out) / 'summary.parquet'}")

@@ -1,0 +1,276 @@
+"""Price partitioned traces, and sweeps over many deployments, on a Dask cluster.
+
+One task prices one input partition under one scenario with the bulk path and writes one output
+partition. Every batch is priced whole: a batch whose rows straddle input partitions is moved to
+the first partition that holds it before pricing. Kernels are built once per worker process and
+reused by every task on it. A task whose worker dies is retried on another worker; a partition
+that cannot be priced is reported with its reason; the totals always balance
+(rows in = rows priced + rows rejected) across the cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.load import Repos
+
+BATCH_ID = "batch_id"
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    """What one (partition, scenario) task did."""
+
+    scenario: str
+    partition: int
+    rows_in: int
+    rows_priced: int
+    rows_rejected: int
+    batches: int
+    output: str
+    error: str = ""
+
+
+@dataclass
+class SweepResult:
+    """A whole run: per-task results, the summary per scenario, and the balanced totals."""
+
+    tasks: list[PartitionResult]
+    summary: pl.DataFrame
+    seconds: float
+    failures: list[PartitionResult] = field(default_factory=list)
+
+    @property
+    def rows_in(self) -> int:
+        return sum(t.rows_in for t in self.tasks)
+
+    @property
+    def rows_priced(self) -> int:
+        return sum(t.rows_priced for t in self.tasks)
+
+    @property
+    def rows_rejected(self) -> int:
+        return sum(t.rows_rejected for t in self.tasks)
+
+
+def list_partitions(src: str | os.PathLike[str]) -> list[Path]:
+    """The parquet files of a partitioned dataset (a directory, searched recursively, or one file)."""
+    path = Path(src)
+    if path.is_file():
+        return [path]
+    files = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+    if not files:
+        raise FileNotFoundError(f"no parquet partitions under {path}")
+    return files
+
+
+def _ids_of(path: str, column: str) -> np.ndarray:
+    ids = pq.read_table(path, columns=[column]).column(column)
+    return np.unique(ids.drop_null().to_numpy(zero_copy_only=False))
+
+
+def straddling_owners(partition_ids: Sequence[np.ndarray]) -> dict[int, np.ndarray]:
+    """For each partition, the batch ids it must fetch from later partitions (it owns them).
+
+    A batch id present in several partitions is owned by the first of them.
+    """
+    if not partition_ids:
+        return {}
+    every = np.concatenate(partition_ids)
+    where = np.concatenate([np.full(len(ids), i) for i, ids in enumerate(partition_ids)])
+    order = np.lexsort((where, every))
+    every, where = every[order], where[order]
+    first = np.ones(len(every), dtype=bool)
+    first[1:] = every[1:] != every[:-1]
+    owner_of = np.maximum.accumulate(np.where(first, np.arange(len(every)), 0))
+    shared = ~first  # an id seen again in a later partition
+    owners: dict[int, np.ndarray] = {}
+    if shared.any():
+        ids = every[shared]
+        own = where[owner_of[shared]]
+        for p in np.unique(own):
+            owners[int(p)] = np.unique(ids[own == p])
+    return owners
+
+
+def _read_partition(files: Sequence[str], index: int, owned: np.ndarray,
+                    foreign: np.ndarray, column: str) -> pa.Table:
+    """Partition ``index`` without the batches it gave away, plus the rows of those it owns."""
+    own = pq.read_table(files[index])
+    if len(foreign):
+        keep = pc.invert(pc.is_in(own.column(column), value_set=pa.array(foreign)))
+        own = own.filter(pc.fill_null(keep, True))
+    if not len(owned):
+        return own
+    extra = [own]
+    for j in range(index + 1, len(files)):
+        other = pq.read_table(files[j], filters=[(column, "in", owned.tolist())])
+        if other.num_rows:
+            extra.append(other.select(own.column_names).cast(own.schema))
+    return pa.concat_tables(extra)
+
+
+@lru_cache(maxsize=64)
+def _worker_kernel(scenario: str, pool: int, repos: Repos) -> Any:
+    """Built once per worker process and scenario; every later task reuses it."""
+    from .build import open_pool
+
+    return open_pool(scenario, repos, pool)
+
+
+def scenario_key(scenario: str) -> str:
+    """A filesystem-safe label for a scenario (its stem when it is a path)."""
+    stem = Path(scenario).stem if scenario.endswith((".yaml", ".yml")) else scenario
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", stem)
+
+
+def price_partition(files: Sequence[str], index: int, owned: np.ndarray, foreign: np.ndarray,
+                    scenario: str, pool: int, repos: Repos, dst: str, decode_threshold: int,
+                    column: str = BATCH_ID) -> PartitionResult:
+    """Price one partition under one scenario and write its priced and rejected rows."""
+    from .bulk import price_result
+
+    key = scenario_key(scenario)
+    out_dir = Path(dst) / f"scenario={key}"
+    rej_dir = Path(dst) / "rejects" / f"scenario={key}"
+    out = out_dir / f"part-{index:05d}.parquet"
+    try:
+        table = _read_partition(files, index, owned, foreign, column)
+        k = _worker_kernel(scenario, pool, repos)
+        result = price_result(k, table, decode_threshold=decode_threshold)
+    except Exception as exc:  # reported, never dropped: the caller lists it
+        return PartitionResult(key, index, 0, 0, 0, 0, str(out), f"{type(exc).__name__}: {exc}")
+    counts = result.counts
+    priced = result.priced.with_columns(pl.lit(key).alias("scenario"),
+                                        pl.lit(index).alias("partition"))
+    _write_atomic(priced, out)
+    if result.rejects.height:
+        rejects = result.rejects.with_columns(pl.lit(key).alias("scenario"),
+                                              pl.lit(index).alias("partition"))
+        _write_atomic(rejects, rej_dir / f"part-{index:05d}.parquet")
+    return PartitionResult(key, index, counts.rows_in, counts.rows_priced, counts.rows_rejected,
+                           counts.batches_priced, str(out))
+
+
+def _write_atomic(frame: pl.DataFrame, path: Path) -> None:
+    # A retried task may run twice; write aside and rename so readers never see half a file.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    frame.write_parquet(tmp)
+    os.replace(tmp, path)
+
+
+def make_client(cluster: Any = None) -> Any:
+    """A Dask client: an existing Client, an address, ``local`` / ``local:N``, or None (local)."""
+    from distributed import Client, LocalCluster
+
+    if cluster is not None and hasattr(cluster, "submit"):
+        return cluster
+    if cluster is None or str(cluster).startswith("local"):
+        n = int(str(cluster).split(":", 1)[1]) if cluster and ":" in str(cluster) else 2
+        local = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                             dashboard_address=":0")
+        return Client(local)
+    return Client(str(cluster))
+
+
+def summarise(dst: str | os.PathLike[str]) -> pl.DataFrame:
+    """Per scenario: batches, total GPU time, p50/p99 step time and bottleneck shares."""
+    pattern = str(Path(dst) / "scenario=*" / "*.parquet")
+    con = duckdb.connect()
+    frame = con.sql(f"""
+        SELECT scenario,
+               count(*) AS batches,
+               sum(no_overlap_ns) AS total_no_overlap_ns,
+               sum(overlap_ns) AS total_overlap_ns,
+               quantile_disc(no_overlap_ns, 0.5) AS p50_ns,
+               quantile_disc(no_overlap_ns, 0.99) AS p99_ns,
+               avg((bottleneck = 'sm')::INT) AS share_sm,
+               avg((bottleneck = 'hbm')::INT) AS share_hbm,
+               avg((bottleneck = 'nvlink')::INT) AS share_nvlink,
+               avg((bottleneck = 'nic')::INT) AS share_nic,
+               avg((bottleneck = 'host')::INT) AS share_host
+        FROM read_parquet('{pattern}', hive_partitioning = false)
+        GROUP BY scenario ORDER BY scenario""").pl()
+    con.close()
+    return frame
+
+
+def price_dataset(src: str | os.PathLike[str], dst: str | os.PathLike[str],
+                  scenarios: Iterable[str], cluster: Any = None, *, pool: int = 0,
+                  repos: Repos | None = None, decode_threshold: int = 1, retries: int = 3,
+                  column: str = BATCH_ID) -> SweepResult:
+    """Price every partition of ``src`` under every scenario on a Dask cluster.
+
+    Writes ``dst/scenario=<name>/part-NNNNN.parquet`` (one per input partition × scenario),
+    rejected rows under ``dst/rejects/``, and ``dst/summary.parquet``. Raises RuntimeError
+    naming every partition that could not be priced, after all others have finished.
+    """
+    t0 = time.perf_counter()
+    repos = repos or Repos()
+    names = list(scenarios)
+    if not names:
+        raise ValueError("price_dataset needs at least one scenario")
+    files = [str(p) for p in list_partitions(src)]
+    Path(dst).mkdir(parents=True, exist_ok=True)
+    client = make_client(cluster)
+    own_client = client is not cluster
+    try:
+        id_futures = client.map(_ids_of, files, [column] * len(files), pure=False,
+                                retries=retries)
+        partition_ids = client.gather(id_futures)
+        owners = straddling_owners(partition_ids)
+        foreign = _given_away(partition_ids, owners)
+        empty = np.array([], dtype=np.int64)
+        futures = [client.submit(price_partition, files, i, owners.get(i, empty),
+                                 foreign.get(i, empty), name, pool, repos, str(dst),
+                                 decode_threshold, column, pure=False, retries=retries,
+                                 key=f"price-{scenario_key(name)}-{i}-{time.time_ns()}")
+                   for name in names for i in range(len(files))]
+        results: list[PartitionResult] = client.gather(futures)
+    finally:
+        if own_client:
+            local = getattr(client, "cluster", None)
+            client.close()
+            if local is not None:
+                local.close()
+    failures = [r for r in results if r.error]
+    done = [r for r in results if not r.error]
+    summary = summarise(dst) if done else pl.DataFrame()
+    if summary.height:
+        summary.write_parquet(Path(dst) / "summary.parquet")
+    result = SweepResult(done, summary, time.perf_counter() - t0, failures)
+    if failures:
+        listing = "\n".join(f"  scenario {f.scenario} partition {f.partition} "
+                            f"({files[f.partition]}): {f.error}" for f in failures)
+        raise RuntimeError(f"{len(failures)} partition task(s) could not be priced:\n{listing}")
+    return result
+
+
+def _given_away(partition_ids: Sequence[np.ndarray],
+                owners: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """For each partition, the batch ids another (earlier) partition owns."""
+    if not owners:
+        return {}
+    owned_all = np.concatenate(list(owners.values()))
+    owner_index = np.concatenate([np.full(len(v), k) for k, v in owners.items()])
+    out: dict[int, np.ndarray] = {}
+    for i, ids in enumerate(partition_ids):
+        mask = np.isin(owned_all, ids) & (owner_index != i)
+        if mask.any():
+            out[i] = np.unique(owned_all[mask])
+    return out
