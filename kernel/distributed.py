@@ -79,8 +79,14 @@ def list_partitions(src: str | os.PathLike[str]) -> list[Path]:
 
 
 def _ids_of(path: str, column: str) -> np.ndarray:
-    ids = pq.read_table(path, columns=[column]).column(column)
-    return np.unique(ids.drop_null().to_numpy(zero_copy_only=False))
+    """The distinct batch ids of one partition (no sort when they already increase)."""
+    ids = pq.read_table(path, columns=[column]).column(column).drop_null()
+    values = ids.to_numpy(zero_copy_only=False)
+    if values.size and bool(np.all(values[1:] >= values[:-1])):
+        keep = np.ones(values.size, dtype=bool)
+        keep[1:] = values[1:] != values[:-1]
+        return values[keep]
+    return np.unique(values)
 
 
 def straddling_owners(partition_ids: Sequence[np.ndarray]) -> dict[int, np.ndarray]:
@@ -108,8 +114,9 @@ def straddling_owners(partition_ids: Sequence[np.ndarray]) -> dict[int, np.ndarr
 
 
 def _read_partition(files: Sequence[str], index: int, owned: np.ndarray,
-                    foreign: np.ndarray, column: str) -> pa.Table:
-    """Partition ``index`` without the batches it gave away, plus the rows of those it owns."""
+                    foreign: np.ndarray, column: str, donors: Sequence[int] = ()) -> pa.Table:
+    """Partition ``index`` without the batches it gave away, plus the rows of those it owns
+    (read from the ``donors``, the later partitions that hold some of them)."""
     own = pq.read_table(files[index])
     if len(foreign):
         keep = pc.invert(pc.is_in(own.column(column), value_set=pa.array(foreign)))
@@ -117,7 +124,7 @@ def _read_partition(files: Sequence[str], index: int, owned: np.ndarray,
     if not len(owned):
         return own
     extra = [own]
-    for j in range(index + 1, len(files)):
+    for j in donors:
         other = pq.read_table(files[j], filters=[(column, "in", owned.tolist())])
         if other.num_rows:
             extra.append(other.select(own.column_names).cast(own.schema))
@@ -140,38 +147,29 @@ def scenario_key(scenario: str) -> str:
 
 def price_partition(files: Sequence[str], index: int, owned: np.ndarray, foreign: np.ndarray,
                     scenario: str, pool: int, repos: Repos, dst: str, decode_threshold: int,
-                    column: str = BATCH_ID) -> PartitionResult:
-    """Price one partition under one scenario and write its priced and rejected rows."""
-    from .bulk import price_result
+                    column: str = BATCH_ID, donors: Sequence[int] = ()) -> PartitionResult:
+    """Price one partition under one scenario and write its priced and rejected rows.
+
+    Outputs are written aside and renamed by the bulk path, so a retried task never leaves half
+    a file behind.
+    """
+    from .bulk import price_file
 
     key = scenario_key(scenario)
-    out_dir = Path(dst) / f"scenario={key}"
-    rej_dir = Path(dst) / "rejects" / f"scenario={key}"
-    out = out_dir / f"part-{index:05d}.parquet"
+    out = Path(dst) / f"scenario={key}" / f"part-{index:05d}.parquet"
+    rejects = Path(dst) / "rejects" / f"scenario={key}" / f"part-{index:05d}.parquet"
     try:
-        table = _read_partition(files, index, owned, foreign, column)
+        table = _read_partition(files, index, owned, foreign, column, donors)
         k = _worker_kernel(scenario, pool, repos)
-        result = price_result(k, table, decode_threshold=decode_threshold)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        rejects.parent.mkdir(parents=True, exist_ok=True)
+        counts = price_file(k, table, out, rejects=rejects, progress=False,
+                            decode_threshold=decode_threshold,
+                            columns=None if column == BATCH_ID else {BATCH_ID: column})
     except Exception as exc:  # reported, never dropped: the caller lists it
         return PartitionResult(key, index, 0, 0, 0, 0, str(out), f"{type(exc).__name__}: {exc}")
-    counts = result.counts
-    priced = result.priced.with_columns(pl.lit(key).alias("scenario"),
-                                        pl.lit(index).alias("partition"))
-    _write_atomic(priced, out)
-    if result.rejects.height:
-        rejects = result.rejects.with_columns(pl.lit(key).alias("scenario"),
-                                              pl.lit(index).alias("partition"))
-        _write_atomic(rejects, rej_dir / f"part-{index:05d}.parquet")
     return PartitionResult(key, index, counts.rows_in, counts.rows_priced, counts.rows_rejected,
                            counts.batches_priced, str(out))
-
-
-def _write_atomic(frame: pl.DataFrame, path: Path) -> None:
-    # A retried task may run twice; write aside and rename so readers never see half a file.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    frame.write_parquet(tmp)
-    os.replace(tmp, path)
 
 
 def make_client(cluster: Any = None) -> Any:
@@ -195,8 +193,8 @@ def summarise(dst: str | os.PathLike[str]) -> pl.DataFrame:
     frame = con.sql(f"""
         SELECT scenario,
                count(*) AS batches,
-               sum(no_overlap_ns) AS total_no_overlap_ns,
-               sum(overlap_ns) AS total_overlap_ns,
+               sum(no_overlap_ns)::BIGINT AS total_no_overlap_ns,
+               sum(overlap_ns)::BIGINT AS total_overlap_ns,
                quantile_disc(no_overlap_ns, 0.5) AS p50_ns,
                quantile_disc(no_overlap_ns, 0.99) AS p99_ns,
                avg((bottleneck = 'sm')::INT) AS share_sm,
@@ -204,7 +202,7 @@ def summarise(dst: str | os.PathLike[str]) -> pl.DataFrame:
                avg((bottleneck = 'nvlink')::INT) AS share_nvlink,
                avg((bottleneck = 'nic')::INT) AS share_nic,
                avg((bottleneck = 'host')::INT) AS share_host
-        FROM read_parquet('{pattern}', hive_partitioning = false)
+        FROM read_parquet('{pattern}', hive_partitioning = true)
         GROUP BY scenario ORDER BY scenario""").pl()
     con.close()
     return frame
@@ -235,12 +233,21 @@ def price_dataset(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         partition_ids = client.gather(id_futures)
         owners = straddling_owners(partition_ids)
         foreign = _given_away(partition_ids, owners)
+        donors = {i: [j for j in range(i + 1, len(files))
+                      if np.isin(owned, partition_ids[j]).any()]
+                  for i, owned in owners.items()}
         empty = np.array([], dtype=np.int64)
+        # Each scenario prefers one worker, so a worker builds only its share of the kernels;
+        # any worker may still take the task (a dead worker's tasks move elsewhere).
+        workers = sorted(client.scheduler_info().get("workers", {})) or [None]
         futures = [client.submit(price_partition, files, i, owners.get(i, empty),
                                  foreign.get(i, empty), name, pool, repos, str(dst),
-                                 decode_threshold, column, pure=False, retries=retries,
-                                 key=f"price-{scenario_key(name)}-{i}-{time.time_ns()}")
-                   for name in names for i in range(len(files))]
+                                 decode_threshold, column, donors.get(i, []), pure=False,
+                                 retries=retries,
+                                 key=f"price-{scenario_key(name)}-{i}-{time.time_ns()}",
+                                 workers=workers[n % len(workers)],
+                                 allow_other_workers=True)
+                   for n, name in enumerate(names) for i in range(len(files))]
         results: list[PartitionResult] = client.gather(futures)
     finally:
         if own_client:

@@ -38,8 +38,9 @@ def _write_partitions(table: pa.Table, out: Path, cuts: list[int]) -> None:
 
 
 def _read_priced(root: Path, scenario: str) -> pl.DataFrame:
-    frame = pl.read_parquet(str(root / f"scenario={scenario}" / "*.parquet"))
-    return frame.drop("scenario", "partition").sort("batch_id")
+    frame = pl.read_parquet(str(root / f"scenario={scenario}" / "*.parquet"),
+                            hive_partitioning=False)
+    return frame.sort("batch_id")
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +93,10 @@ def test_bad_rows_are_rejected_and_counted_across_the_cluster(tmp_path: Path, cl
     result = price_dataset(src, tmp_path / "out", SCENARIOS[:1], client)
     assert result.rows_in == 500 and result.rows_rejected >= 2
     assert result.rows_in == result.rows_priced + result.rows_rejected
-    rejects = pl.read_parquet(str(tmp_path / "out" / "rejects" / "*" / "*.parquet"))
-    assert rejects.height == result.rows_rejected
-    assert set(rejects["partition"].to_list()) == {0}
+    files = sorted((tmp_path / "out" / "rejects").rglob("*.parquet"))
+    per_file = {f.name: pl.read_parquet(f, hive_partitioning=False).height for f in files}
+    assert sum(per_file.values()) == result.rows_rejected
+    assert {name for name, n in per_file.items() if n} == {"part-00000.parquet"}
 
 
 def test_unreadable_partition_is_reported_not_dropped(tmp_path: Path, client,  # type: ignore[no-untyped-def]
@@ -143,3 +145,40 @@ def test_a_worker_killed_mid_run_is_retried_with_identical_results(tmp_path: Pat
     assert result.rows_in == trace.num_rows == result.rows_priced + result.rows_rejected
     expected = price(kernel.open(SCENARIOS[0]), trace).sort("batch_id")
     assert _read_priced(out, SCENARIOS[0]).equals(expected)
+
+
+def test_price_command_on_a_local_cluster(tmp_path: Path, trace: pa.Table) -> None:
+    from click.testing import CliRunner
+
+    from kernel.cli import cli
+
+    src = tmp_path / "trace"
+    ids = trace.column("batch_id").to_numpy()
+    _write_partitions(trace, src, [int(len(ids) * 0.5)])
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["price", str(src), "--scenario", SCENARIOS[0], "-o",
+                                      str(out), "--cluster", "local:2"])
+    assert result.exit_code == 0, result.output
+    assert f"rows in {trace.num_rows:,} = priced {trace.num_rows:,} + rejected 0" in result.output
+    expected = price(kernel.open(SCENARIOS[0]), trace).sort("batch_id")
+    assert _read_priced(out, SCENARIOS[0]).equals(expected)
+    refused = CliRunner().invoke(cli, ["price", str(src), "-o", str(tmp_path / "o2"),
+                                       "--cluster", "local", "--strict"])
+    assert refused.exit_code == 2 and "--strict cannot be combined with --cluster" in refused.output
+
+
+def test_sweep_command_writes_a_summary(tmp_path: Path, trace: pa.Table) -> None:
+    from click.testing import CliRunner
+
+    from kernel.cli import cli
+
+    src = tmp_path / "t.parquet"
+    pq.write_table(trace, src)
+    result = CliRunner().invoke(cli, ["sweep", str(src), "--scenarios", "llama-3.1-8b-h100*",
+                                      "--scenarios", SCENARIOS[0], "-o", str(tmp_path / "o"),
+                                      "--cluster", "local:2"])
+    assert result.exit_code == 0, result.output
+    summary = pl.read_parquet(tmp_path / "o" / "summary.parquet")
+    assert sorted(summary["scenario"].to_list()) == sorted(
+        ["llama-3.1-8b-h100-tp1", SCENARIOS[0]])
+    assert f"rows in {2 * trace.num_rows:,}" in result.output

@@ -10,7 +10,7 @@ from click.testing import CliRunner, Result
 from kernel.cli import cli
 from tests.validation_support import MALFORMED, REFERENCE, ROOTS
 
-ROOT_OPTIONS = ["--scenarios", str(ROOTS / "scenarios"), "--catalog", str(ROOTS / "catalog"),
+ROOT_OPTIONS = ["--scenarios-root", str(ROOTS / "scenarios"), "--catalog", str(ROOTS / "catalog"),
                 "--registry", str(ROOTS / "registry")]
 PROBLEM_LINE = re.compile(r"^(error|warning)( \[[a-z0-9-]+\])?: \S+?(:\d+)?: \S+: .+$")
 

@@ -10,7 +10,7 @@ import click
 from pipeline.load import Repos
 
 repos_options = [
-    click.option("--scenarios", "scenarios_root", type=click.Path(file_okay=False),
+    click.option("--scenarios-root", "scenarios_root", type=click.Path(file_okay=False),
                  help="Scenarios root (default: the embedded examples)."),
     click.option("--catalog", "catalog_root", type=click.Path(file_okay=False),
                  help="Catalog root (default: the embedded catalog)."),

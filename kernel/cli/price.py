@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from pipeline.load import Repos
+
 from .common import make_repos, with_repos
 
 DEFAULT_SCENARIO = "deepseek-v3-h200-fp8-sglang-tp8"
@@ -90,14 +92,26 @@ def write_db(db: str | Path, k: Any, scenario: str, pool: int, priced: Path, tra
         con.close()
 
 
+def _price_on_cluster(trace: str, scenario: str, pool: int, output: str, cluster: str,
+                      decode_threshold: int, repos: Repos) -> None:
+    from kernel.distributed import price_dataset
+
+    result = price_dataset(trace, output, [scenario], cluster, pool=pool, repos=repos,
+                           decode_threshold=decode_threshold)
+    click.echo(f"rows in {result.rows_in:,} = priced {result.rows_priced:,} + rejected "
+               f"{result.rows_rejected:,}; {sum(t.batches for t in result.tasks):,} batches in "
+               f"{len(result.tasks)} partition(s), {result.seconds:.2f}s -> {output}")
+
+
 def register(group: click.Group) -> None:
     @group.command("price")
-    @click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+    @click.argument("trace", type=click.Path(exists=True))
     @click.option("--scenario", "-s", default=DEFAULT_SCENARIO, show_default=True,
                   help="Scenario name or path.")
     @click.option("--pool", default=0, show_default=True, help="Pool index.")
-    @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-                  help="Priced parquet (one row per batch; .csv also works).")
+    @click.option("-o", "--output", required=True, type=click.Path(),
+                  help="Priced parquet (one row per batch; .csv also works); a directory "
+                       "with --cluster.")
     @click.option("--rejects", type=click.Path(dir_okay=False),
                   help="Where rejected rows go (default: OUTPUT with .rejects.parquet, "
                        "written only if there are any).")
@@ -115,17 +129,32 @@ def register(group: click.Group) -> None:
     @click.option("--db", type=click.Path(dir_okay=False),
                   help="Also store the priced table in this DuckDB file, beside provenance.")
     @click.option("--no-progress", is_flag=True, help="No progress bar.")
+    @click.option("--cluster", default=None,
+                  help="Price on a Dask cluster (ADDRESS, or local[:N]); TRACE may then be a "
+                       "directory of parquet partitions and OUTPUT is a directory.")
     @with_repos
     def price_cmd(trace: str, scenario: str, pool: int, output: str, rejects: str | None,
                   strict: bool, decode_threshold: int, sm_budget: int,
                   batches_path: str | None, column_map: tuple[str, ...], chunk_rows: int,
-                  db: str | None, no_progress: bool, scenarios_root: str | None,
-                  catalog_root: str | None, registry_root: str | None) -> None:
+                  db: str | None, no_progress: bool, cluster: str | None,
+                  scenarios_root: str | None, catalog_root: str | None,
+                  registry_root: str | None) -> None:
         """Price every batch of a recorded TRACE into parquet (docs/traces.md)."""
         from kernel.bulk import price_file
         from kernel.trace import RejectedRowError, TraceError
 
         repos = make_repos(scenarios_root, catalog_root, registry_root)
+        if cluster is not None:
+            unsupported = [name for name, given in (
+                ("--rejects", rejects), ("--strict", strict), ("--sm-budget", sm_budget),
+                ("--batches", batches_path), ("--column", column_map), ("--db", db)) if given]
+            if unsupported:
+                raise click.UsageError(f"{', '.join(unsupported)} cannot be combined with "
+                                       "--cluster (rejects go to OUTPUT/rejects/)")
+            _price_on_cluster(trace, scenario, pool, output, cluster, decode_threshold, repos)
+            return
+        if Path(trace).is_dir():
+            raise click.UsageError("TRACE is a directory: give --cluster to price partitions")
         k = _open_kernel(scenario, pool, repos)
         out = Path(output)
         rej = Path(rejects) if rejects else out.with_name(out.stem + ".rejects.parquet")
