@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,6 @@ from kernel.types import Batch, Resource
 from .bulk_pools import VARIANTS, pool
 
 RES_COLS = [f"{r.value}_ns" for r in Resource]
-HAVE_BUILD = importlib.util.find_spec("kernel.build") is not None
 # One of each family the issue names, as far as the embedded data has them.
 SCENARIOS = {
     "dense": "llama-3.1-8b-h100-tp1",
@@ -124,7 +122,6 @@ def test_array_summary_equals_stacked_scalar_summaries(variant: str) -> None:
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
 
 
-@pytest.mark.skipif(not HAVE_BUILD, reason="kernel.build not available")
 @pytest.mark.parametrize("family", sorted(SCENARIOS))
 def test_bulk_equals_scalar_on_embedded_scenarios(family: str) -> None:
     import kernel

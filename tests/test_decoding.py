@@ -226,3 +226,9 @@ def test_comment_keys_are_allowed_only_where_the_schema_says() -> None:
     assert problems[0].path == "_commentary"
     problems = _load_errors(_decode, Scenario, "_comment: x\n")
     assert problems[0].path == "_comment"
+
+
+def test_the_shared_reference_is_beside_the_checkout() -> None:
+    """Several tests read ../shared/reference; a missing copy must fail, never empty a parametrize."""
+    assert (REF / "catalog" / "hardware").is_dir(), f"missing {REF}"
+    assert (REF / "registry" / "coefficients").is_dir(), f"missing {REF}"

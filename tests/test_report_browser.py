@@ -41,11 +41,10 @@ def _report(tmp: Path) -> Path:
     return svg
 
 
+@pytest.mark.skipif(shutil.which("chromium") is None, reason=(
+    "!!! chromium is not installed: the HTML report was NOT rendered in a browser. Install "
+    "Debian's `chromium` package (.ci/run does) to run this test. !!!"))
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
-    if shutil.which("chromium") is None:
-        pytest.skip("!!! chromium is not installed: the HTML report was NOT rendered in a "
-                    "browser. Install Debian's `chromium` package (.ci/run does) to run this "
-                    "test. !!!")
     page = _report(tmp_path)
     url = page.resolve().as_uri()
 
