@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import kernel
-from kernel import memory, step
+from kernel import laws, memory, step
 from kernel.kernel import Kernel
 from kernel.resolved import ResolvedPool
 from kernel.types import Batch, Placement, Resource
@@ -33,6 +33,8 @@ from pipeline.resources import data_dir
 GIB = 2**30
 DS3 = "deepseek-v3-h200-fp8-sglang-tp8"
 GLM5_DCP4 = "glm5-h200-tp8-dcp4"
+GLM5 = "glm5-h200-tp8"
+EP72 = "minimax-m25-gb200-nvl72-ep72"
 NEMOTRON = "nemotron3-ultra-h100-agg"
 KIMI = "kimi-k3-h100-nospec"
 DSV4 = "deepseek-v4-pro-b200-fp4-vllm-tp8"
@@ -488,3 +490,57 @@ def test_array_compose_equals_scalar_on_embedded_pools(name: str) -> None:
                 assert a == b or (a != a and b != b), (name, f, i)
 
     check()
+
+
+# --- cases 124, 137, 140, 146 ----------------------------------------------------------------
+
+
+def test_case_124_ds3_unstated_block_is_16() -> None:
+    """DS3 with block_size unstated: whole pages of 16 tokens, and the default is an assumption."""
+    k = variant(DS3, engine={"block_size": 0})
+    assert k.sequence_variable_bytes(1) == k.sequence_variable_bytes(16)
+    assert k.sequence_variable_bytes(17) == 2 * k.sequence_variable_bytes(16)
+    assumed = {o.name: o.scope for o in k.provenance() if o.set == kernel.KERNEL_ASSUMPTION_SET}
+    assert assumed["block_size"].startswith("16")
+
+
+def test_case_137_dcp4_sparse_layer_reads_more_for_many_short_requests() -> None:
+    """GLM5 dcp4 sparse layer: dcpDecodeTokens([1001]*8) > dcpDecodeTokens([8008])."""
+    r = rpool(open_k(GLM5_DCP4))
+    layer = next(x for x in r.plan.layers if x.attn_kind == "sparse_mla")
+    topk = laws.sparse_top_k(layer.attn_kind, layer.attn_index_top_k, layer.attn_window)
+    assert topk > 0 and r.layout.dcp == 4
+
+    def read(ctxs: list[int]) -> float:
+        return laws.dcp_decode_tokens(ctxs, topk, layer.attn_compress_ratio, r.layout.dcp,
+                                      r.dcp_interleave, True)
+
+    assert read([1001] * 8) > read([8008])
+
+
+@pytest.mark.parametrize(("dcp", "gather_2rank_moves"), [(4, False), (8, True)])
+def test_case_140_floor_probes_glm5_tp2_pcp4(dcp: int, gather_2rank_moves: bool) -> None:
+    """GLM5 tp2 pcp4: ×10 on the 4-rank all-reduce or all-gather floor raises a decode step
+    (the DCP combine and LSE gather); ×10 on the 2-rank all-gather moves it only at dcp 8, where
+    the query is gathered over TP."""
+    r = rpool(variant(GLM5, parallel={"tp": 2, "pcp": 4, "dcp": dcp}))
+    dec = decode_batch(32, 1, 4096)
+    base = step.step_time_into(r, dec, {}).no_overlap
+    if dcp == 4:
+        for op in ("all_reduce", "all_gather"):
+            assert step.step_time_into(_scale_floor(r, op, 4), dec, {}).no_overlap > base, op
+    moved = step.step_time_into(_scale_floor(r, "all_gather", 2), dec, {}).no_overlap
+    assert (moved > base) is gather_2rank_moves
+
+
+def test_case_146_minimax_ep72_smoke() -> None:
+    """The reference logs these steps only; here every one must satisfy the §2 invariants."""
+    k = open_k(EP72)
+    for b in (decode_batch(256, 2, 8192), decode_batch(32, 2, 8192),
+              Batch([(2048, 0, 2048)], decode_threshold=8),
+              Batch([(2048, 0, 2048)] * 4, decode_threshold=8)):
+        est = k.step_time(b)
+        assert 0 < est.overlap <= est.no_overlap
+        assert est.per_resource is not None
+        assert est.per_resource[est.bottleneck] == max(est.per_resource.values())
+        assert sum(est.per_resource.values()) == est.no_overlap
