@@ -981,18 +981,23 @@ def _stream(r: ResolvedPool, src: Any, dst: Path, rejects: str | Path | None, st
     return eng.counts
 
 
+def _coerced_chunks(eng: _Engine, ts: Any) -> Iterator[Rows]:
+    """The trace's chunks, read ahead on a thread, validated, empty ones dropped."""
+    offset = 0
+    for raw in _prefetch(ts.chunks()):
+        rows = eng.coerce(raw, offset)
+        offset += raw.num_rows
+        if len(rows):
+            yield rows
+
+
 def _run_contiguous(eng: _Engine, ts: Any, tick: Callable[[], None]) -> None:
     """Price chunk by chunk while batch ids increase; the last batch of each chunk is carried
     into the next (completed there with the next chunk's first run, without copying the
     chunk)."""
     carry = Rows.empty()
     last: int | None = None  # the largest batch id seen (the carried batch's, if any)
-    offset = 0
-    for raw in _prefetch(ts.chunks()):
-        rows = eng.coerce(raw, offset)
-        offset += raw.num_rows
-        if len(rows) == 0:
-            continue
+    for rows in _coerced_chunks(eng, ts):
         starts = _runs(rows.batch_id)
         run_ids = rows.batch_id[starts]
         if run_ids.size > 1 and not bool(np.all(run_ids[1:] > run_ids[:-1])):
@@ -1037,12 +1042,7 @@ def _run_partitioned(eng: _Engine, ts: Any, chunk_rows: int, tmp_parent: str | P
     tmp = Path(tempfile.mkdtemp(prefix=".blis-price-", dir=str(tmp_parent)))
     writers: list[Any] = [None] * nb
     try:
-        offset = 0
-        for raw in _prefetch(ts.chunks()):
-            rows = eng.coerce(raw, offset)
-            offset += raw.num_rows
-            if len(rows) == 0:
-                continue
+        for rows in _coerced_chunks(eng, ts):
             b = _bucket_of(rows.batch_id, nb).astype(np.uint8 if nb <= 256 else np.uint16)
             order = np.argsort(b, kind="stable")  # a radix sort for 8/16-bit keys
             bs = b[order]

@@ -41,28 +41,28 @@ DS_MLA_STATE_BYTES = {"fp8_ds_mla": 656, "nvfp4_ds_mla": 352}
 # --- polymorphic helpers: numpy only when an argument is an array -------------------------
 
 
-def _select(cond: Any, a: Any, b: Any) -> Any:
+def select(cond: Any, a: Any, b: Any) -> Any:
     """`a if cond else b`, element-wise when cond is an array."""
     if isinstance(cond, np.ndarray):
         return np.where(cond, a, b)
     return a if cond else b
 
 
-def _max(a: Any, b: Any) -> Any:
+def go_max(a: Any, b: Any) -> Any:
     """Go's max (NaN-propagating), element-wise for arrays."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.maximum(a, b)
     return a if a >= b or a != a else b
 
 
-def _min(a: Any, b: Any) -> Any:
+def go_min(a: Any, b: Any) -> Any:
     """Go's min (NaN-propagating), element-wise for arrays."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.minimum(a, b)
     return a if a <= b or a != a else b
 
 
-def _f64(x: Any) -> Any:
+def as_f64(x: Any) -> Any:
     """float64 of an integer datum (Go's float64(int))."""
     if isinstance(x, np.ndarray):
         return x.astype(np.float64)
@@ -99,7 +99,7 @@ def efficiency(m: FloatT, eps_max: float, m_half: float) -> FloatT:
     if eps_max <= 0:
         return _full(0.0, m)
     if m_half <= 0:
-        return _select(m <= 0, 0.0, eps_max)
+        return select(m <= 0, 0.0, eps_max)
     if not isinstance(m, np.ndarray):
         return 0.0 if m <= 0 else eps_max * m / (m + m_half)
     with np.errstate(divide="ignore", invalid="ignore"):  # masked lanes with m == -m_half
@@ -129,7 +129,7 @@ def shape_efficiency(
         eff = eff * (k / (k + k_half))
     if n_half > 0 and n > 0:
         eff = eff * (n / (n + n_half))
-    return _select(m <= 0, 0.0, eff)
+    return select(m <= 0, 0.0, eff)
 
 
 def span(cross: int, total: int, ratio: float) -> float:
@@ -172,17 +172,17 @@ def fabric_ratio(intra_gbps: float, inter_gbps: float) -> float:
 def collective_time(nbytes: FloatT, trans: float, peak: float, floor: float) -> FloatT:
     """Three-parameter collective law max(floor + b/trans, b/peak) (§2.3 CollectiveTime)."""
     if peak <= 0:
-        return _select(nbytes <= 0, floor, math.inf)
+        return select(nbytes <= 0, floor, math.inf)
     at_peak = nbytes / peak
-    t = _max(floor + nbytes / trans, at_peak) if trans > 0 else _max(floor, at_peak)
-    return _select(nbytes <= 0, floor, t)
+    t = go_max(floor + nbytes / trans, at_peak) if trans > 0 else go_max(floor, at_peak)
+    return select(nbytes <= 0, floor, t)
 
 
 def floor_and_rate(nbytes: FloatT, rate: float, floor: float) -> FloatT:
     """max(floor, bytes/rate); floor for no bytes, +Inf for no rate (§2.3 FloorAndRate)."""
     if rate <= 0:
-        return _select(nbytes <= 0, floor, math.inf)
-    return _select(nbytes <= 0, floor, _max(floor, nbytes / rate))
+        return select(nbytes <= 0, floor, math.inf)
+    return select(nbytes <= 0, floor, go_max(floor, nbytes / rate))
 
 
 # --- experts (§1.7, §2.3) -----------------------------------------------------------------
@@ -271,7 +271,7 @@ def experts_touched(tokens: int | Array, n_experts: int, top_k: int, local: floa
 
 def causal_pairs(s: FloatT, computed: FloatT) -> FloatT:
     """Causal prefill work 4*(s*C + s*s*0.5) for s new tokens after C computed (§2.2)."""
-    fs, fc = _f64(s), _f64(computed)
+    fs, fc = as_f64(s), as_f64(computed)
     return 4 * (fs * fc + fs * fs * 0.5)
 
 
@@ -280,8 +280,8 @@ def windowed_pairs_for_chunk(s: FloatT, prefix: FloatT, window: int) -> FloatT:
     if window <= 0:
         return _full(0.0, s, prefix)
     w = float(window)
-    fs, fp = _f64(s), _f64(prefix)
-    n_small = _max(0.0, _min(fs, w - fp))
+    fs, fp = as_f64(s), as_f64(prefix)
+    n_small = go_max(0.0, go_min(fs, w - fp))
     return (
         n_small * (fp + 1) + n_small * (n_small - 1) * 0.5 - n_small * 0.5 + (fs - n_small) * w
     )
@@ -318,8 +318,8 @@ def dcp_local_tokens_one(ctx: IntT, dcp: int, interleave: int) -> IntT:
     if not isinstance(ctx, np.ndarray) and ctx <= 0:
         return 0
     base = (ctx // inter // dcp) * inter
-    local = _max(base + _min(ctx - base * dcp, inter), 1)
-    return _select(ctx <= 0, 0, local)
+    local = go_max(base + go_min(ctx - base * dcp, inter), 1)
+    return select(ctx <= 0, 0, local)
 
 
 def dcp_local_tokens(ctxs: Iterable[int] | Array, dcp: int, interleave: int) -> int:
@@ -346,9 +346,9 @@ def selected_kv_tokens_for(ctx: int, topk: int, compress_ratio: float) -> float:
 def selected_kv_tokens_for(ctx: Array, topk: int, compress_ratio: float) -> Array: ...
 def selected_kv_tokens_for(ctx: int | Array, topk: int, compress_ratio: float) -> float | Array:
     """min(ctx, topk) + (ctx-topk)/ratio past the top-k (§2.8 selectedKVTokensFor)."""
-    sel = _f64(_min(ctx, topk))
+    sel = as_f64(go_min(ctx, topk))
     if compress_ratio > 0:
-        sel = sel + _select(ctx > topk, (ctx - topk) / compress_ratio, 0.0)
+        sel = sel + select(ctx > topk, (ctx - topk) / compress_ratio, 0.0)
     return sel
 
 
@@ -375,10 +375,10 @@ def dcp_decode_tokens_one(
     shards_kind: bool,
 ) -> float | Array:
     """One decode request's KV read: selection, then DCP shard; 0 for ctx <= 0 (§2.8)."""
-    read: Any = selected_kv_tokens_for(ctx, topk, compress_ratio) if topk > 0 else _f64(ctx)
+    read: Any = selected_kv_tokens_for(ctx, topk, compress_ratio) if topk > 0 else as_f64(ctx)
     if dcp > 1 and shards_kind:
-        read = _f64(dcp_local_tokens_one(_trunc(read + 0.5), dcp, interleave))
-    return _select(ctx <= 0, 0.0, read)
+        read = as_f64(dcp_local_tokens_one(_trunc(read + 0.5), dcp, interleave))
+    return select(ctx <= 0, 0.0, read)
 
 
 def dcp_decode_tokens(
@@ -400,8 +400,8 @@ def dcp_decode_tokens(
 
 def _zigzag_chunk(idx: int, ch: Any, s: Any) -> tuple[Any, Any]:
     """Token range [lo, hi) of zigzag chunk `idx` of size `ch` over `s` tokens."""
-    lo = _min(idx * ch, s)
-    return lo, _min(lo + ch, s)
+    lo = go_min(idx * ch, s)
+    return lo, go_min(lo + ch, s)
 
 
 def _rank_tokens(rank: int, n_chunks: int, ch: Any, s: Any) -> Any:
@@ -409,7 +409,7 @@ def _rank_tokens(rank: int, n_chunks: int, ch: Any, s: Any) -> Any:
     held: Any = 0
     for idx in (rank, n_chunks - 1 - rank):
         lo, hi = _zigzag_chunk(idx, ch, s)
-        held = held + _max(hi - lo, 0)
+        held = held + go_max(hi - lo, 0)
     return held
 
 
@@ -426,10 +426,10 @@ def pcp_local_tokens(s: IntT, pcp: int, dcp: int) -> IntT:
         return s  # DCP replicates a request this short: no rank walk needed
     best: Any = 0
     for rank in range(pcp):
-        best = _max(best, _rank_tokens(rank, n_chunks, ch, s))
+        best = go_max(best, _rank_tokens(rank, n_chunks, ch, s))
     if dcp > 1:
-        best = _select(replicated, s, best)
-    return _select(s <= 0, -1, best)
+        best = select(replicated, s, best)
+    return select(s <= 0, -1, best)
 
 
 @overload
@@ -448,17 +448,17 @@ def pcp_causal_pairs(s: Any, prefix: Any, pcp: int, dcp: int) -> Any:
         return whole
     n_chunks = 2 * pcp
     ch = cdiv(s, n_chunks)
-    fp = _f64(prefix)
+    fp = as_f64(prefix)
     best: Any = 0.0
     for rank in range(pcp):
         pairs: Any = 0.0
         for idx in (rank, n_chunks - 1 - rank):
             lo, hi = _zigzag_chunk(idx, ch, s)
-            n, flo, fhi = _f64(hi - lo), _f64(lo), _f64(hi)
+            n, flo, fhi = as_f64(hi - lo), as_f64(lo), as_f64(hi)
             term = n * (fp + 1) + (flo + fhi - 1) * n / 2 - n / 2
-            pairs = pairs + _select(hi > lo, term, 0.0)  # + 0.0 is exact: same as skipping
-        best = _max(best, pairs)
-    return _select(s <= 0, 0.0, _select(local == s, whole, 4 * best))
+            pairs = pairs + select(hi > lo, term, 0.0)  # + 0.0 is exact: same as skipping
+        best = go_max(best, pairs)
+    return select(s <= 0, 0.0, select(local == s, whole, 4 * best))
 
 
 def pcp_busiest_chunks(s: int, prefix: int, pcp: int, dcp: int) -> list[tuple[int, int]]:
@@ -588,7 +588,7 @@ def paged_bytes(t: IntT, block: int, bytes_per_token: float) -> IntT:
     if not isinstance(t, np.ndarray) and t <= 0:
         return 0
     raw = t * bytes_per_token if block <= 1 else cdiv(t, block) * block * bytes_per_token
-    return _select(t <= 0, 0, _trunc(raw))
+    return select(t <= 0, 0, _trunc(raw))
 
 
 def recurrent_state_bytes(
@@ -606,17 +606,17 @@ def recurrent_state_bytes(
 
 def ring_pages(window: int, block: int, in_flight: IntT, max_model_len: int) -> IntT:
     """Pages of a window ring at f in-flight tokens: cdiv(min(w-1+f, L), B)+1 (seed §0.5)."""
-    f = _max(in_flight, 0)
-    return cdiv(_min(window - 1 + f, max_model_len), block) + 1
+    f = go_max(in_flight, 0)
+    return cdiv(go_min(window - 1 + f, max_model_len), block) + 1
 
 
 def ring_pages_at(
     computed: IntT, in_flight: IntT, window: int, block: int, max_model_len: int
 ) -> IntT:
     """Ring pages once c tokens are computed: min(cdiv(min(c+f, L), B), ring(f)) (seed §5)."""
-    c, f = _max(computed, 0), _max(in_flight, 0)
-    held = cdiv(_min(c + f, max_model_len), block)
-    return _min(held, ring_pages(window, block, f, max_model_len))
+    c, f = go_max(computed, 0), go_max(in_flight, 0)
+    held = cdiv(go_min(c + f, max_model_len), block)
+    return go_min(held, ring_pages(window, block, f, max_model_len))
 
 
 def default_max_num_batched_tokens(memory_gib: float, chip_name: str) -> int:

@@ -66,30 +66,11 @@ __all__ = [
 # --- polymorphic selections (cheap for Python scalars, element-wise for arrays) ------------
 
 
-def _sel(cond: Any, a: Any, b: Any) -> Any:
-    """``a if cond else b``; ``np.where`` when ``cond`` is an array."""
-    if isinstance(cond, np.ndarray):
-        return np.where(cond, a, b)
-    return a if cond else b
-
-
 def _gtmax(a: Any, b: Any) -> Any:
     """Go's running max with ``>``: keep ``a`` unless ``b > a`` (§2.4 stage)."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.where(b > a, b, a)
     return b if b > a else a
-
-
-def _min(a: Any, b: Any) -> Any:
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return np.minimum(a, b)
-    return b if b < a else a
-
-
-def _f64(x: Any) -> Any:
-    if isinstance(x, np.ndarray):
-        return x.astype(np.float64)
-    return float(x)
 
 
 def _round_half(x: Any) -> Any:
@@ -630,17 +611,17 @@ def _compose(p: _Prepared, s: BatchSummary,
     tokens = tokens_all - s.withheld
     # An empty step is priced from host alone (§2.1); price its layers at 1 token, then
     # select, so that arrays need no division by zero.
-    T = _sel(empty, 1.0, _f64(tokens))
+    T = laws.select(empty, 1.0, laws.as_f64(tokens))
     dec = s.decode_requests > 0
     pre = s.prefill_requests > 0
     mixed = dec & pre
-    n_dec_kv = _f64(s.decode_kv_tokens)
+    n_dec_kv = laws.as_f64(s.decode_kv_tokens)
     # SM derate (§2.2).
     sm_count = p.sm_count
     if sm_count > 0:
         budget = s.sm_budget
         partial = (budget > 0) & (budget < sm_count)
-        derate = _sel(partial, sm_count / _sel(partial, budget, 1), 1.0)
+        derate = laws.select(partial, sm_count / laws.select(partial, budget, 1), 1.0)
     else:
         derate = 1.0
     # Every ramp, the grouped GEMM's included, is evaluated at the step's rank-local token
@@ -696,29 +677,29 @@ def _compose(p: _Prepared, s: BatchSummary,
             rate = L.attn_rate
             n_read = n_dec_kv if L.decode_sig < 0 else s.decode_reads[L.decode_sig]
             if rate > 0:
-                attn = _sel(dec, L.attn_floor_s + n_read * L.kv / rate, 0.0)
+                attn = laws.select(dec, L.attn_floor_s + n_read * L.kv / rate, 0.0)
             else:
-                kv_bytes = _sel(dec, n_read * L.kv, 0.0)  # no measured rate: HBM fallback
+                kv_bytes = laws.select(dec, n_read * L.kv, 0.0)  # no measured rate: HBM fallback
             layer_causal = s.causal_flops if L.window_idx < 0 else s.windowed[L.window_idx]
             if L.one_kernel:
                 if L.attn_floor_lt_prefill:
-                    attn = _sel(mixed, attn - L.attn_floor_s, attn)
+                    attn = laws.select(mixed, attn - L.attn_floor_s, attn)
                 else:
-                    attn_sm = _sel(mixed, attn_sm - p.prefill_floor_s, attn_sm)
+                    attn_sm = laws.select(mixed, attn_sm - p.prefill_floor_s, attn_sm)
             if ps is not None:
-                attn_sm = _sel(pre, attn_sm + (p.prefill_floor_s + layer_causal * L.q_heads
+                attn_sm = laws.select(pre, attn_sm + (p.prefill_floor_s + layer_causal * L.q_heads
                                                * L.head_dim / tp / ps * derate), attn_sm)
             else:
-                flops = _sel(pre, flops + layer_causal * L.q_heads * L.head_dim / tp, flops)
+                flops = laws.select(pre, flops + layer_causal * L.q_heads * L.head_dim / tp, flops)
             for a in L.secondaries:
                 n: Any = n_dec_kv
                 if a.window > 0:
-                    n = _min(n, _f64(a.window * s.decode_requests))
+                    n = laws.go_min(n, laws.as_f64(a.window * s.decode_requests))
                 if a.compress > 1:
                     n = n / a.compress
                 if a.shards:
-                    n = _f64(laws.dcp_local_tokens_one(_round_half(n), dcp, inter))
-                attn = _sel(dec, attn + (a.floor_s + n * a.per_tok / a.rate), attn)
+                    n = laws.as_f64(laws.dcp_local_tokens_one(_round_half(n), dcp, inter))
+                attn = laws.select(dec, attn + (a.floor_s + n * a.per_tok / a.rate), attn)
         elementwise = T * L.elementwise / tp
         rec: Any = 0.0
         if L.rec:
@@ -744,9 +725,9 @@ def _compose(p: _Prepared, s: BatchSummary,
                 on_node = on_node + kc.seconds(nbytes)
         # DCP decode collectives.
         if L.dcp_decode:
-            rows = s.decode_tokens if L.latent else _sel(s.any_context, tokens_all, 0)
+            rows = s.decode_tokens if L.latent else laws.select(s.any_context, tokens_all, 0)
             has_rows = rows > 0
-            rf = _f64(rows)
+            rf = laws.as_f64(rows)
             for what, kc, heads in L.dcp_charges:
                 if what == "q":
                     nbytes = rf * heads * L.dcp_qW * 2
@@ -758,22 +739,22 @@ def _compose(p: _Prepared, s: BatchSummary,
                     nbytes = rf * heads * L.dcp_oW * 2
                 t = kc.seconds(nbytes)
                 if kc.crosses:
-                    cross = _sel(has_rows, cross + t, cross)
+                    cross = laws.select(has_rows, cross + t, cross)
                 else:
-                    on_node = _sel(has_rows, on_node + t, on_node)
+                    on_node = laws.select(has_rows, on_node + t, on_node)
             if L.ctx_gather:
                 on_node, cross = _context_gathers(p, L, s.context_runs, pre, on_node, cross)
         # PCP prefill gathers.
         if L.pcp_gather:
             has_pre = s.prefill_tokens > 0
             kc = L.pcp_gather_coll
-            rows_f = _f64(p.pcp * s.prefill_tokens)
+            rows_f = laws.as_f64(p.pcp * s.prefill_tokens)
             for width in L.pcp_widths:
                 t = kc.seconds(rows_f * width * 2)
                 if kc.crosses:
-                    cross = _sel(has_pre, cross + t, cross)
+                    cross = laws.select(has_pre, cross + t, cross)
                 else:
-                    on_node = _sel(has_pre, on_node + t, on_node)
+                    on_node = laws.select(has_pre, on_node + t, on_node)
         stage = _gtmax(_gtmax(_gtmax(sm - routed_sm, hbm - routed_hbm), on_node), cross) + routed
         if trace is not None:
             terms = {"dense_sm": sm - routed_sm, "dense_hbm": hbm - routed_hbm,
@@ -795,17 +776,17 @@ def _compose(p: _Prepared, s: BatchSummary,
     head_hbm = p.head_dw_hbm
     tot_sm = tot_sm + head_sm
     tot_hbm = tot_hbm + head_hbm
-    overlap = overlap + _sel(head_sm > head_hbm, head_sm, head_hbm)
+    overlap = overlap + laws.select(head_sm > head_hbm, head_sm, head_hbm)
     # Host (§2.6): mode by batch shape, eager above the capture size.
     decode_mode = (s.n_requests == 0) | s.uniform_decode
-    host_step = _sel(tokens_all > p.capture, p.eager_ns,
-                     _sel(decode_mode, p.host_decode_ns, p.host_other_ns))
-    host_ns = _sel(empty, host_step, host_step + p.launch_ns)
+    host_step = laws.select(tokens_all > p.capture, p.eager_ns,
+                     laws.select(decode_mode, p.host_decode_ns, p.host_other_ns))
+    host_ns = laws.select(empty, host_step, host_step + p.launch_ns)
     zero = 0.0
     return StepTotals(
-        _sel(empty, zero, tot_sm), _sel(empty, zero, tot_hbm), _sel(empty, zero, tot_nv),
-        _sel(empty, zero, tot_nic), _dur_seconds(host_ns), host_ns,
-        _sel(empty, zero, overlap), empty)
+        laws.select(empty, zero, tot_sm), laws.select(empty, zero, tot_hbm), laws.select(empty, zero, tot_nv),
+        laws.select(empty, zero, tot_nic), _dur_seconds(host_ns), host_ns,
+        laws.select(empty, zero, overlap), empty)
 
 
 def _context_gathers(p: _Prepared, L: _Layer, runs: Any, pre: Any, on_node: Any,
