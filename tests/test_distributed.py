@@ -137,6 +137,7 @@ def test_a_worker_killed_mid_run_is_retried_with_identical_results(tmp_path: Pat
         while not list(out.glob("scenario=*/*.parquet")) and time.time() < deadline:
             time.sleep(0.02)
         os.kill(pids[0], signal.SIGKILL)  # mid-run: some partitions are done, others are not
+        assert worker.is_alive(), "the run finished before the fault: nothing was tested"
         worker.join(120)
         assert "error" not in done, done.get("error")
         result = done["result"]
