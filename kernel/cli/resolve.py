@@ -31,7 +31,8 @@ def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.6g}"
+        # Integral values (byte counts, widths) in full; others as the shortest exact repr.
+        return f"{int(value):,}" if value.is_integer() and abs(value) < 2**53 else repr(value)
     return str(value)
 
 
@@ -52,8 +53,8 @@ def write_table(table: pa.Table, fmt: str, out: str | None, title: str = "",
         rich = Table(title=title or None, show_lines=False)
         rows = table.to_pylist()
         if transpose and len(rows) == 1:
-            rich.add_column("field")
-            rich.add_column("value")
+            rich.add_column("field", no_wrap=True)
+            rich.add_column("value", overflow="fold", max_width=120)
             for k, v in rows[0].items():
                 rich.add_row(k, _cell(v))
         else:
