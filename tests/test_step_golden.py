@@ -28,7 +28,7 @@ from kernel.kernel import Kernel
 from kernel.resolved import ResolvedPool
 from kernel.types import Batch, Placement, Resource
 from pipeline.load import open_inputs
-from pipeline.resources import data_dir
+from tests.embedded import BUILDABLE, REFUSED
 
 GIB = 2**30
 DS3 = "deepseek-v3-h200-fp8-sglang-tp8"
@@ -38,14 +38,7 @@ EP72 = "minimax-m25-gb200-nvl72-ep72"
 NEMOTRON = "nemotron3-ultra-h100-agg"
 KIMI = "kimi-k3-h100-nospec"
 DSV4 = "deepseek-v4-pro-b200-fp4-vllm-tp8"
-# Embedded scenarios the builder refuses, with why: the registry measures h200 collectives at
-# 2, 4 and 8 ranks only, and an unmeasured width inside {2,4,8,16} is a refusal (case 85).
-REFUSED = {
-    "minimax-m25-h200-ep16": "no 16-rank all_reduce measurement",
-    "deepseek-v4-pro-h200-fp8-vllm-tp8-ep8-dp2-cfg2": "no 16-rank",
-}
-SCENARIOS = sorted(p.stem for p in (data_dir() / "scenarios").glob("*.yaml")
-                   if p.stem not in REFUSED)
+SCENARIOS = BUILDABLE
 
 
 def decode_batch(n: int, q: int, ctx: int) -> Batch:
