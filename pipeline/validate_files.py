@@ -59,7 +59,8 @@ class Checked:
 # ---------------------------------------------------------------------------------------
 # Single documents
 
-_SINGLE: dict[str, tuple[type, Any]] = {
+# Document kind -> (its dataclass, its field validator).
+SINGLE_DOCUMENTS: dict[str, tuple[type, Any]] = {
     "scenario": (Scenario, validate_scenario),
     "deployment": (Deployment, validate_deployment),
     "graph": (Graph, validate_graph),
@@ -117,7 +118,7 @@ def check_document(path: Path, kind: str | None = None, name: str = "") -> Check
             classes, lines = decode_map(StorageDevice, read_documents(path)[0], file)
             return Checked(kind, name or path.stem, file,
                            validate_storage(classes.values(), file, lines))
-        tp, validator = _SINGLE[kind]
+        tp, validator = SINGLE_DOCUMENTS[kind]
         doc: Any
         doc, loaded = load_document(tp, path)
     except DocumentError as exc:

@@ -9,29 +9,17 @@ from typing import Any
 
 from pipeline.decode import decode_map
 from pipeline.documents import (
-    Chip,
-    CoefficientSet,
-    Deployment,
-    Fabric,
     Graph,
-    ModelIdentity,
     Parallelism,
-    Scenario,
     StorageDevice,
 )
 from pipeline.errors import DocumentError, Problem
 from pipeline.load import Inputs, Repos, load_document, open_inputs
 from pipeline.validate import (
     check_inputs,
-    validate_chip,
-    validate_coefficient_set,
-    validate_deployment,
-    validate_fabric,
-    validate_graph,
-    validate_identity,
-    validate_scenario,
     validate_storage,
 )
+from pipeline.validate_files import SINGLE_DOCUMENTS
 from pipeline.yamlio import read_documents
 
 MALFORMED = Path(__file__).parent / "malformed"
@@ -41,14 +29,10 @@ ROOTS = MALFORMED / "roots"
 REPOS = Repos(scenarios=ROOTS / "scenarios", catalog=ROOTS / "catalog",
               registry=ROOTS / "registry")
 
+# The malformed cases name their loader by these short names.
 LOADERS: dict[str, tuple[type, Any]] = {
-    "scenario": (Scenario, validate_scenario),
-    "deployment": (Deployment, validate_deployment),
-    "graph": (Graph, validate_graph),
-    "chip": (Chip, validate_chip),
-    "fabric": (Fabric, validate_fabric),
-    "coefficients": (CoefficientSet, validate_coefficient_set),
-    "identity": (ModelIdentity, validate_identity),
+    {"coefficient set": "coefficients", "model identity": "identity"}.get(kind, kind): entry
+    for kind, entry in SINGLE_DOCUMENTS.items()
 }
 
 
