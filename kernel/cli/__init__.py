@@ -27,4 +27,12 @@ _register_commands()
 
 
 def main() -> None:
-    cli()
+    """The console entry point: a refused deployment or a bad document is an error message, not
+    a traceback."""
+    from pipeline.errors import DocumentError, RefusalError
+
+    try:
+        cli()
+    except (DocumentError, RefusalError) as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(1) from None
