@@ -20,6 +20,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from kernel import laws
+
 from . import load as _load
 from . import normalise as nz
 from .errors import DocumentError, Problem
@@ -185,6 +187,26 @@ def sql_files() -> list[Path]:
     return sorted(sql_dir().glob("*.sql"))
 
 
+# Cost laws the views call, backed by kernel.laws so that SQL and Python share one definition:
+# SQL name -> (law, argument types, result type).
+_LAWS: dict[str, tuple[Callable[..., Any], list[str], str]] = {
+    "span_law": (laws.span, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
+    "flat_span": (laws.flat_span, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
+    "ring_span": (laws.ring_span, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
+    "all2all_span": (laws.all2all_span, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
+    "us_to_ns": (laws.us_to_duration_ns, ["DOUBLE"], "BIGINT"),
+}
+
+
+def register_laws(con: duckdb.DuckDBPyConnection) -> None:
+    """Make the kernel's cost laws callable from SQL on this connection (idempotent)."""
+    have = {row[0] for row in con.execute(
+        "SELECT function_name FROM duckdb_functions() WHERE function_type = 'scalar'").fetchall()}
+    for name, (law, args, result) in _LAWS.items():
+        if name not in have:
+            con.create_function(name, law, args, result)  # type: ignore[arg-type]
+
+
 def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> None:
     """Run every ``sql/*.sql`` file in filename order (each creates or replaces views).
 
@@ -194,6 +216,7 @@ def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> Non
     call this again after registering more documents (``load_scenarios`` and
     ``kernel.build.new`` do).
     """
+    register_laws(con)
     kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables"
                              ).fetchall())
     for path in sql_files():

@@ -1,21 +1,7 @@
 -- Pure helper laws used by the views (kernel-algorithm.md §2.3, §1.5, §1.6).
 
--- Span(cross, total, ratio): the cross-node byte multiplier.
-CREATE OR REPLACE MACRO span_law(c, t, r) AS
-    CASE WHEN c <= 0 OR t <= 0 OR isnan(CAST(r AS DOUBLE)) OR isinf(CAST(r AS DOUBLE)) OR r <= 1
-         THEN CAST(1 AS DOUBLE)
-         ELSE 1 + (CAST(r AS DOUBLE) - 1) * CAST(c AS DOUBLE) / CAST(t AS DOUBLE) END;
-
-CREATE OR REPLACE MACRO flat_span(g, p, r) AS
-    CASE WHEN g <= 1 OR p <= 0 OR g <= p THEN CAST(1 AS DOUBLE) ELSE span_law(g - 1, g - 1, r) END;
-
-CREATE OR REPLACE MACRO ring_span(g, p, r) AS
-    CASE WHEN g <= 1 OR p <= 0 THEN CAST(1 AS DOUBLE)
-         WHEN g % p <> 0 THEN flat_span(g, p, r)
-         ELSE span_law(g // p - 1, g - 1, r) END;
-
-CREATE OR REPLACE MACRO all2all_span(g, p, r) AS
-    CASE WHEN g <= 1 OR p <= 0 THEN CAST(1 AS DOUBLE) ELSE span_law(g - p, g - 1, r) END;
+-- The span laws (span_law, flat_span, ring_span, all2all_span) and us_to_ns are not macros:
+-- pipeline.db.register_laws binds them to kernel.laws, the one definition Python also prices with.
 
 -- blis-schemas DType.Bytes().
 CREATE OR REPLACE MACRO dtype_bytes(d) AS CAST(
@@ -37,9 +23,6 @@ CREATE OR REPLACE MACRO cache_dtype_bytes(declared, fallback) AS CAST(
 -- Go's %v for an int list: [2 4 8].
 CREATE OR REPLACE MACRO go_int_list(xs) AS
     '[' || array_to_string(list_transform(xs, lambda x: CAST(x AS VARCHAR)), ' ') || ']';
-
--- µs coefficient → integer nanoseconds, truncated toward zero (Go time.Duration(v*1000)).
-CREATE OR REPLACE MACRO us_to_ns(v) AS CAST(trunc(CAST(v AS DOUBLE) * 1000.0) AS BIGINT);
 
 CREATE OR REPLACE MACRO latent_kind(k) AS k IN ('mla', 'sparse_mla');
 CREATE OR REPLACE MACRO dcp_shards_kind(k) AS k IN ('gqa', 'mla', 'sparse_mla');
