@@ -42,25 +42,15 @@ def write_db(db: str | Path, k: Any, scenario: str, pool: int, priced: Path, tra
     """Store the priced table in DuckDB beside the scenario's documents and provenance.
 
     Tables: ``priced_steps`` (scenario, pool, trace + the priced columns; a re-run of the same
-    trace replaces its rows) and ``kernel_provenance`` (scenario, pool, name, set, method,
-    scope — ``k.provenance()``). When :mod:`pipeline.db` is present, the scenario's documents
-    and the resolution views are loaded too.
+    trace replaces its rows), ``kernel_provenance`` (scenario, pool, name, set, method, scope —
+    ``k.provenance()``), and the scenario's document tables and resolution views.
     """
-    import duckdb
     import pyarrow as pa
 
-    try:
-        from pipeline import db as pdb
-    except ImportError:  # pragma: no cover - pipeline.db ships with the project
-        pdb = None  # type: ignore[assignment]
-    if pdb is not None:
-        con = pdb.open_db(db)
-        try:
-            pdb.load_scenarios([scenario], repos=repos, con=con)
-        except Exception as exc:  # documents are a convenience; the prices are the point
-            click.echo(f"note: scenario documents not loaded into {db}: {exc}", err=True)
-    else:
-        con = duckdb.connect(str(db))
+    from pipeline import db as pdb
+
+    con = pdb.open_db(db)
+    pdb.load_scenarios([scenario], repos=repos, con=con)
     try:
         prov = k.provenance()
         ptab = pa.table({
