@@ -634,13 +634,12 @@ def default_max_num_seqs(memory_gib: float, chip_name: str) -> int:
 
 
 def mla_context_chunk(
-    max_model_len: int, max_num_seqs: int, block: int, dcp: int, interleave: int,
-    any_latent: bool = False,
+    max_model_len: int, max_num_seqs: int, block: int, dcp: int, interleave: int
 ) -> int:
     """MLA context-gather chunk in tokens, aligned to block and DCP stripe (§6.6, 19ac88e6).
 
-    With max_model_len <= 0 the chunk is 65536; when dcp > 1 and any_latent the caller records
-    the assumption `mla_context_chunk = "65536"`. any_latent does not change the value.
+    With max_model_len <= 0 the chunk is 65536 (with dcp > 1 on a latent model the caller
+    records the assumption `mla_context_chunk = "65536"`).
     """
     chunk = 65536
     if max_model_len > 0:

@@ -195,7 +195,25 @@ _LAWS: dict[str, tuple[Callable[..., Any], list[str], str]] = {
     "ring_span": (laws.ring_span, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
     "all2all_span": (laws.all2all_span, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
     "us_to_ns": (laws.us_to_duration_ns, ["DOUBLE"], "BIGINT"),
+    "mla_context_chunk": (laws.mla_context_chunk,
+                          ["BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT"], "BIGINT"),
 }
+
+
+def _capture_sizes(seqs: int, q: int, budget: int, stated_max: int | None,
+                   stated_sizes: list[int] | None, blackwell: bool,
+                   decode_full: bool) -> list[int]:
+    """``laws.capture_sizes`` for SQL: [] where vLLM refuses (90_refusals.sql says why).
+
+    A stated ceiling only matters for its conflict with stated sizes, which the view checks
+    itself, so it is not passed on when sizes are stated.
+    """
+    try:
+        return laws.capture_sizes(seqs, q, budget,
+                                  stated_max if stated_sizes is None else None, stated_sizes,
+                                  blackwell, decode_full)
+    except ValueError:
+        return []
 
 
 def register_laws(con: duckdb.DuckDBPyConnection) -> None:
@@ -205,6 +223,10 @@ def register_laws(con: duckdb.DuckDBPyConnection) -> None:
     for name, (law, args, result) in _LAWS.items():
         if name not in have:
             con.create_function(name, law, args, result)  # type: ignore[arg-type]
+    if "capture_sizes" not in have:  # its ceiling and stated sizes may be NULL
+        con.create_function("capture_sizes", _capture_sizes,  # type: ignore[call-overload]
+                            ["BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT[]", "BOOLEAN",
+                             "BOOLEAN"], "BIGINT[]", null_handling="special")
 
 
 def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> None:

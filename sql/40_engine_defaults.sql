@@ -62,59 +62,20 @@ WITH e AS (
                WHEN 'FULL_AND_PIECEWISE' THEN 'FULL' WHEN 'FULL_DECODE_ONLY' THEN 'FULL'
                ELSE 'NONE' END AS decode_graph_mode,
            CASE resolved_cudagraph_mode WHEN 'PIECEWISE' THEN 'PIECEWISE' WHEN 'FULL' THEN 'FULL'
-               WHEN 'FULL_AND_PIECEWISE' THEN 'PIECEWISE' ELSE 'NONE' END AS other_graph_mode,
-           -- capture ceiling C0 and uniform-decode sizes U (seed §7)
-           CASE WHEN max_cudagraph_capture_size IS NOT NULL THEN max_cudagraph_capture_size
-                ELSE least(resolved_max_num_seqs * uniform_decode_width * 2,
-                           platform_capture_cap) END AS capture_c0,
-           least(resolved_max_num_seqs, platform_capture_cap) AS capture_top_request
+               WHEN 'FULL_AND_PIECEWISE' THEN 'PIECEWISE' ELSE 'NONE' END AS other_graph_mode
     FROM r2
 ), r4 AS (
     SELECT *,
-           least(resolved_max_num_batched_tokens, capture_c0) AS capture_bounded,
-           CASE WHEN max_cudagraph_capture_size IS NULL AND uniform_decode_width > 1 THEN
-                list_filter(list_transform(list_distinct(
-                    list_filter([1, 2, 4], lambda x: x <= capture_top_request)
-                    || range(8, least(capture_top_request + 1, 256), 8)
-                    || range(256, capture_top_request + 1, 16)
-                    || [capture_top_request]), lambda n: n * uniform_decode_width),
-                    lambda u: u <= capture_c0)
-                ELSE [] END AS capture_uniform
+           -- vLLM's capture sizes (seed §7), from kernel.laws.capture_sizes; empty when vLLM
+           -- would refuse (90_refusals.sql reports it)
+           capture_sizes(resolved_max_num_seqs, uniform_decode_width,
+                         resolved_max_num_batched_tokens, max_cudagraph_capture_size,
+                         cudagraph_capture_sizes, platform_capture_cap = 1024,
+                         decode_graph_mode = 'FULL') AS capture_sizes,
+           coalesce(list_max(list_filter(cudagraph_capture_sizes,
+                                         lambda x: x <= resolved_max_num_batched_tokens)), 0)
+               AS stated_capture_largest
     FROM r3
-), r5 AS (
-    SELECT *,
-           CASE WHEN cudagraph_capture_sizes IS NOT NULL THEN
-                    list_filter(cudagraph_capture_sizes,
-                                lambda x: x <= resolved_max_num_batched_tokens)
-                ELSE list_distinct(
-                    list_filter([1, 2, 4], lambda x: x <= capture_bounded)
-                    || CASE WHEN capture_bounded >= 8
-                            THEN range(8, least(capture_bounded + 1, 256), 8) ELSE [] END
-                    || CASE WHEN capture_bounded >= 256
-                            THEN range(256, capture_bounded + 1, 16) ELSE [] END
-                    || CASE WHEN resolved_max_num_batched_tokens <= capture_bounded
-                            THEN [resolved_max_num_batched_tokens] ELSE [] END
-                    || list_filter(capture_uniform,
-                                   lambda u: u <= resolved_max_num_batched_tokens))
-                END AS capture_sizes_raw
-    FROM r4
-), r6 AS (
-    SELECT *, coalesce(list_max(capture_sizes_raw), 0) AS capture_largest FROM r5
-), r7 AS (
-    SELECT *,
-           CASE WHEN uniform_decode_width > 1 AND decode_graph_mode = 'FULL' THEN
-                list_sort(list_distinct(list_filter(list_transform(capture_sizes_raw,
-                    lambda s: ((s + uniform_decode_width - 1) // uniform_decode_width)
-                              * uniform_decode_width),
-                    lambda r: r <= capture_largest)))
-                ELSE list_sort(list_distinct(capture_sizes_raw)) END AS capture_sizes_rounded
-    FROM r6
-), r8 AS (
-    SELECT *,
-           CASE WHEN uniform_decode_width > 1 AND decode_graph_mode = 'FULL'
-                     AND len(capture_sizes_rounded) = 0 AND uniform_decode_width <= capture_largest
-                THEN [uniform_decode_width] ELSE capture_sizes_rounded END AS capture_sizes
-    FROM r7
 )
 SELECT scenario, pool, hybrid, prefix_caching, mamba_cache_mode AS stated_mamba_cache_mode,
        recurrent_cache_mode, is_dsa, block_size AS stated_block_size, block_size_final,
@@ -123,20 +84,20 @@ SELECT scenario, pool, hybrid, prefix_caching, mamba_cache_mode AS stated_mamba_
        resolved_max_num_seqs, cudagraph_mode AS stated_cudagraph_mode, requested_cudagraph_mode,
        cudagraph_mode_known, deepep_ht_no_graphs, resolved_cudagraph_mode, decode_graph_mode,
        other_graph_mode, lower(resolved_cudagraph_mode) AS graph_mode_name,
-       uniform_decode_width, num_spec_tokens, platform_capture_cap, capture_c0,
+       uniform_decode_width, num_spec_tokens, platform_capture_cap,
        max_cudagraph_capture_size AS stated_max_capture_size,
        cudagraph_capture_sizes AS stated_capture_sizes, capture_sizes,
        NOT (decode_graph_mode = 'NONE' AND other_graph_mode = 'NONE') AS captures_graphs,
        CASE WHEN decode_graph_mode = 'NONE' AND other_graph_mode = 'NONE' THEN 0
             ELSE coalesce(list_max(capture_sizes), 0) END AS capture_tokens,
        (max_cudagraph_capture_size IS NOT NULL AND cudagraph_capture_sizes IS NOT NULL
-        AND max_cudagraph_capture_size <> capture_largest) AS capture_conflict,
+        AND max_cudagraph_capture_size <> stated_capture_largest) AS capture_conflict,
        max_model_len, multi_connector, nixl_connector, any_latent,
        async_scheduling, disable_cascade_attn,
        coalesce(async_scheduling, true) AS resolved_async_scheduling,
        CASE WHEN disable_cascade_attn IS NULL THEN false ELSE NOT disable_cascade_attn END
            AS resolved_cascade_attention
-FROM r8;
+FROM r4;
 
 -- Decode-context parallelism (§6.4 resolveContextParallel / ResolveDecodeContext).
 CREATE OR REPLACE VIEW pool_dcp AS
@@ -163,22 +124,10 @@ SELECT *,
         AND block > 1) AS interleave_overridden
 FROM b;
 
--- MLA context-gather chunk (§6.6, 19ac88e6 with alignment).
+-- MLA context-gather chunk (§6.6, 19ac88e6 with alignment), from kernel.laws.
 CREATE OR REPLACE VIEW pool_mla_chunk AS
-WITH c AS (
-    SELECT e.scenario, e.pool, e.max_model_len, e.resolved_max_num_seqs AS seqs,
-           e.resolved_block_size AS block, d.dcp, d.interleave, e.any_latent,
-           CASE WHEN e.max_model_len > 0
-                THEN least(greatest(8 * e.max_model_len,
-                                    4 * e.resolved_max_num_seqs * e.resolved_block_size), 65536)
-                ELSE 65536 END AS chunk0,
-           CASE WHEN d.dcp > 1
-                THEN lcm(greatest(e.resolved_block_size, 1), d.dcp * greatest(d.interleave, 1))
-                ELSE greatest(e.resolved_block_size, 1) END AS align
-    FROM pool_engine e JOIN pool_dcp d USING (scenario, pool)
-)
-SELECT scenario, pool, chunk0, align,
-       greatest(CAST(ceil(greatest(chunk0, align) / align) AS BIGINT) * align, 1)
-           AS mla_context_chunk,
-       (max_model_len <= 0 AND dcp > 1 AND any_latent) AS chunk_assumed
-FROM c;
+SELECT e.scenario, e.pool,
+       mla_context_chunk(e.max_model_len, e.resolved_max_num_seqs, e.resolved_block_size, d.dcp,
+                         d.interleave) AS mla_context_chunk,
+       (e.max_model_len <= 0 AND d.dcp > 1 AND e.any_latent) AS chunk_assumed
+FROM pool_engine e JOIN pool_dcp d USING (scenario, pool);
