@@ -1,6 +1,7 @@
 """Hand-built ResolvedPools that switch on every per-request path of the walk (PCP, DCP,
 sliding windows, sparse MLA selection, secondary attentions, MLA context gathers, experts,
 recurrent layers), so bulk == scalar is tested even where no embedded scenario combines them.
+They are variants of :func:`tests.fixtures_pools.make_pool`.
 """
 
 from __future__ import annotations
@@ -16,11 +17,6 @@ from kernel.resolved import (
     GROUP_PCP,
     GROUP_TP,
     REDUCE_SCATTER,
-    Coefficients,
-    CollectiveKey,
-    Layout,
-    MemoryMagnitudes,
-    Plan,
     PlannedAttention,
     PlannedCollective,
     PlannedGemm,
@@ -28,24 +24,7 @@ from kernel.resolved import (
     ResolvedPool,
 )
 
-
-def _coeffs(shape_aware: bool, prefill_scale: float) -> Coefficients:
-    return Coefficients(
-        hbm_bps=4.8e12, peak_flops=989e12, gemm_suffix="fp8", eps_max=0.71, m_half=96.0,
-        n_half=512.0, k_half=256.0, shape_aware=shape_aware, nvlink_bps=450e9, nic_bps=50e9,
-        attention_floor_ns=7_000, attention_rate_bps=3.1e12,
-        attention_by_kind={"mla": (9_000, 2.7e12), "indexer": (3_000, 2.0e12)},
-        attention_prefill_floor_ns=11_000, attention_prefill_scale=prefill_scale,
-        recurrent={"gdn": (5_000, 2.5e7)}, host_link_bps=50e9, moe_imbalance=1.15,
-        host_admission_per_token_ns=10, host_admission_per_request_ns=1000,
-        host_output_token_ns=100, host_completion_ns=1000,
-        host_launch_eager_per_layer_ns=45_000, host_launch_per_kernel_ns=3_100,
-        host_replay_graph_per_step_ns=120_000)
-
-
-def _key(op: str, group: str, width: int, crosses: bool = False) -> CollectiveKey:
-    return CollectiveKey(op, group, width, width, 9_000, 380e9, 120e9, crosses,
-                         1.7 if crosses else 1.0)
+from .fixtures_pools import ckey, make_pool
 
 
 def pool(*, pcp: int = 1, dcp: int = 1, window: int = 0, sparse: bool = False,
@@ -53,17 +32,14 @@ def pool(*, pcp: int = 1, dcp: int = 1, window: int = 0, sparse: bool = False,
          dcp_backend: str = "", uniform_width: int = 1, capture: int = 512,
          interleave: int = 1, sm: int = 132, kind: str = "mla") -> ResolvedPool:
     tp = 8
-    lay = Layout(tp=tp, pp=1, dp=1, pcp=pcp, dcp=dcp, expert_width=8, moe_group_width=8,
-                 gpus_per_node=8, gpus_per_rack=0, nodes_spanned=max(pcp, 1),
-                 enable_expert_parallel=True, all2all_backend="deepep_low_latency",
-                 sequence_parallel_moe=False, custom_all_reduce=True, rack_is_one_domain=False,
-                 intra_node_bw_gbps=900.0, inter_node_bw_gbps=400.0)
     colls = {}
     for op, grp, w in ((ALL_REDUCE, GROUP_TP, tp), (ALL2ALL, GROUP_EXPERT, 8),
                        (ALL_GATHER, GROUP_TP, tp), (ALL_GATHER, GROUP_DCP, dcp),
                        (REDUCE_SCATTER, GROUP_DCP, dcp), (ALL_REDUCE, GROUP_DCP, dcp),
                        (ALL2ALL, GROUP_DCP, dcp), (ALL_GATHER, GROUP_PCP, pcp)):
-        colls[(op, grp)] = _key(op, grp, w, crosses=(grp == GROUP_PCP))
+        crosses = grp == GROUP_PCP
+        colls[(op, grp)] = ckey(op, grp, w, floor_ns=9_000, peak=380e9, trans=120e9,
+                                crosses=crosses, span=1.7 if crosses else 1.0)
     attn_kind = "sparse_mla" if sparse else kind
     attns: tuple[PlannedAttention, ...] = (PlannedAttention(128, 1, 576, attn_kind, window, "", 0),)
     if sparse:
@@ -97,22 +73,34 @@ def pool(*, pcp: int = 1, dcp: int = 1, window: int = 0, sparse: bool = False,
             elementwise_bytes_per_token=20000.0, kernels=12))
     head = PlannedLayer(kind_id="head", count=1, dense_flops_per_token=1.8e9,
                         dense_weight_bytes=9.3e8)
-    plan = Plan(tuple(layers), head, total_layers=61, total_kernels=1300, piecewise_segments=62)
-    mem = MemoryMagnitudes(0, 0, 0, 0.0, 0.0, 0, 8192, 1.0, 129280, 7168)
-    return ResolvedPool(
-        scenario="synthetic", pool_index=0, role="", chip_name="h200", chip_sm_count=sm,
-        chip_memory_gib=141.0, chip_nvfp4_tflops=0.0, model_name="synthetic", served_dtype="fp8",
-        layout=lay, coefficients=_coeffs(shape_aware, prefill_scale), collectives=colls,
-        plan=plan, experts=256, total_experts=256, experts_per_rank=32, local_expert_share=0.125,
-        expert_tensor_shards=1, eplb_redundant_experts=0, kv_bytes_per_token=70272.0,
-        kv_layers=61, dcp_shards_all_kv_layers=True, cache_bytes=1.0, cache_layout="fp8",
-        state_bytes=0.0, block_size=64, block_size_final=True, max_model_len=163840,
-        max_num_batched_tokens=8192, max_num_seqs=256, num_spec_tokens=0,
-        uniform_decode_width=uniform_width, decode_graph_mode="FULL",
-        other_graph_mode="PIECEWISE", cudagraph_mode="FULL_AND_PIECEWISE", capture_tokens=capture,
-        recurrent_cache_mode="", dcp_comm_backend=dcp_backend, dcp_interleave=interleave,
-        mla_context_chunk=4096, async_scheduling=True, cascade_attention=False, memory=mem,
-        tiers={}, provenance=(), overrides=())
+    return make_pool(
+        layers=tuple(layers), head=head, collectives=colls,
+        layout_kw=dict(tp=tp, pcp=pcp, dcp=dcp, expert_width=8, moe_group_width=8,
+                       nodes_spanned=max(pcp, 1), enable_expert_parallel=True,
+                       all2all_backend="deepep_low_latency", intra_node_bw_gbps=900.0,
+                       inter_node_bw_gbps=400.0),
+        coeff_kw=dict(
+            hbm_bps=4.8e12, peak_flops=989e12, gemm_suffix="fp8", eps_max=0.71, m_half=96.0,
+            n_half=512.0, k_half=256.0, shape_aware=shape_aware, attention_floor_ns=7_000,
+            attention_rate_bps=3.1e12,
+            attention_by_kind={"mla": (9_000, 2.7e12), "indexer": (3_000, 2.0e12)},
+            attention_prefill_floor_ns=11_000, attention_prefill_scale=prefill_scale,
+            recurrent={"gdn": (5_000, 2.5e7)}, host_link_bps=50e9, moe_imbalance=1.15,
+            host_admission_per_token_ns=10, host_admission_per_request_ns=1000,
+            host_output_token_ns=100, host_completion_ns=1000,
+            host_launch_eager_per_layer_ns=45_000, host_launch_per_kernel_ns=3_100,
+            host_replay_graph_per_step_ns=120_000),
+        memory_kw=dict(workspace_bytes=0, capture_bytes=0, activation_buffers=0.0,
+                       activation_floor=0.0, activation_width=0, checkpoint_weight_bytes=1.0,
+                       vocab_size=129280, hidden_size=7168),
+        scenario="synthetic", role="", chip_name="h200", chip_sm_count=sm,
+        chip_memory_gib=141.0, model_name="synthetic", served_dtype="fp8", experts=256,
+        total_experts=256, experts_per_rank=32, local_expert_share=0.125,
+        kv_bytes_per_token=70272.0, kv_layers=61, cache_bytes=1.0, cache_layout="fp8",
+        state_bytes=0.0, block_size=64, max_model_len=163840,
+        uniform_decode_width=uniform_width, capture_tokens=capture,
+        dcp_comm_backend=dcp_backend, dcp_interleave=interleave, mla_context_chunk=4096,
+        tiers={})
 
 
 VARIANTS: dict[str, dict[str, Any]] = {
