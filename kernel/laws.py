@@ -727,9 +727,10 @@ def capture_sizes(
 ) -> list[int]:
     """Token counts vLLM captures CUDA graphs for (seed §7 CaptureTokens procedure).
 
-    Only call when some graph mode is not NONE: a (NONE, NONE) engine captures nothing and
-    CaptureTokens is 0 — that check is the caller's. Tensor-parallel sequence parallelism
-    (which drops sizes not divisible by TP) is off by default and not modelled. Raises
+    CaptureTokens is the largest size. Only call when some graph mode is not NONE: a
+    (NONE, NONE) engine captures nothing and CaptureTokens is 0 — that check is the caller's.
+    Tensor-parallel sequence parallelism (which drops sizes not divisible by TP) is off by
+    default and not modelled. Raises
     ValueError where vLLM refuses: no size survives, or a stated ceiling contradicts the
     stated sizes, or spec-decode rounding leaves nothing.
     """
@@ -768,25 +769,3 @@ def capture_sizes(
             )
         return rounded
     return sorted(sizes)
-
-
-def capture_tokens(
-    max_num_seqs: int,
-    decode_query_len: int,
-    max_num_batched_tokens: int,
-    max_capture_size: int | None = None,
-    stated_sizes: Iterable[int] | None = None,
-    blackwell_family_100: bool = False,
-    decode_mode_full: bool = True,
-    model_runner_v1: bool = True,
-) -> int:
-    """Largest step in tokens a captured CUDA graph covers (seed §7 CaptureTokens).
-
-    Returning 0 for a (NONE, NONE) engine is the caller's job; see `capture_sizes`.
-    """
-    return max(
-        capture_sizes(
-            max_num_seqs, decode_query_len, max_num_batched_tokens, max_capture_size,
-            stated_sizes, blackwell_family_100, decode_mode_full, model_runner_v1,
-        )
-    )
