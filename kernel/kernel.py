@@ -39,8 +39,6 @@ EVIDENCED_METHODS = frozenset({"measured", "literature", "vendor_spec"})
 class Kernel:
     """Prices one pool of one deployment. Build it with :func:`kernel.new` or :func:`kernel.open`."""
 
-    __slots__ = ("_r", "_pool", "_resolution", "__dict__")
-
     def __init__(self, resolved: ResolvedPool, pool: Pool, resolution: Resolution):
         self._r = resolved
         self._pool = pool

@@ -76,6 +76,11 @@ def _trunc(x: Any) -> Any:
     return int(x)
 
 
+def round_half(x: Any) -> Any:
+    """Go's ``int(x + 0.5)``: the reference's rounding of a token count (truncation after)."""
+    return _trunc(x + 0.5)
+
+
 def _full(value: Any, *like: Any) -> Any:
     """`value`, broadcast to the shape of the array arguments in `like` (if any)."""
     shapes = [x.shape for x in like if isinstance(x, np.ndarray)]
@@ -377,7 +382,7 @@ def dcp_decode_tokens_one(
     """One decode request's KV read: selection, then DCP shard; 0 for ctx <= 0 (§2.8)."""
     read: Any = selected_kv_tokens_for(ctx, topk, compress_ratio) if topk > 0 else as_f64(ctx)
     if dcp > 1 and shards_kind:
-        read = as_f64(dcp_local_tokens_one(_trunc(read + 0.5), dcp, interleave))
+        read = as_f64(dcp_local_tokens_one(round_half(read), dcp, interleave))
     return select(ctx <= 0, 0.0, read)
 
 
@@ -511,8 +516,13 @@ def us_to_duration_ns(us: float) -> int:
     return int(us * 1000.0)
 
 
-def duration_seconds(ns: int) -> float:
-    """Go's Duration.Seconds(): float(ns / 1e9 whole) + float(remainder)/1e9 (§1.3)."""
+def duration_seconds(ns: Any) -> Any:
+    """Go's Duration.Seconds(): float(ns / 1e9 whole) + float(remainder)/1e9 (§1.3).
+
+    Also element-wise on an int64 array of non-negative durations."""
+    if isinstance(ns, np.ndarray):
+        whole, rem = np.divmod(ns.astype(np.int64), 10**9)
+        return whole.astype(np.float64) + rem.astype(np.float64) / 1e9
     sec, nsec = divmod(abs(ns), 10**9)
     if ns < 0:  # Go's / and % truncate toward zero
         sec, nsec = -sec, -nsec

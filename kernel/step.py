@@ -73,21 +73,6 @@ def _gtmax(a: Any, b: Any) -> Any:
     return b if b > a else a
 
 
-def _round_half(x: Any) -> Any:
-    """Go's ``int(x + 0.5)`` (truncation toward zero)."""
-    if isinstance(x, np.ndarray):
-        return (x + 0.5).astype(np.int64)
-    return int(x + 0.5)
-
-
-def _dur_seconds(ns: Any) -> Any:
-    """Go's ``Duration.Seconds()`` for non-negative ns, scalar or int64 array."""
-    if isinstance(ns, np.ndarray):
-        sec, rem = np.divmod(ns.astype(np.int64), 10**9)
-        return sec.astype(np.float64) + rem.astype(np.float64) / 1e9
-    return laws.duration_seconds(ns)
-
-
 # --- the summary of one walk ---------------------------------------------------------------
 
 
@@ -665,7 +650,7 @@ def _compose(p: _Prepared, s: BatchSummary,
             routed_per_rank = routed_tokens * L.top_k * L.share
             # Not divided by tp: the documented over-charge (§2.4), kept.
             routed_flops = routed_per_rank * L.expert_flops * p.imbalance / L.dp_slice
-            touched = laws.experts_touched(_round_half(routed_tokens), L.total_experts,
+            touched = laws.experts_touched(laws.round_half(routed_tokens), L.total_experts,
                                            L.top_k, L.experts_per_rank)
             routed_wb = L.ets_weight * touched
             flops = flops + T * L.shared_flops / tp  # shared expert: the plain ramp, always
@@ -698,7 +683,7 @@ def _compose(p: _Prepared, s: BatchSummary,
                 if a.compress > 1:
                     n = n / a.compress
                 if a.shards:
-                    n = laws.as_f64(laws.dcp_local_tokens_one(_round_half(n), dcp, inter))
+                    n = laws.as_f64(laws.dcp_local_tokens_one(laws.round_half(n), dcp, inter))
                 attn = laws.select(dec, attn + (a.floor_s + n * a.per_tok / a.rate), attn)
         elementwise = T * L.elementwise / tp
         rec: Any = 0.0
@@ -785,7 +770,7 @@ def _compose(p: _Prepared, s: BatchSummary,
     zero = 0.0
     return StepTotals(
         laws.select(empty, zero, tot_sm), laws.select(empty, zero, tot_hbm), laws.select(empty, zero, tot_nv),
-        laws.select(empty, zero, tot_nic), _dur_seconds(host_ns), host_ns,
+        laws.select(empty, zero, tot_nic), laws.duration_seconds(host_ns), host_ns,
         laws.select(empty, zero, overlap), empty)
 
 
