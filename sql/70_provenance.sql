@@ -7,7 +7,7 @@ SELECT scenario, pool, row_number() OVER (PARTITION BY scenario, pool ORDER BY g
 FROM (
     SELECT scenario, pool, 0 AS grp, 0 AS ord, name, set, method,
            provenance_scope AS scope, 'coefficient' AS kind, CAST(value AS VARCHAR) AS value
-    FROM coefficients_in_scope
+    FROM provenance_coefficients
     UNION ALL
     SELECT scenario, pool, 1, seq, name, 'blis-latency-kernel', 'assumed',
            value || ': ' || reason, 'assumption', value
