@@ -178,17 +178,28 @@ def register(group: click.Group) -> None:
     @click.option("--scenario", "scenarios", multiple=True,
                   help="Scenario to load (repeatable; default: every embedded scenario).")
     @click.option("--db", "db_path", type=click.Path(dir_okay=False),
-                  help="A DuckDB file to load into and keep (default: in memory).")
+                  help="Query this DuckDB file (e.g. from `price --db`) as it is, read-only, "
+                       "instead of loading scenarios.")
     @_format_options
     @with_repos
     def sql_cmd(query: str, scenarios: tuple[str, ...], db_path: str | None, fmt: str,
                 out: str | None, scenarios_root: str | None, catalog_root: str | None,
                 registry_root: str | None) -> None:
-        """Run any SQL over the document tables and resolution views (docs/tables.md)."""
-        con = _load(list(scenarios), make_repos(scenarios_root, catalog_root, registry_root),
-                    db_path)
+        """Run a read-only SQL query over the document tables and resolution views
+        (docs/tables.md). No file, network, extension or write is reachable from it."""
+        from pipeline import sandbox
+
+        if db_path and scenarios:
+            raise click.UsageError("--db queries a database as it is; --scenario loads "
+                                   "scenarios into a fresh one: give one of them")
+        if db_path:
+            con = sandbox.open_read_only(db_path)
+        else:
+            con = sandbox.lock(_load(list(scenarios), make_repos(scenarios_root, catalog_root,
+                                                                 registry_root), None))
         try:
+            sandbox.check_query(con, query)
             table = _arrow(con, query)
-        except duckdb.Error as exc:
-            raise click.ClickException(str(exc)) from exc
+        except duckdb.Error as exc:  # the first line says what; the rest draws a caret
+            raise click.ClickException(f"SQL: {str(exc).splitlines()[0]}") from None
         write_table(table, fmt, out)
