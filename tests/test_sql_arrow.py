@@ -24,9 +24,7 @@ DS3 = "deepseek-v3-h200-fp8-sglang-tp8"
 @pytest.fixture(scope="module")
 def db_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("sql") / "r.duckdb"
-    res = CliRunner().invoke(cli, ["sql", "SELECT count(*) AS n FROM scenarios", "--scenario",
-                                   DS3, "--db", str(path)])
-    assert res.exit_code == 0, res.output
+    db.load_scenarios([DS3], con=db.open_db(path, apply=False)).close()
     return path
 
 

@@ -8,7 +8,6 @@ on an existing resolved file queries it as it is.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -48,22 +47,6 @@ def _resolved_db(con: duckdb.DuckDBPyConnection) -> bool:
     rows = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name IN "
                        "('loaded_documents', 'scenarios', 'resolved_pools')").fetchall()
     return bool(rows and rows[0][0] == 3)
-
-
-def _sql_connection(scenarios: list[str], repos: Repos, db_path: str | None
-                    ) -> duckdb.DuckDBPyConnection:
-    """An existing resolved ``--db`` file as it is (no re-resolution) when no scenario is
-    named; otherwise the named scenarios (default: every embedded one) loaded and resolved."""
-    if db_path and not scenarios and Path(db_path).is_file():
-        try:
-            con = duckdb.connect(db_path)
-        except duckdb.Error as exc:
-            raise click.ClickException(f"{db_path}: {exc}") from exc
-        if _resolved_db(con):
-            db.register_laws(con)  # views and ad-hoc SQL may call the cost laws
-            return con
-        con.close()
-    return _load(scenarios, repos, db_path)
 
 
 def _key(con: duckdb.DuckDBPyConnection, scenario: str) -> str:
@@ -152,18 +135,28 @@ def register(group: click.Group) -> None:
     @click.option("--scenario", "scenarios", multiple=True,
                   help="Scenario to load (repeatable; default: every embedded scenario).")
     @click.option("--db", "db_path", type=click.Path(dir_okay=False),
-                  help="A DuckDB file to query (an existing one as it is, unless --scenario "
-                       "adds to it) or to load into and keep (default: in memory).")
+                  help="Query this DuckDB file (e.g. from `price --db`) as it is, read-only, "
+                       "instead of loading scenarios.")
     @format_options()
     @with_repos
     def sql_cmd(query: str, scenarios: tuple[str, ...], db_path: str | None, fmt: str,
                 out: str | None, scenarios_root: str | None, catalog_root: str | None,
                 registry_root: str | None) -> None:
-        """Run any SQL over the document tables and resolution views (docs/tables.md)."""
-        con = _sql_connection(list(scenarios),
-                              make_repos(scenarios_root, catalog_root, registry_root), db_path)
+        """Run a read-only SQL query over the document tables and resolution views
+        (docs/tables.md). No file, network, extension or write is reachable from it."""
+        from pipeline import sandbox
+
+        if db_path and scenarios:
+            raise click.UsageError("--db queries a database as it is; --scenario loads "
+                                   "scenarios into a fresh one: give one of them")
+        if db_path:
+            con = sandbox.open_read_only(db_path)
+        else:
+            con = sandbox.lock(_load(list(scenarios), make_repos(scenarios_root, catalog_root,
+                                                                 registry_root), None))
         try:
+            sandbox.check_query(con, query)
             table = _arrow(con, query)
-        except duckdb.Error as exc:
-            raise click.ClickException(str(exc)) from exc
+        except duckdb.Error as exc:  # the first line says what; the rest draws a caret
+            raise click.ClickException(f"SQL: {str(exc).splitlines()[0]}") from None
         emit(table, fmt, out, stamp=for_database(con) if _resolved_db(con) else None)
