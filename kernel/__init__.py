@@ -38,6 +38,10 @@ _EXPORTS = {
     "Link": "kernel.transfer",
     "KVCapacity": "kernel.memory",
     "price_file": "kernel.bulk",
+    "read_priced": "kernel.priced",
+    "PricedFile": "kernel.priced",
+    "Stamp": "kernel.stamp",
+    "read_stamp": "kernel.stamp",
     # errors: every one a ValueError, so one `except ValueError` catches them all
     "DocumentError": "pipeline.errors",
     "RefusalError": "pipeline.errors",

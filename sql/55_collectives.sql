@@ -105,9 +105,13 @@ FROM v;
 
 -- Every coefficient provenance lists: the registry's in scope, then the assumed extension.
 CREATE OR REPLACE VIEW provenance_coefficients AS
-SELECT scenario, pool, name, set, method, provenance_scope, value FROM coefficients_in_scope
+-- (`reason` carries the extension's rule, so provenance shows why each figure is what it is.)
+SELECT scenario, pool, name, set, method, provenance_scope, provenance_scope_kind,
+       provenance_scope_values, value, units, CAST(NULL AS VARCHAR) AS reason
+FROM coefficients_in_scope
 UNION ALL
-SELECT scenario, pool, name, set, method, provenance_scope, value
+SELECT scenario, pool, name, set, method, provenance_scope, 'hardware', [chip], value, units,
+       rationale
 FROM collective_width_extension;
 
 -- Lifted collective figures: the registry's, then the assumed extension's (disjoint names).
