@@ -38,6 +38,8 @@ _EXPORTS = {
     "Link": "kernel.transfer",
     "KVCapacity": "kernel.memory",
     "price_file": "kernel.bulk",
+    "derive_graph": "pipeline.derive",
+    "DeriveError": "pipeline.derive",
 }
 
 __all__ = ["ENGINE_BEHAVIOUR_COMMIT", "ENGINE_BEHAVIOUR_VERSION", "KERNEL_ASSUMPTION_SET",
