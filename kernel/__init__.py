@@ -44,6 +44,7 @@ _EXPORTS = {
     "PricedFile": "kernel.priced",
     "Stamp": "kernel.stamp",
     "read_stamp": "kernel.stamp",
+    "connect": "kernel.notebook",
     # errors: every one a ValueError, so one `except ValueError` catches them all
     "DocumentError": "pipeline.errors",
     "RefusalError": "pipeline.errors",
