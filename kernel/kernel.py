@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -42,10 +43,12 @@ class Kernel:
     """Prices one pool of one deployment. Build it with :func:`kernel.new` or :func:`kernel.open`."""
 
     def __init__(self, resolved: ResolvedPool, pool: Pool, resolution: Resolution,
+                 documents: Mapping[str, Mapping[str, str]] | None = None,
                  calibration: Calibration | None = None):
         self._r = resolved
         self._pool = pool
         self._resolution = resolution
+        self._documents = {k: dict(v) for k, v in (documents or {}).items()}
         self._cal = calibration
 
     # -- pricing a step ----------------------------------------------------------------
@@ -81,7 +84,7 @@ class Kernel:
 
         cal = as_calibration(calibration)
         check_applies(cal, self._r.model_name, self._r.chip_name, force)
-        return Kernel(self._r, self._pool, self._resolution, cal)
+        return Kernel(self._r, self._pool, self._resolution, self._documents, cal)
 
     # -- memory ----------------------------------------------------------------------
     @cached_property
@@ -183,6 +186,10 @@ class Kernel:
     def deployment(self) -> Pool:
         """The pool exactly as the document stated it (a deep copy)."""
         return copy.deepcopy(self._pool)
+
+    def documents(self) -> dict[str, dict[str, str]]:
+        """Role → {file, sha256} of every document the kernel was built from (a copy)."""
+        return {k: dict(v) for k, v in self._documents.items()}
 
     @property
     def resolved_pool(self) -> ResolvedPool:

@@ -9,7 +9,6 @@ file and the key path.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ import yaml
 
 from .law import PHASES, TERMS, Law, PhaseCorrection
 
-__all__ = ["Calibration", "CalibrationError", "file_digest", "load_calibration",
+__all__ = ["Calibration", "CalibrationError", "load_calibration",
            "check_applies"]
 
 KIND = "Calibration"
@@ -53,14 +52,6 @@ class Calibration:
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(self.to_yaml())
-
-
-def file_digest(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return "sha256:" + h.hexdigest()
 
 
 # -- reading --------------------------------------------------------------------------------

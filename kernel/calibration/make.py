@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .document import VERSION, Calibration, CalibrationError, file_digest, from_document
+from .document import VERSION, Calibration, CalibrationError, from_document
 from .fit import CONSTANT, FitOptions, FitResult, fit
 from .law import PHASES, TERMS
 from .measured import UNITS, to_ns
@@ -157,7 +157,7 @@ def calibrate(scenario: str | Path | Sequence[str | Path], trace: Any, measured:
     """
     import kernel
     from kernel.bulk import price_result
-    from pipeline.load import open_inputs
+    from kernel.stamp import file_sha256
 
     if unit not in UNITS:
         raise CalibrationError(f"measured unit {unit!r} is not one of {list(UNITS)}")
@@ -176,8 +176,7 @@ def calibrate(scenario: str | Path | Sequence[str | Path], trace: Any, measured:
     rejected = 0
     offset = 0
     for scen, tr in zip(scenarios, traces, strict=True):
-        inputs = open_inputs(str(scen), repos, pool)
-        k = kernel.new(inputs)
+        k = kernel.open(str(scen), repos, pool)
         r = k.resolved_pool
         if model is None:
             model, chip = r.model_name, r.chip_name
@@ -186,8 +185,8 @@ def calibrate(scenario: str | Path | Sequence[str | Path], trace: Any, measured:
                                    f"{r.chip_name}, the others {model} on {chip}: a "
                                    "calibration is for one model and one chip")
         scen_src.append({"scenario": r.scenario, "pool": pool,
-                         "documents": {role: file_digest(ld.file)
-                                       for role, ld in sorted(inputs.sources.items())}})
+                         "documents": {role: d["sha256"]
+                                       for role, d in sorted(k.documents().items())}})
         if trace_format == "fpm":
             from kernel.fpm import fpm_to_requests
 
@@ -211,7 +210,7 @@ def calibrate(scenario: str | Path | Sequence[str | Path], trace: Any, measured:
         parts.append(p)
         offset += 1
         if isinstance(tr, str | Path):
-            trace_src.append({"path": Path(tr).name, "digest": file_digest(tr),
+            trace_src.append({"path": Path(tr).name, "sha256": file_sha256(tr),
                               "steps": priced.height})
         else:
             trace_src.append({"path": "(in memory)", "steps": priced.height})
