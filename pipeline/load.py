@@ -42,6 +42,18 @@ class Repos:
     def catalog_root(self) -> Path:
         return Path(self.catalog) if self.catalog else data_dir() / "catalog"
 
+    def catalog_roots(self) -> list[Path]:
+        """Where catalog names resolve, first match wins: a user catalog layers over the
+        embedded one (issue 15), so it need only hold what it adds or replaces."""
+        embedded = data_dir() / "catalog"
+        user = self.catalog_root()
+        return [user] if user.resolve() == embedded.resolve() else [user, embedded]
+
+    def catalog_file(self, relative: str) -> Path:
+        """The first catalog root holding ``relative`` (else the user root's path)."""
+        roots = self.catalog_roots()
+        return next((r / relative for r in roots if (r / relative).exists()), roots[0] / relative)
+
     def registry_root(self) -> Path:
         return Path(self.registry) if self.registry else data_dir() / "registry"
 
@@ -126,20 +138,59 @@ def _load_bundle(path: Path) -> tuple[Scenario, Deployment, Loaded, Loaded]:
 
 def resolve_scenario_path(scenario: str | os.PathLike[str], repos: Repos) -> Path:
     """A scenario argument is a filesystem path, or a name under the scenarios root."""
+    text = os.fspath(scenario)
     as_path = Path(scenario)
-    if as_path.suffix in (".yaml", ".yml") and as_path.is_file():
+    if as_path.suffix in (".yaml", ".yml") and _is_file(as_path, text):
         return as_path
     root = repos.scenarios_root()
-    for candidate in (root / f"{scenario}.yaml", root / str(scenario)):
-        if candidate.is_file():
-            return candidate
     known = sorted(p.stem for p in root.glob("*.yaml")) if root.is_dir() else []
+    problem = _name_problem(text)
+    if problem:
+        raise DocumentError(Problem(_shown(text), "", f"no scenario file {_shown(text)!r}, and {problem}; "
+                                    f"known names under {root}: {known}"))
+    for candidate in (root / f"{text}.yaml", root / text):
+        if _is_file(candidate, text) and inside(candidate, root):
+            return candidate
     raise DocumentError(Problem(str(scenario), "", f"no scenario file {as_path} and no scenario "
                                 f"named {str(scenario)!r} under {root}; known: {known}"))
 
 
 def _stem_ok(name: str) -> bool:
-    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name
+    return _name_problem(name) is None
+
+
+# A file name is at most this many bytes on the filesystems we run on (NAME_MAX).
+NAME_MAX = 255
+
+
+def _name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a bare name under a root (None when it can)."""
+    if not name or name in (".", ".."):
+        return "a name is not empty, '.' or '..'"
+    if "/" in name or "\\" in name or ".." in name or os.sep in name:
+        return "a name has no path separator and no '..'"
+    if "\x00" in name:
+        return "a name has no NUL byte"
+    if len(name.encode("utf-8", "surrogateescape")) + len(".yaml") > NAME_MAX:
+        return f"a name is at most {NAME_MAX - len('.yaml')} bytes"
+    return None
+
+
+def _is_file(path: Path, shown: str) -> bool:
+    """``path.is_file()``, with an over-long or otherwise unusable path as a clear error."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError) as exc:
+        raise DocumentError(Problem(_shown(shown), "", f"cannot use this path: "
+                                    f"{getattr(exc, 'strerror', None) or exc}")) from None
+
+
+def inside(path: Path, root: Path) -> bool:
+    """True when ``path``, symlinks resolved, lies under ``root`` (also resolved)."""
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):
+        return False
 
 
 def _named_file(kind_dir: Path, name: str, file: str, path: str, line: int, what: str) -> Path:
@@ -148,11 +199,21 @@ def _named_file(kind_dir: Path, name: str, file: str, path: str, line: int, what
                                     "reference is a bare filename stem, with no path separator, "
                                     "'.', or '..'", line=line))
     target = kind_dir / f"{name}.yaml"
-    if not target.is_file():
+    if not target.is_file() or not inside(target, kind_dir):
         have = sorted(p.stem for p in kind_dir.glob("*.yaml")) if kind_dir.is_dir() else []
         raise DocumentError(Problem(file, path, f"{name!r}: looked for {kind_dir.name}/{name}"
                                     f".yaml under {kind_dir.parent}; there are {have}", line=line))
     return target
+
+
+def _kind_dir(repos: Repos, kind: str, name: str) -> Path:
+    """The catalog root's ``kind`` directory that holds ``name`` (user root first)."""
+    roots = repos.catalog_roots()
+    if _stem_ok(name):
+        for root in roots:
+            if (root / kind / f"{name}.yaml").is_file():
+                return root / kind
+    return roots[0] / kind
 
 
 def open_inputs(scenario: str | os.PathLike[str], repos: Repos | None = None,
@@ -169,33 +230,37 @@ def open_inputs(scenario: str | os.PathLike[str], repos: Repos | None = None,
     catalog, registry = repos.catalog_root(), repos.registry_root()
     sources: dict[str, Loaded] = {"scenario": s_loaded, "deployment": d_loaded}
 
-    model_dir = catalog / "models" / scen.model
-    if not _stem_ok(scen.model) or not (model_dir / "graph.yaml").is_file():
-        have = sorted(p.name for p in (catalog / "models").iterdir()
-                      if (p / "graph.yaml").is_file()) if (catalog / "models").is_dir() else []
+    model_dir = repos.catalog_file(f"models/{scen.model}") if _stem_ok(scen.model) else catalog
+    if not _stem_ok(scen.model) or not (model_dir / "graph.yaml").is_file() \
+            or not inside(model_dir / "graph.yaml", model_dir.parent):
+        have = sorted({p.name for root in repos.catalog_roots() if (root / "models").is_dir()
+                       for p in (root / "models").iterdir() if (p / "graph.yaml").is_file()})
         raise DocumentError(Problem(file, "model", f"{scen.model!r}: looked for models/"
-                                    f"{scen.model}/graph.yaml under {catalog}; the catalog has "
-                                    f"{have}", line=s_line("model", 0)))
+                                    f"{scen.model}/graph.yaml under "
+                                    f"{', '.join(map(str, repos.catalog_roots()))}; the "
+                                    f"catalog has {have}", line=s_line("model", 0)))
     graph, sources["model"] = load_document(Graph, model_dir / "graph.yaml")
 
     if not scen.cluster.hardware:
         raise DocumentError(Problem(file, "cluster.hardware",
                                     "required: a scenario must name a hardware",
                                     line=s_line("cluster", 0)))
-    chip_path = _named_file(catalog / "hardware", scen.cluster.hardware, file,
+    chip_path = _named_file(_kind_dir(repos, "hardware", scen.cluster.hardware),
+                            scen.cluster.hardware, file,
                             "cluster.hardware", s_line("cluster.hardware", 0), "hardware")
     chip, sources["chip"] = load_document(Chip, chip_path)
     chip = replace(chip, name=scen.cluster.hardware)
 
     fabric = None
     if scen.cluster.fabric:
-        fabric_path = _named_file(catalog / "networks", scen.cluster.fabric, file,
+        fabric_path = _named_file(_kind_dir(repos, "networks", scen.cluster.fabric),
+                                  scen.cluster.fabric, file,
                                   "cluster.fabric", s_line("cluster.fabric", 0), "fabric")
         fabric, sources["fabric"] = load_document(Fabric, fabric_path)
         fabric = replace(fabric, name=scen.cluster.fabric)
 
     devices: tuple[StorageDevice, ...] = ()
-    storage_path = catalog / "devices" / "storage.yaml"
+    storage_path = repos.catalog_file("devices/storage.yaml")
     if storage_path.is_file():
         classes, lines = decode_map(StorageDevice, read_documents(storage_path)[0],
                                     str(storage_path))
@@ -230,3 +295,9 @@ def open_inputs(scenario: str | os.PathLike[str], repos: Repos | None = None,
 def load_identity(path: str | Path) -> tuple[ModelIdentity, Loaded]:
     """A catalog ``model.yaml``."""
     return load_document(ModelIdentity, path)
+
+
+def _shown(text: str) -> str:
+    """A name as a message shows it: at most 80 characters, control characters escaped."""
+    short = text if len(text) <= 80 else text[:77] + "..."
+    return short.encode("unicode_escape", "backslashreplace").decode("ascii")
