@@ -856,6 +856,8 @@ def step_time_into(r: ResolvedPool, batch: Batch, per: dict[Resource, int] | Non
         t = step_fast.totals(p, p.fast, batch)
         if t is not None:
             return step_fast.summarize(t, per)
+        # Not all-decode: summarise's own all-decode check would fail too; walk at once.
+        return finish(_compose(p, _walk(p, batch)), per)
     return finish(compose(r, summarise(r, batch)), per)
 
 

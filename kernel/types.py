@@ -122,6 +122,11 @@ def _requests(reqs: tuple[object, ...]) -> tuple[Request, ...]:
         if isinstance(r, Request):
             out.append(r)
             continue
+        if type(r) is tuple and len(r) == 2:  # (scheduled, computed) of plain ints: no call
+            s, c = r
+            if type(s) is int and type(c) is int and (s | c) >= 0:
+                out.append(_tuple_new(Request, (s, c, 0, 0)))
+                continue
         try:
             out.append(Request(*r))  # type: ignore[misc]
         except ValueError as exc:
