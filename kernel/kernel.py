@@ -196,6 +196,39 @@ class Kernel:
         """The full resolution record pricing reads (read-only)."""
         return self._r
 
+    # -- notebooks --------------------------------------------------------------------
+    def provenance_frame(self) -> pl.DataFrame:
+        """:meth:`provenance` typed, as a polars frame: ``value`` float64 with ``units``,
+        ``method`` and ``scope_kind`` enums, ``scope_values`` lists, ``reason`` (the columns
+        of the SQL ``provenance`` view, docs/tables.md)."""
+        return self._frame("provenance")
+
+    def resolved_frame(self) -> pl.DataFrame:
+        """The pool's resolved configuration as a one-row polars frame (``resolved_pools``)."""
+        return self._frame("resolved")
+
+    def overrides_frame(self) -> pl.DataFrame:
+        """The engine's overrides of stated settings (``pool_overrides``)."""
+        return self._frame("overrides")
+
+    def _frame(self, name: str) -> pl.DataFrame:
+        import polars as pl
+
+        table = self._r.tables.get(name)
+        if table is None:  # pragma: no cover - every kernel built by kernel.build has them
+            raise LookupError(f"this kernel carries no {name} table")
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        # A DuckDB ENUM arrives as an Arrow dictionary holding every member: keep it an enum.
+        enums = {f.name: pl.Enum(table.column(f.name).combine_chunks().dictionary.to_pylist())
+                 for f in table.schema if str(f.type).startswith("dictionary")}
+        return frame.with_columns(pl.col(n).cast(pl.String).cast(e) for n, e in enums.items())
+
+    def _repr_html_(self) -> str:
+        from .notebook import kernel_html
+
+        return kernel_html(self)
+
     def __repr__(self) -> str:
         r = self._r
         cal = f", calibration={self._cal.name!r}" if self._cal is not None else ""
