@@ -61,7 +61,6 @@ def main() -> None:
             for _ in range(args.repeat)]
     cold = (min(r[0] for r in runs), min(r[1] for r in runs))
     import kernel
-
     from pipeline.load import open_inputs
 
     documents: list[tuple[float, float]] = []
