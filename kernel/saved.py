@@ -1,7 +1,8 @@
 """A built kernel saved to a file and loaded back without YAML, DuckDB or resolution.
 
 The file is a pickle of the frozen resolution record (:class:`~kernel.resolved.ResolvedPool`),
-the pool as stated and its :class:`~kernel.types.Resolution`, behind a header that names the
+the pool as stated, its :class:`~kernel.types.Resolution`, the digests of the documents it was
+built from and its calibration (if any), behind a header that names the
 format, its version and the engine behaviour it was resolved for. Loading checks the header
 first, so a file from another format version or engine version is refused with the reason
 instead of pricing with stale coefficients.
@@ -35,7 +36,7 @@ def dumps(k: Kernel) -> bytes:
     """The kernel as bytes (see :func:`save_kernel`)."""
     header = {"format": FORMAT, "version": VERSION, "engine": _engine(),
               "scenario": k.resolved_pool.scenario, "pool": k.resolved_pool.pool_index}
-    body = (k.resolved_pool, k.deployment(), k.resolved())
+    body = (k.resolved_pool, k.deployment(), k.resolved(), k.documents(), k.calibration)
     return pickle.dumps((header, body), protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -58,16 +59,16 @@ def loads(data: bytes, source: str = "<bytes>") -> Kernel:
     from .resolved import ResolvedPool
     from .types import Resolution
 
-    resolved, pool, resolution = _parts(body, source)
+    resolved, pool, resolution, documents, calibration = _parts(body, source)
     if not isinstance(resolved, ResolvedPool) or not isinstance(resolution, Resolution):
         raise ValueError(f"{source}: the saved pool's body is not a resolution record")
-    return Kernel(resolved, pool, resolution)
+    return Kernel(resolved, pool, resolution, documents, calibration)
 
 
-def _parts(body: Any, source: str) -> tuple[Any, Any, Any]:
-    if not isinstance(body, tuple) or len(body) != 3:
+def _parts(body: Any, source: str) -> tuple[Any, Any, Any, Any, Any]:
+    if not isinstance(body, tuple) or len(body) != 5:
         raise ValueError(f"{source}: the saved pool's body is not a resolution record")
-    return body[0], body[1], body[2]
+    return body[0], body[1], body[2], body[3], body[4]
 
 
 def save_kernel(k: Kernel, path: str | os.PathLike[str]) -> Path:

@@ -37,6 +37,8 @@ def test_loaded_pool_is_the_same_record(built: kernel.Kernel, loaded: kernel.Ker
     assert loaded.resolved_pool is not built.resolved_pool
     assert loaded.resolved() == built.resolved()
     assert loaded.deployment() == built.deployment()
+    assert loaded.documents() == built.documents() != {}
+    assert loaded.calibration is built.calibration is None
     assert repr(loaded) == repr(built)
 
 
@@ -100,7 +102,7 @@ def test_wrong_files_are_refused_with_the_reason(built: kernel.Kernel, tmp_path:
         with pytest.raises(ValueError, match=why):
             kernel.load_kernel(stale)
     broken = tmp_path / "broken.pool"
-    broken.write_bytes(pickle.dumps((header, ("a", "b", "c"))))
+    broken.write_bytes(pickle.dumps((header, ("a", "b", "c", {}, None))))
     with pytest.raises(ValueError, match="not a resolution record"):
         kernel.load_kernel(broken)
     with pytest.raises(ValueError, match="cannot read"):
