@@ -9,6 +9,10 @@ frozen records; pricing (:mod:`kernel.step`, :mod:`kernel.memory`, :mod:`kernel.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .caches import StatedCaches
 
 # Collective ops and groups (kernel-algorithm.md §1.8, §1.10).
 ALL_REDUCE = "all_reduce"
@@ -271,3 +275,6 @@ class ResolvedPool:
     provenance: tuple[Origin, ...]
     overrides: tuple[Override, ...]
     assumptions: tuple[Origin, ...] = field(default=())
+    # The caches this pool states (windowed or hybrid graphs, kernel/caches.py); None keeps the
+    # legacy per-token formulas.
+    caches: StatedCaches | None = None
