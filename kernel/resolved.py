@@ -8,8 +8,9 @@ frozen records; pricing (:mod:`kernel.step`, :mod:`kernel.memory`, :mod:`kernel.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .caches import StatedCaches
@@ -274,6 +275,9 @@ class ResolvedPool:
     tiers: dict[str, StorageTier]
     provenance: tuple[Origin, ...]
     overrides: tuple[Override, ...]
+    # Typed rows for notebooks and exports ("provenance", "resolved"; Arrow tables), not
+    # read by pricing and left out of equality and hashing.
+    tables: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     assumptions: tuple[Origin, ...] = field(default=())
     # The caches this pool states (windowed or hybrid graphs, kernel/caches.py); None keeps the
     # legacy per-token formulas.
