@@ -68,8 +68,9 @@ def fixed_bytes(r: ResolvedPool) -> MemoryBreakdown:
         weights=int(w),
         activation_peak=int(act),
         cuda_graph=int(mem.capture_bytes),
-        comm_buffers=0,  # the communicator and workspace are pre-snapshot (seed §6)
+        comm_buffers=0,  # the communicator and workspace are pre-snapshot (seed §6) ...
         eplb_redundant=int(eplb),
+        pre_snapshot=pre_snapshot_bytes(r),  # ... and shown here, outside total()
     )
 
 
