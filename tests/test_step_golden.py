@@ -205,13 +205,14 @@ def test_case_108_host_by_graph_mode() -> None:
 
 
 def test_case_115_context_growth_is_kv_over_attention_rate() -> None:
-    """Nemotron-3-Ultra: HBM(decode ctx 8192) − HBM(ctx 4096) = (SVB(8192) − SVB(4096)) /
-    attention rate (2e-9 s): the per-layer share is κ/kv_layers, not κ/total_layers."""
+    """Nemotron-3-Ultra: HBM(decode ctx 8192) − HBM(ctx 4096) = 4096·κ / attention rate
+    (2e-9 s): the per-layer share is κ/kv_layers, not κ/total_layers. (κ is the KV read per
+    token; SVB is the allocation, in whole pool blocks once the hybrid states its caches.)"""
     k = open_k(NEMOTRON)
     r = rpool(k)
     a = totals(r, decode_batch(1, 1, 4096))
     b = totals(r, decode_batch(1, 1, 8192))
-    growth = k.sequence_variable_bytes(8192) - k.sequence_variable_bytes(4096)
+    growth = (8192 - 4096) * r.kv_bytes_per_token
     kinds = {layer.attn_kind for layer in r.plan.layers if layer.attn_q_heads > 0}
     rates = {r.coefficients.attention_by_kind.get(kd, (0, r.coefficients.attention_rate_bps))[1]
              for kd in kinds}
@@ -226,7 +227,7 @@ def test_case_116_without_decode_rate_growth_at_hbm_bandwidth() -> None:
         r0.coefficients, attention_rate_bps=0.0, attention_by_kind={}))
     a = totals(r, decode_batch(1, 1, 4096))
     b = totals(r, decode_batch(1, 1, 8192))
-    growth = k.sequence_variable_bytes(8192) - k.sequence_variable_bytes(4096)
+    growth = (8192 - 4096) * r.kv_bytes_per_token  # KV read, not the block allocation
     assert b.hbm_s - a.hbm_s == pytest.approx(growth / r.coefficients.hbm_bps, abs=2e-9)
 
 
@@ -446,8 +447,9 @@ def test_seed_12_identities_every_scenario(name: str) -> None:
         else:
             assert per_req > 0
             assert cap.max_concurrency == cap.num_blocks * cap.page_bytes / per_req
-        # one page covers B tokens per rank, B·dcp tokens of the request when KV shards
-        B = r.block_size * (r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers
+        # one page covers B tokens per rank, B·dcp tokens of the request when KV shards (B is
+        # the hybrid allocator's raised block when the pool states its caches)
+        B = (r.caches.block if r.caches else r.block_size) * (r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers
                             else 1)
         if r.recurrent_cache_mode != "all":
             assert k.sequence_variable_bytes(1) == k.sequence_variable_bytes(B)
