@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from collections.abc import Mapping
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import host, memory, step, transfer
@@ -192,6 +194,13 @@ class Kernel:
     def documents(self) -> dict[str, dict[str, str]]:
         """Role → {file, sha256} of every document the kernel was built from (a copy)."""
         return {k: dict(v) for k, v in self._documents.items()}
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Save this kernel's resolution to ``path``; :func:`kernel.load_kernel` reads it back
+        without YAML or resolution (see :mod:`kernel.saved`)."""
+        from .saved import save_kernel
+
+        return save_kernel(self, path)
 
     @property
     def resolved_pool(self) -> ResolvedPool:
