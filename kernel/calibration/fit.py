@@ -30,6 +30,7 @@ fitted without them.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,8 @@ class FitOptions:
     min_eigen: float = 0.01  # a direction of the unit-column design this degenerate ...
     max_std_error: float = 0.02  # ... and this uncertain is not identifiable: pinned
     min_rows: int = 8  # fewer steps than this in a phase: nothing is fitted there
+    max_rows: int | None = 250_000  # a phase with more steps is fitted on an evenly strided
+    # sample of about this many (six parameters need no more; every step is still scored)
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ class PhaseFit:
     terms: tuple[TermFit, ...]
     iterations: int = 0
     reason: str = ""  # why nothing was fitted (no rows, too few rows)
+    sampled: int | None = None  # steps actually fitted on, when fewer than ``rows``
     weights: np.ndarray | None = field(default=None, repr=False, compare=False)  # robust
 
     def correction(self) -> PhaseCorrection:
@@ -202,6 +206,14 @@ def fit_phase(phase: str, terms: np.ndarray, measured: np.ndarray,
     ns (> 0). ``w_init``: robust weights to start from (e.g. a fit on more of the data)."""
     opts = opts or FitOptions()
     n = int(measured.size)
+    if opts.max_rows and n > opts.max_rows:
+        stride = -(-n // opts.max_rows)
+        sub = fit_phase(phase, terms[::stride], measured[::stride], opts,
+                        None if w_init is None else w_init[::stride])
+        w_full = np.ones(n)
+        if sub.weights is not None:
+            w_full[::stride] = sub.weights
+        return dataclasses.replace(sub, rows=n, sampled=int(sub.rows), weights=w_full)
     if n < max(opts.min_rows, 1):
         why = "no steps of this phase" if n == 0 else f"only {n} step(s) (< {opts.min_rows})"
         return PhaseFit(phase, n, tuple(
