@@ -117,13 +117,17 @@ class _Sink:
             self.thread.join()
             self.thread = None
 
-    def close(self) -> None:
+    def close(self, extra: Mapping[str, str] | None = None) -> None:
+        """Finish the file; ``extra`` key-value metadata (known only now, e.g. the row
+        counts) is added to a parquet footer, replacing keys of the same name."""
         self._flush()
         if self.w is None:
             self._open()
             w: Any = self.w
             w.write_table(self.schema.empty_table())
         self._drain()
+        if extra and not self.csv and self.error is None:
+            self.w.add_key_value_metadata(dict(extra))
         self.w.close()
         if self.error is not None:
             self.tmp.unlink(missing_ok=True)
@@ -182,22 +186,9 @@ def _prefetch(it: Iterator[Any], depth: int = 2) -> Iterator[Any]:
 
 
 def _progress(total: int | None, enabled: bool) -> Any:
-    if not (enabled and sys.stdout.isatty()):
-        return None
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TaskProgressColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    from ..progress import open_progress  # a terminal bar, a notebook bar, or nothing
 
-    prog = Progress(TextColumn("pricing"), BarColumn(), TaskProgressColumn(),
-                    TextColumn("{task.completed:,.0f} rows  {task.fields[rate]} rows/s"),
-                    TimeElapsedColumn(), transient=False)
-    prog.start()
-    prog.add_task("price", total=total, rate="-")
-    return prog
+    return open_progress(total, enabled)
 
 
 _MALLOC_TUNED = False
@@ -301,9 +292,9 @@ def _stream(r: ResolvedPool, src: Any, dst: Path, rejects: str | Path | None, st
             _run_contiguous(eng, ts, tick)
             eng.counts.mode = "contiguous"
         eng.finish()
-        out.close()
+        out.close(counts_metadata(eng.counts) if opts["metadata"] else None)
         if rej_sink is not None:
-            rej_sink.close()
+            rej_sink.close(counts_metadata(eng.counts) if opts["rejects_metadata"] else None)
     except BaseException:
         out.abort()
         if rej_sink is not None:
@@ -314,6 +305,16 @@ def _stream(r: ResolvedPool, src: Any, dst: Path, rejects: str | Path | None, st
             tick()
             prog.stop()
     return eng.counts
+
+
+def counts_metadata(counts: PriceCounts) -> dict[str, str]:
+    """The run's row counts as the stamp's ``counts`` key (:mod:`kernel.stamp`)."""
+    from ..stamp import counts_metadata as stamp_counts
+
+    return stamp_counts(rows_in=counts.rows_in, rows_priced=counts.rows_priced,
+                        rows_rejected=counts.rows_rejected,
+                        batches_priced=counts.batches_priced,
+                        batch_table_rows_rejected=counts.batch_table_rows_rejected)
 
 
 def _coerced_chunks(eng: Engine, ts: Any) -> Iterator[Rows]:

@@ -127,6 +127,7 @@ def register(group: click.Group) -> None:
                   scenarios_root: str | None, catalog_root: str | None,
                   registry_root: str | None) -> None:
         """Price every batch of a recorded TRACE into parquet (docs/traces.md)."""
+        from kernel import stamp
         from kernel.bulk import price_file
         from kernel.trace import RejectedRowError, TraceError
 
@@ -145,11 +146,17 @@ def register(group: click.Group) -> None:
         k = _open_kernel(scenario, pool, repos)
         out = Path(output)
         rej = Path(rejects) if rejects else out.with_name(out.stem + ".rejects.parquet")
+        made = stamp.for_kernel(k, trace=trace, decode_threshold=decode_threshold,
+                                sm_budget=sm_budget, columns=_columns(column_map),
+                                batches=stamp.trace_identity(batches_path) if batches_path
+                                else None)
         try:
             counts = price_file(k, trace, out, rejects=rej, strict=strict,
                                 chunk_rows=chunk_rows, progress=not no_progress,
                                 decode_threshold=decode_threshold, sm_budget=sm_budget,
-                                columns=_columns(column_map), batches=batches_path)
+                                columns=_columns(column_map), batches=batches_path,
+                                metadata=made.to_metadata(),
+                                rejects_metadata=made.as_kind("rejects").to_metadata())
         except RejectedRowError as exc:
             raise click.ClickException(f"--strict: {exc}") from None
         except TraceError as exc:
