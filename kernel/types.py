@@ -177,12 +177,16 @@ class Batch:
 
 @dataclass(frozen=True)
 class StepEstimate:
-    """One step's price: both estimates, the binding resource and the per-resource totals."""
+    """One step's price: both estimates, the binding resource and the per-resource totals.
+
+    ``calibrated`` is the third estimate of a kernel opened with a calibration
+    (:mod:`kernel.calibration.law`), else None; it never changes the other two."""
 
     overlap: int
     no_overlap: int
     bottleneck: Resource
     per_resource: dict[Resource, int] | None = field(default=None)
+    calibrated: int | None = None
 
     def _repr_html_(self) -> str:
         from .notebook import step_html

@@ -228,7 +228,8 @@ def test_priced_result_renders_in_a_notebook(ds3: kernel.Kernel) -> None:
     from kernel.bulk import price_result
 
     res = price_result(ds3, pl.DataFrame({"batch_id": [1, 1, 2], "scheduled": [1, 1, -1],
-                                          "computed": [9, 9, 0], "prompt_len": [9, 9, 1]}))
+                                          "computed": [9, 9, 0], "prompt_len": [9, 9, 1]}),
+                       on_reject="ignore")
     html = res._repr_html_()
     assert "in 3 = priced 2 + rejected 1" in html and "1 row(s) in .rejects" in html
     assert "p99" in html and "<table" in html

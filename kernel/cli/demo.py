@@ -120,7 +120,8 @@ def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
     priced_path = out / "priced.parquet"
     made = stamp.for_kernel(k, trace=trace, decode_threshold=decode_width(k), sm_budget=0)
     counts = bulk.price_file(k, trace, priced_path, progress=False,
-                             decode_threshold=decode_width(k), metadata=made.to_metadata())
+                             decode_threshold=decode_width(k), tune_malloc=True,
+                             metadata=made.to_metadata())
     priced = pl.read_parquet(priced_path)
     t_price = time.perf_counter()
     summary = summarise(priced, k, scenario=scenario)
