@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from collections.abc import Mapping
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import host, memory, step, transfer
@@ -191,6 +193,13 @@ class Kernel:
         """Role → {file, sha256} of every document the kernel was built from (a copy)."""
         return {k: dict(v) for k, v in self._documents.items()}
 
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Save this kernel's resolution to ``path``; :func:`kernel.load_kernel` reads it back
+        without YAML or resolution (see :mod:`kernel.saved`)."""
+        from .saved import save_kernel
+
+        return save_kernel(self, path)
+
     @property
     def resolved_pool(self) -> ResolvedPool:
         """The full resolution record pricing reads (read-only)."""
@@ -201,7 +210,19 @@ class Kernel:
         """:meth:`provenance` typed, as a polars frame: ``value`` float64 with ``units``,
         ``method`` and ``scope_kind`` enums, ``scope_values`` lists, ``reason`` (the columns
         of the SQL ``provenance`` view, docs/tables.md)."""
-        return self._frame("provenance")
+        frame = self._frame("provenance")
+        if self._cal is None:
+            return frame
+        import polars as pl
+
+        from .calibration.apply import provenance_entries
+
+        fitted = pl.DataFrame(
+            [{"position": frame.height + i + 1, "name": o.name, "set": o.set,
+              "method": o.method, "scope": o.scope, "kind": "calibration"}
+             for i, o in enumerate(provenance_entries(self._cal))],
+            schema_overrides={"method": frame.schema["method"]})
+        return pl.concat([frame, fitted], how="diagonal")
 
     def resolved_frame(self) -> pl.DataFrame:
         """The pool's resolved configuration as a one-row polars frame (``resolved_pools``)."""

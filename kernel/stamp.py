@@ -259,8 +259,12 @@ def for_kernel(k: Kernel, kind: str = "priced", *, trace: object = None,
         options["decode_threshold"] = int(decode_threshold)
     if sm_budget is not None:
         options["sm_budget"] = int(sm_budget)
+    cal = getattr(k, "calibration", None)
     if calibration:
         options["calibration"] = calibration
+    elif cal is not None:  # the digest of the calibration document the kernel applies
+        options["calibration"] = hashlib.sha256(cal.to_yaml().encode()).hexdigest()
+        options["calibration_name"] = cal.name
     options.update({k: v for k, v in extra_options.items() if v not in (None, {}, [], ())})
     r = k.resolved_pool
     return Stamp(kind=kind, scenario=r.scenario, pool=r.pool_index, documents=k.documents(),

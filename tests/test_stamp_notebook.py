@@ -233,3 +233,25 @@ def test_priced_result_renders_in_a_notebook(ds3: kernel.Kernel) -> None:
     html = res._repr_html_()
     assert "in 3 = priced 2 + rejected 1" in html and "1 row(s) in .rejects" in html
     assert "p99" in html and "<table" in html
+
+
+def test_a_calibrated_kernel_stamps_its_calibration_digest(trace: Path, tmp_path: Path
+                                                           ) -> None:
+    import hashlib
+
+    from tests.test_calibration import TRUE, _doc
+
+    base = kernel.open(LLAMA)
+    r = base.resolved_pool
+    kc = base.with_calibration(_doc(r.model_name, r.chip_name, TRUE), force=True)
+    assert "calibration" not in stamp.for_kernel(base).options
+    opts = stamp.for_kernel(kc).options
+    assert opts["calibration"] == hashlib.sha256(kc.calibration.to_yaml().encode()).hexdigest()
+    out = tmp_path / "c.parquet"
+    kernel.price_file(kc, trace, out, progress=False,
+                      metadata=stamp.for_kernel(kc, trace=trace).to_metadata())
+    assert kernel.read_priced(out).stamp.options["calibration"] == opts["calibration"]
+    prov = kc.provenance_frame()
+    assert prov["name"].to_list() == [o.name for o in kc.provenance()]
+    assert prov.filter(pl.col("kind") == "calibration")["method"].unique().to_list() == \
+        ["fitted"]
