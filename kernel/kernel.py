@@ -124,18 +124,30 @@ class Kernel:
 
     # -- whole traces -------------------------------------------------------------------
     def price(self, trace: Any, *, measured: str | None = None, measured_unit: str = "ns",
-              **options: Any) -> pl.DataFrame:
+              trace_format: str = "requests", **options: Any) -> pl.DataFrame:
         """Price every batch of a trace as columns; see :func:`kernel.bulk.price`.
 
         A calibrated kernel adds ``calibrated_ns``; ``measured`` (a trace column, in
         ``measured_unit``) adds ``measured_ns`` and each estimate's relative error, and sends
-        rows with a bad measured value to the rejects (:mod:`kernel.calibration.columns`)."""
+        rows with a bad measured value to the rejects (:mod:`kernel.calibration.columns`).
+        ``trace_format="fpm"`` reads one row per forward pass with aggregates
+        (:mod:`kernel.fpm`; its other columns are kept; impossible passes are left out)."""
         from .bulk import price
 
-        if self._cal is not None or measured is not None:
+        if trace_format == "fpm":
+            from .fpm import fpm_to_requests
+
+            req, batches, _rejected = fpm_to_requests(trace, columns=options.pop("columns",
+                                                                                  None))
+            trace = req.join(batches, on="batch_id", how="left")
+            options["keep"] = [*(options.get("keep") or ()),
+                               *(c for c in batches.columns if c not in ("batch_id", measured))]
+        elif trace_format != "requests":
+            raise ValueError(f"trace_format must be 'requests' or 'fpm', not {trace_format!r}")
+        law = self._cal.law if self._cal is not None else None
+        if law is not None or measured is not None:
             from .calibration.columns import producers_for
 
-            law = self._cal.law if self._cal is not None else None
             options["producers"] = [*producers_for(law, measured, measured_unit),
                                     *(options.get("producers") or ())]
         return price(self, trace, **options)
