@@ -18,6 +18,9 @@ every variant alike. Figures printed:
   input table's size;
 * with ``--big``: peak RSS of ``price_file`` at 10M batches, sorted and shuffled.
 
+Every child raises glibc's mmap/trim thresholds first, as the command line does (a library
+call no longer does it unasked), so before and after run under the same allocator settings.
+
 ``BEFORE`` holds the same figures measured on the code before the issue-13 rewrite, so one run
 prints before, after and the target side by side.
 """
@@ -59,6 +62,13 @@ TARGETS = {
 
 
 def _peak_rss_bytes() -> int:
+    # VmHWM: this process image's peak (ru_maxrss would carry the parent's across exec)
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return rss if sys.platform == "darwin" else rss * 1024
 
@@ -70,14 +80,31 @@ def _cpu() -> float:
 
 # -- children (one measurement each) -------------------------------------------------------
 
+def _tune_malloc() -> None:
+    """What the CLI asks for (``price_file(tune_malloc=True)``), the same in every child."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 32 << 20)
+        libc.mallopt(-1, 512 << 20)
+    except (OSError, AttributeError):
+        pass
+
+
 def child(kind: str, trace: str, out: str, scenario: str) -> dict[str, float]:
+    _tune_malloc()
     if kind == "pyarrow":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         priced = pq.read_table(out)  # the priced table to write (not timed)
         c0, t0 = _cpu(), time.perf_counter()
         tbl = pq.read_table(trace, columns=TRACE_COLUMNS)
-        pq.write_table(priced, out + ".pa.parquet", compression="lz4")
+        # the same encoding price_file uses: lz4, dictionaries for text columns only
+        text = [f.name for f in priced.schema if not pa.types.is_integer(f.type)]
+        pq.write_table(priced, out + ".pa.parquet", compression="lz4", use_dictionary=text,
+                       row_group_size=1 << 18)
         dt = time.perf_counter() - t0
         del tbl
         return {"seconds": dt, "cpu": _cpu() - c0, "peak_rss": _peak_rss_bytes()}

@@ -131,6 +131,18 @@ class Kernel:
             out = with_calibrated(out, self._cal.law)
         return out
 
+    def price_result(self, trace: Any, **options: Any) -> Any:
+        """:meth:`price` with the rejected rows and the counts (a
+        :class:`kernel.bulk.PricedResult`); see :func:`kernel.bulk.price_result`."""
+        from .bulk import price_result
+
+        res = price_result(self, trace, **options)
+        if self._cal is not None:
+            from .calibration.apply import with_calibrated
+
+            res.priced = with_calibrated(res.priced, self._cal.law)
+        return res
+
     # -- transfers and host ------------------------------------------------------------
     def tier_time(self, tier: str, direction: Direction | str, nbytes: int, depth: int) -> int:
         return transfer.tier_time(self._r, tier, Direction(direction), nbytes, depth)

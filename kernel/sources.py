@@ -296,7 +296,7 @@ def _from_dataset(dset: ds.Dataset, names: dict[str, str], chunk_rows: int,
 
     def scan(d: ds.Dataset) -> Iterator[pa.RecordBatch]:
         yield from ds.Scanner.from_dataset(d, columns=read, batch_size=chunk_rows,
-                                           batch_readahead=4, fragment_readahead=2,
+                                           batch_readahead=2, fragment_readahead=1,
                                            use_threads=True).to_batches()
     ts = TraceSource(names, num_rows, lambda: scan(dset), label, schema=schema)
     plan = _row_group_plan(frags, names["batch_id"], chunk_rows) if parquet else None

@@ -98,16 +98,35 @@ def _grouped_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor
         return eng.coerce_task(t, offset), carry
 
     held = Rows.empty()
-    for c, carry in _ordered(pool, task, _offsets(ts.units()), 2):
+    for c, carry in _ordered(pool, task, _offsets(ts.units()), 1):
         rows = eng.take_coerced(c)
         if len(held):
-            rows, held = Rows.concat([held, rows]), Rows.empty()
+            if carry is not None and held.batch_id[0] == carry:  # it goes on past this chunk
+                rows = Rows.concat([held, rows])
+            else:
+                first, rows = _join_held(held, rows)
+                if first is not None:
+                    yield first, None, ts.sorted_ids
+            held = Rows.empty()
         if carry is not None and len(rows):
             rows, held = _split_off(rows, rows.batch_id == carry)
         if len(rows):
             yield rows, None, ts.sorted_ids
     if len(held):
         yield held, None, ts.sorted_ids
+
+
+def _join_held(held: Rows, rows: Rows) -> tuple[Rows | None, Rows]:
+    """The held batch completed with its rows from ``rows``: (that batch alone when its rows
+    lead ``rows`` — no copy of the chunk — else None, and the rest)."""
+    bid = held.batch_id[0]
+    idx = np.flatnonzero(rows.batch_id == bid)
+    if idx.size == 0:
+        return held, rows
+    if idx[-1] == idx.size - 1:  # a prefix (the usual case)
+        k = int(idx.size)
+        return Rows.concat([held, rows.slice(0, k)]), rows.slice(k, len(rows))
+    return None, Rows.concat([held, rows])
 
 
 def _split_off(rows: Rows, mask: np.ndarray) -> tuple[Rows, Rows]:
@@ -140,7 +159,7 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
 
     def validated() -> Iterator[Rows]:
         try:
-            for c in _ordered(pool, task, _offsets(ts.chunks()), 2):
+            for c in _ordered(pool, task, _offsets(ts.chunks()), 1):
                 rows = eng.take_coerced(c)
                 if len(rows):
                     yield rows
@@ -149,13 +168,13 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
             raise
 
     parts = validated()
-    first = next(parts, None)
-    if first is None:
+    head = next(parts, None)
+    if head is None:
         return
-    schema = _rows_schema(first)
+    schema = _rows_schema(head)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        yield from first.to_arrow().cast(schema).to_batches()
+        yield from head.to_arrow().cast(schema).to_batches()
         for rows in parts:
             yield from rows.to_arrow().cast(schema).to_batches()
 
@@ -177,7 +196,13 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
         for b in out:
             rows = Rows.from_arrow(pa.Table.from_batches([b]).cast(schema))
             if len(held):
-                rows, held = Rows.concat([held, rows]), Rows.empty()
+                first, rows = _join_held(held, rows)  # sorted: its rows lead
+                held = Rows.empty()
+                if first is not None and len(rows) == 0:
+                    held = first  # the batch may go on in the next output batch
+                    continue
+                if first is not None:
+                    yield first, runs(first.batch_id), False
             ids = rows.batch_id
             cut = int(np.searchsorted(ids, ids[-1], "left"))  # the last batch may go on
             rows, held = rows.slice(0, cut), rows.take(np.arange(cut, len(rows)))
