@@ -100,6 +100,8 @@ def _grouped_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor
     held = Rows.empty()
     for c, carry in _ordered(pool, task, _offsets(ts.units()), 1):
         rows = eng.take_coerced(c)
+        if len(rows) == 0:
+            continue  # (an empty row group: a held batch goes on holding)
         if len(held):
             if carry is not None and held.batch_id[0] == carry:  # it goes on past this chunk
                 rows = Rows.concat([held, rows])
