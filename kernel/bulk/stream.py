@@ -144,8 +144,33 @@ def _split_off(rows: Rows, mask: np.ndarray) -> tuple[Rows, Rows]:
     return rows.take(np.flatnonzero(~mask)), rows.take(idx)
 
 
-def _rows_schema(rows: Rows) -> pa.Schema:
-    return rows.to_arrow().schema
+_NARROW = ("scheduled", "computed", "decode_threshold", "sm_budget")
+
+
+def _sort_schema(rows: Rows, ts: TraceSource) -> pa.Schema:
+    """The rows' Arrow schema for the sort, narrowed where values provably fit int32: counts
+    whose source type is a narrow integer, row numbers of a trace under 2**31 rows (half the
+    bytes to sort and to fetch)."""
+    out = []
+    for f in rows.to_arrow().schema:
+        src = ts.names.get(f.name)
+        typ = ts.schema.field(src).type if (ts.schema is not None and src is not None
+                                              and src in ts.schema.names) else None
+        narrow = (f.name in _NARROW and typ is not None and pa.types.is_integer(typ)
+                  and typ.bit_width <= (32 if pa.types.is_signed_integer(typ) else 16))
+        if f.name == "row" and ts.num_rows is not None and ts.num_rows < 2**31:
+            narrow = True
+        out.append(pa.field(f.name, pa.int32()) if narrow else f)
+    return pa.schema(out)
+
+
+def _widen(rows: Rows) -> Rows:
+    """int32 columns back to the int64 the walk works in."""
+    for name in ("row", *_NARROW):
+        v = getattr(rows, name)
+        if v is not None and v.dtype != np.int64:
+            setattr(rows, name, v.astype(np.int64))
+    return rows
 
 
 def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_rows: int,
@@ -173,7 +198,7 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
     head = next(parts, None)
     if head is None:
         return
-    schema = _rows_schema(head)
+    schema = _sort_schema(head, ts)
 
     def batches() -> Iterator[pa.RecordBatch]:
         yield from head.to_arrow().cast(schema).to_batches()
@@ -196,7 +221,7 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
             raise
         held = Rows.empty()
         for b in out:
-            rows = Rows.from_arrow(pa.Table.from_batches([b]).cast(schema))
+            rows = _widen(Rows.from_arrow(pa.Table.from_batches([b]).cast(schema)))
             if len(held):
                 first, rows = _join_held(held, rows)  # sorted: its rows lead
                 held = Rows.empty()
