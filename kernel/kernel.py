@@ -123,28 +123,35 @@ class Kernel:
                                   self._pool.engine.gpu_memory_utilization or None)
 
     # -- whole traces -------------------------------------------------------------------
-    def price(self, trace: Any, **options: Any) -> pl.DataFrame:
-        """Price every batch of a trace as columns; see :func:`kernel.bulk.price`."""
+    def price(self, trace: Any, *, measured: str | None = None, measured_unit: str = "ns",
+              **options: Any) -> pl.DataFrame:
+        """Price every batch of a trace as columns; see :func:`kernel.bulk.price`.
+
+        A calibrated kernel adds ``calibrated_ns``; ``measured`` (a trace column, in
+        ``measured_unit``) adds ``measured_ns`` and each estimate's relative error, and sends
+        rows with a bad measured value to the rejects (:mod:`kernel.calibration.columns`)."""
         from .bulk import price
 
-        out = price(self, trace, **options)
-        if self._cal is not None:
-            from .calibration.apply import with_calibrated
+        return price(self, trace, **self._with_producers(measured, measured_unit, options))
 
-            out = with_calibrated(out, self._cal.law)
-        return out
-
-    def price_result(self, trace: Any, **options: Any) -> Any:
+    def price_result(self, trace: Any, *, measured: str | None = None,
+                     measured_unit: str = "ns", **options: Any) -> Any:
         """:meth:`price` with the rejected rows and the counts (a
         :class:`kernel.bulk.PricedResult`); see :func:`kernel.bulk.price_result`."""
         from .bulk import price_result
 
-        res = price_result(self, trace, **options)
-        if self._cal is not None:
-            from .calibration.apply import with_calibrated
+        return price_result(self, trace,
+                            **self._with_producers(measured, measured_unit, options))
 
-            res.priced = with_calibrated(res.priced, self._cal.law)
-        return res
+    def _with_producers(self, measured: str | None, measured_unit: str,
+                        options: dict[str, Any]) -> dict[str, Any]:
+        if self._cal is not None or measured is not None:
+            from .calibration.columns import producers_for
+
+            law = self._cal.law if self._cal is not None else None
+            options["producers"] = [*producers_for(law, measured, measured_unit),
+                                    *(options.get("producers") or ())]
+        return options
 
     # -- transfers and host ------------------------------------------------------------
     def tier_time(self, tier: str, direction: Direction | str, nbytes: int, depth: int) -> int:

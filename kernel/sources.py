@@ -10,7 +10,8 @@
   pyarrow ``Dataset`` or ``Scanner``, a ``RecordBatchReader``, and any object with the Arrow C
   stream interface (``__arrow_c_stream__``: DuckDB relations, ...).
 
-Parquet goes through :mod:`pyarrow.dataset` (the scanner reads ahead on its own threads).
+Parquet goes through :mod:`pyarrow.dataset`: one row-group fragment at a time, decoded on
+Arrow's threads (the scanner is used where a hive partition key must be filled in).
 
 Each source also says how its rows are laid out (:attr:`TraceSource.layout`), which decides
 how bulk pricing groups them without reading anything twice:

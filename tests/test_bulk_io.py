@@ -310,3 +310,18 @@ def test_parquet_row_groups_of_any_size_price_like_memory(tmp_path: Path) -> Non
             assert got["batch_id"].is_sorted()
 
     check()
+
+
+def test_narrow_counts_cross_the_sort_exactly(tmp_path: Path) -> None:
+    from kernel.synth import synth
+
+    r = pool(**VARIANTS["pcp2-dcp4"])
+    t = pl.from_arrow(synth(300, seed=4, requests_per_batch=12))  # int32 counts
+    assert isinstance(t, pl.DataFrame) and t.schema["scheduled"] == pl.Int32
+    shuffled = _orders(t.with_columns(pl.col("computed") + 2**30), 4)["shuffled"]
+    src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
+    shuffled.write_parquet(src, row_group_size=500)  # overlapping row groups
+    counts = bulk.price_file(r, src, dst, progress=False)
+    assert counts.mode == "sorted"
+    want = bulk.price(r, t.with_columns(pl.col("computed") + 2**30))
+    assert pl.read_parquet(dst).equals(want)
