@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pipeline.documents import Pool
 
     from .calibration.document import Calibration
+    from .protocols import TraceInput
     from .transfer import PDTransferDemand
 
 KERNEL_ASSUMPTION_SET = "blis-latency-kernel"
@@ -123,8 +124,9 @@ class Kernel:
                                   self._pool.engine.gpu_memory_utilization or None)
 
     # -- whole traces -------------------------------------------------------------------
-    def price(self, trace: Any, *, measured: str | None = None, measured_unit: str = "ns",
-              trace_format: str = "requests", **options: Any) -> pl.DataFrame:
+    def price(self, trace: TraceInput, *, measured: str | None = None,
+              measured_unit: str = "ns", trace_format: str = "requests",
+              **options: Any) -> pl.DataFrame:
         """Price every batch of a trace as columns; see :func:`kernel.bulk.price`.
 
         A calibrated kernel adds ``calibrated_ns``; ``measured`` (a trace column, in
@@ -134,23 +136,44 @@ class Kernel:
         (:mod:`kernel.fpm`; its other columns are kept; impossible passes are left out)."""
         from .bulk import price
 
-        if trace_format == "fpm":
-            from .fpm import fpm_to_requests
+        trace = self._requests(trace, trace_format, measured, options)
+        return price(self, trace, **self._with_producers(measured, measured_unit, options))
 
-            req, batches, _rejected = fpm_to_requests(trace, columns=options.pop("columns",
-                                                                                  None))
-            trace = req.join(batches, on="batch_id", how="left")
-            options["keep"] = [*(options.get("keep") or ()),
-                               *(c for c in batches.columns if c not in ("batch_id", measured))]
-        elif trace_format != "requests":
+    def price_result(self, trace: Any, *, measured: str | None = None,
+                     measured_unit: str = "ns", trace_format: str = "requests",
+                     **options: Any) -> Any:
+        """:meth:`price` with the rejected rows and the counts (a
+        :class:`kernel.bulk.PricedResult`); see :func:`kernel.bulk.price_result`."""
+        from .bulk import price_result
+
+        trace = self._requests(trace, trace_format, measured, options)
+        return price_result(self, trace,
+                            **self._with_producers(measured, measured_unit, options))
+
+    @staticmethod
+    def _requests(trace: Any, trace_format: str, measured: str | None,
+                  options: dict[str, Any]) -> Any:
+        """An FPM trace as request rows (its other columns kept); a request trace as is."""
+        if trace_format == "requests":
+            return trace
+        if trace_format != "fpm":
             raise ValueError(f"trace_format must be 'requests' or 'fpm', not {trace_format!r}")
-        law = self._cal.law if self._cal is not None else None
-        if law is not None or measured is not None:
+        from .fpm import fpm_to_requests
+
+        req, batches, _rejected = fpm_to_requests(trace, columns=options.pop("columns", None))
+        options["keep"] = [*(options.get("keep") or ()),
+                           *(c for c in batches.columns if c not in ("batch_id", measured))]
+        return req.join(batches, on="batch_id", how="left")
+
+    def _with_producers(self, measured: str | None, measured_unit: str,
+                        options: dict[str, Any]) -> dict[str, Any]:
+        if self._cal is not None or measured is not None:
             from .calibration.columns import producers_for
 
+            law = self._cal.law if self._cal is not None else None
             options["producers"] = [*producers_for(law, measured, measured_unit),
                                     *(options.get("producers") or ())]
-        return price(self, trace, **options)
+        return options
 
     # -- transfers and host ------------------------------------------------------------
     def tier_time(self, tier: str, direction: Direction | str, nbytes: int, depth: int) -> int:
