@@ -45,7 +45,7 @@ SELECT * FROM (VALUES
      'FlashAttention 2 cannot read an fp8 cache, so FlashInfer without TRT-LLM decode'),
     ('hopper', 'mla', '16bit', 'FLASH_ATTN_MLA', 'UNIFORM_BATCH', 'FlashAttention 3 MLA'),
     ('hopper', 'mla', 'fp8', 'FLASHMLA', 'UNIFORM_BATCH',
-     'FlashMLA: FlashAttention 3 MLA, first in the list, reads no fp8 cache'),
+     'FlashMLA; FlashAttention 3 MLA reads no fp8 cache'),
     ('blackwell', 'mla', '*', 'FLASHINFER_MLA', 'UNIFORM_BATCH', 'FlashInfer MLA'),
     ('pre_hopper', 'mla', '*', 'TRITON_MLA', 'UNIFORM_BATCH',
      'Triton MLA, the only MLA backend below Hopper'),
