@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import host, memory, step, transfer
+from .origins import ORIGIN_SETS
 from .resolved import ResolvedPool
 from .types import (
     Batch,
@@ -178,7 +179,8 @@ class Kernel:
 
     def evidence(self) -> tuple[int, int, list[str]]:
         """(entries resting on evidence, all entries, names of assumed entries)."""
-        entries = self._r.provenance
+        # catalog-origin rows say where a document came from, not how a number was obtained
+        entries = tuple(e for e in self._r.provenance if e.set not in ORIGIN_SETS)
         evidenced = sum(1 for e in entries if e.method in EVIDENCED_METHODS)
         return evidenced, len(entries), [e.name for e in entries if e.method == "assumed"]
 
