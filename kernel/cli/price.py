@@ -155,7 +155,10 @@ def register(group: click.Group) -> None:
         if cluster is not None:
             unsupported = [name for name, given in (
                 ("--rejects", rejects), ("--strict", strict), ("--sm-budget", sm_budget),
-                ("--batches", batches_path), ("--column", column_map), ("--db", db)) if given]
+                ("--batches", batches_path), ("--column", column_map), ("--db", db),
+                ("--measured", measured.get("measured")),
+                ("--calibration", measured.get("calibration")),
+                ("--trace-format fpm", measured.get("trace_format") == "fpm")) if given]
             if unsupported:
                 raise click.UsageError(f"{', '.join(unsupported)} cannot be combined with "
                                        "--cluster (rejects go to OUTPUT/rejects/)")
