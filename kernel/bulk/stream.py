@@ -4,7 +4,8 @@ A run is a pipeline (``docs/traces.md`` "Streaming"):
 
 1. **read**: :mod:`kernel.sources` yields Arrow chunks (parquet row-group fragments of
    pyarrow.dataset, decoded on Arrow's threads);
-2. **validate**: each chunk is checked row by row on a worker thread;
+2. **validate**: each chunk is checked row by row on a worker thread (which, in ``grouped``
+   mode, also reads it, one chunk ahead);
 3. **group**: how depends on the source's layout, known before the first row is priced, so
    nothing is ever read twice:
 
@@ -94,12 +95,18 @@ def _offsets(parts: Iterable[Any]) -> Iterator[tuple[Any, int]]:
 def _grouped_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor
                    ) -> Iterator[tuple[Rows, np.ndarray | None, bool]]:
     """Chunks of whole batches: each unit's carry id is held back for the next."""
-    def task(item: tuple[tuple[pa.Table, Any], int]) -> tuple[Any, Any]:
-        (t, carry), offset = item
-        return eng.coerce_task(t, offset), carry
+    def task(item: tuple[Callable[[], pa.Table], int, Any]) -> tuple[Any, Any]:
+        read, offset, carry = item  # read on a worker too: ahead of the pricing
+        return eng.coerce_task(read(), offset), carry
+
+    def items() -> Iterator[tuple[Callable[[], pa.Table], int, Any]]:
+        offset = 0
+        for read, n, carry in ts.unit_reads():
+            yield read, offset, carry
+            offset += n
 
     held = Rows.empty()
-    for c, carry in _ordered(pool, task, _offsets(ts.units()), 1):
+    for c, carry in _ordered(pool, task, items(), 1):
         rows = eng.take_coerced(c)
         if len(rows) == 0:
             continue  # (an empty row group: a held batch goes on holding)
