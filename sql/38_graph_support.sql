@@ -1,5 +1,5 @@
--- What limits the CUDA graph mode of a pool (seed-methods.md §8, rules 5 and 8), as vLLM
--- v0.31.0 declares it. Two tables (created once per database, so a caller may amend them
+-- What limits the CUDA graph mode of a pool (seed-methods.md §8, rules 5 and 8), as the pinned
+-- vLLM release declares it. Two tables (created once per database, so a caller may amend them
 -- before the views run) and one view; pool_engine (40_engine_defaults.sql) applies them.
 
 -- Rule 5: a configured KV connector whose requires_piecewise_for_cudagraph() is true forces
@@ -29,7 +29,7 @@ SELECT * FROM (VALUES
 
 -- Rule 8: the CUDA-graph support each attention (or recurrent) backend's metadata builder
 -- declares (AttentionCGSupport: NEVER < UNIFORM_SINGLE_TOKEN_DECODE < UNIFORM_BATCH <
--- ALWAYS), for the backend vLLM v0.31.0 selects by default per chip kind (pre_hopper:
+-- ALWAYS), for the backend the pinned vLLM release selects by default per chip kind (pre_hopper:
 -- a100-*, l40s; hopper; blackwell: an NVFP4 peak), layer kind and cache width ('*' = any).
 CREATE TABLE IF NOT EXISTS attention_cudagraph_support AS
 SELECT * FROM (VALUES
@@ -43,9 +43,11 @@ SELECT * FROM (VALUES
      'FlashAttention 2 cannot read an fp8 cache, so FlashInfer without TRT-LLM decode'),
     ('pre_hopper', 'swa', 'fp8', 'FLASHINFER', 'UNIFORM_SINGLE_TOKEN_DECODE',
      'FlashAttention 2 cannot read an fp8 cache, so FlashInfer without TRT-LLM decode'),
-    ('hopper', 'mla', '*', 'FLASHMLA', 'UNIFORM_BATCH', 'FlashMLA'),
+    ('hopper', 'mla', '16bit', 'FLASH_ATTN_MLA', 'UNIFORM_BATCH', 'FlashAttention 3 MLA'),
+    ('hopper', 'mla', 'fp8', 'FLASHMLA', 'UNIFORM_BATCH',
+     'FlashMLA; FlashAttention 3 MLA reads no fp8 cache'),
     ('blackwell', 'mla', '*', 'FLASHINFER_MLA', 'UNIFORM_BATCH', 'FlashInfer MLA'),
-    ('pre_hopper', 'mla', '*', 'TRITON_MLA', 'UNIFORM_SINGLE_TOKEN_DECODE',
+    ('pre_hopper', 'mla', '*', 'TRITON_MLA', 'UNIFORM_BATCH',
      'Triton MLA, the only MLA backend below Hopper'),
     ('*', 'sparse_mla', '*', 'sparse-MLA backends', 'UNIFORM_BATCH',
      'FLASHMLA_SPARSE, FLASHINFER_MLA_SPARSE(_SM90) and FLASH_ATTN_MLA_SPARSE alike'),
@@ -70,7 +72,7 @@ WITH p AS (
 ), conn AS (
     -- the stated connectors; a MultiConnector's children are the other stated connectors
     SELECT p.scenario, p.pool, x.connector, coalesce(k.needs_piecewise, false) AS needs,
-           coalesce(k.why, 'not a vLLM v0.31.0 connector: the base class default') AS why
+           coalesce(k.why, 'not a ' || vllm() || ' connector: the base class default') AS why
     FROM p, (SELECT unnest([p.pd_connector, p.offload_connector]) AS connector) x
     LEFT JOIN kv_connector_graph_needs k USING (connector)
     WHERE x.connector NOT IN ('', 'MultiConnector')
