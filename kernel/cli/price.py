@@ -51,6 +51,7 @@ def write_db(db: str | Path, k: Kernel, scenario: str, pool: int, priced: Path, 
     this scenario and pool, docs/tables.md), and the scenario's document tables and
     resolution views, so plain DuckDB can join prices with their provenance.
     """
+    from kernel import sql_laws  # noqa: F401  (installs the cost laws the views call)
     from pipeline import db as pdb
 
     con = pdb.open_db(db)
@@ -154,7 +155,10 @@ def register(group: click.Group) -> None:
         if cluster is not None:
             unsupported = [name for name, given in (
                 ("--rejects", rejects), ("--strict", strict), ("--sm-budget", sm_budget),
-                ("--batches", batches_path), ("--column", column_map), ("--db", db)) if given]
+                ("--batches", batches_path), ("--column", column_map), ("--db", db),
+                ("--measured", measured.get("measured")),
+                ("--calibration", measured.get("calibration")),
+                ("--trace-format fpm", measured.get("trace_format") == "fpm")) if given]
             if unsupported:
                 raise click.UsageError(f"{', '.join(unsupported)} cannot be combined with "
                                        "--cluster (rejects go to OUTPUT/rejects/)")
