@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import os
 import queue
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -39,7 +37,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import laws, step
+from . import laws, safe_output, step
 from .trace import (
     BATCH_COLUMNS,
     BATCH_REJECTED,
@@ -756,7 +754,7 @@ class _Sink:
     def __init__(self, path: Path, schema: pa.Schema, *, compression: str = "lz4",
                  depth: int = 2):
         self.path = path
-        self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        self.tmp = safe_output.temp_name(path)  # removed on SIGINT/SIGTERM too
         self.schema = schema
         self.csv = path.suffix.lower() == ".csv"
         self.compression = compression
@@ -809,16 +807,16 @@ class _Sink:
         self._drain()
         self.w.close()
         if self.error is not None:
-            self.tmp.unlink(missing_ok=True)
+            safe_output.discard(self.tmp)
             raise self.error
-        os.replace(self.tmp, self.path)
+        safe_output.commit(self.tmp, self.path)
 
     def abort(self) -> None:
         self._drain()
         if self.w is not None:
             self.w.close()
             self.w = None
-        self.tmp.unlink(missing_ok=True)
+        safe_output.discard(self.tmp)
 
 
 def _prefetch(it: Iterator[Any], depth: int = 2) -> Iterator[Any]:
@@ -1038,8 +1036,12 @@ def _run_partitioned(eng: _Engine, ts: Any, chunk_rows: int, tmp_parent: str | P
                      tick: Callable[[], None]) -> None:
     total = ts.num_rows
     nb = 64 if total is None else max(1, min(256, -(-total // max(chunk_rows, 1))))
-    Path(tmp_parent).mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".blis-price-", dir=str(tmp_parent)))
+    with safe_output.temp_dir(tmp_parent, ".blis-price-") as tmp:
+        _partition_and_price(eng, ts, nb, tmp, tick)
+
+
+def _partition_and_price(eng: _Engine, ts: Any, nb: int, tmp: Path,
+                         tick: Callable[[], None]) -> None:
     writers: list[Any] = [None] * nb
     try:
         for rows in _coerced_chunks(eng, ts):
@@ -1077,4 +1079,3 @@ def _run_partitioned(eng: _Engine, ts: Any, chunk_rows: int, tmp_parent: str | P
                     w.close()
                 except Exception:
                     pass
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -172,8 +172,10 @@ def price_partition(files: Sequence[str], index: int, owned: np.ndarray, foreign
                            counts.batches_priced, str(out))
 
 
-def make_client(cluster: Any = None) -> Any:
-    """A Dask client: an existing Client, an address, ``local`` / ``local:N``, or None (local)."""
+def make_client(cluster: Any = None, connect_timeout: float | None = None) -> Any:
+    """A Dask client: an existing Client, an address, ``local`` / ``local:N``, or None (local).
+
+    ``connect_timeout`` (seconds) bounds the wait for an unreachable address (OSError)."""
     from distributed import Client, LocalCluster
 
     if cluster is not None and hasattr(cluster, "submit"):
@@ -183,7 +185,9 @@ def make_client(cluster: Any = None) -> Any:
         local = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                              dashboard_address=":0")
         return Client(local)
-    return Client(str(cluster))
+    if connect_timeout is None:
+        return Client(str(cluster))
+    return Client(str(cluster), timeout=connect_timeout)
 
 
 def summarise(dst: str | os.PathLike[str]) -> pl.DataFrame:
@@ -211,7 +215,7 @@ def summarise(dst: str | os.PathLike[str]) -> pl.DataFrame:
 def price_dataset(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                   scenarios: Iterable[str], cluster: Any = None, *, pool: int = 0,
                   repos: Repos | None = None, decode_threshold: int = 1, retries: int = 3,
-                  column: str = BATCH_ID) -> SweepResult:
+                  column: str = BATCH_ID, connect_timeout: float | None = None) -> SweepResult:
     """Price every partition of ``src`` under every scenario on a Dask cluster.
 
     Writes ``dst/scenario=<name>/part-NNNNN.parquet`` (one per input partition × scenario),
@@ -225,7 +229,7 @@ def price_dataset(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         raise ValueError("price_dataset needs at least one scenario")
     files = [str(p) for p in list_partitions(src)]
     Path(dst).mkdir(parents=True, exist_ok=True)
-    client = make_client(cluster)
+    client = make_client(cluster, connect_timeout)
     own_client = client is not cluster
     try:
         id_futures = client.map(_ids_of, files, [column] * len(files), pure=False,

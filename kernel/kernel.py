@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from . import host, memory, step, transfer
+from . import limits as _limits
 from .resolved import ResolvedPool
 from .types import (
     Batch,
@@ -52,6 +53,18 @@ class Kernel:
     def step_time_into(self, batch: Batch, per: dict[Resource, int] | None) -> StepEstimate:
         """:meth:`step_time`, clearing and filling the caller's ``per`` dict (None: no map)."""
         return step.step_time_into(self._r, batch, per)
+
+    # -- deployment limits ---------------------------------------------------------------
+    @cached_property
+    def limits(self) -> _limits.Limits:
+        """What this pool can schedule in one step (:mod:`kernel.limits`)."""
+        return _limits.Limits.of(self)
+
+    def check(self, batch: Batch) -> list[_limits.Breach]:
+        """Every deployment limit ``batch`` breaks (empty when the deployment could run it):
+        max_num_seqs, max_num_batched_tokens, max_model_len, kv_capacity, duration. The price
+        of such a step is still the reference's; this only says it is impossible."""
+        return _limits.check(self.limits, batch, self.step_time_into(batch, None).no_overlap)
 
     # -- memory ----------------------------------------------------------------------
     @cached_property

@@ -32,3 +32,40 @@ def with_repos(func: F) -> F:
 def make_repos(scenarios_root: str | None, catalog_root: str | None,
                registry_root: str | None) -> Repos:
     return Repos(scenarios=scenarios_root, catalog=catalog_root, registry=registry_root)
+
+
+# At most this many local worker processes (a mistyped count must not fork the machine away).
+MAX_LOCAL_WORKERS = 64
+
+
+class ClusterParam(click.ParamType):
+    """``local``, ``local:N`` (1 <= N <= 64) or a Dask scheduler address (``host:port`` or
+    ``tcp://host:port``)."""
+
+    name = "cluster"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        import re
+
+        text = str(value).strip()
+        if text == "local":
+            return text
+        if text.startswith("local:"):
+            n = text.split(":", 1)[1]
+            if not n.isdigit() or not 1 <= int(n) <= MAX_LOCAL_WORKERS:
+                self.fail(f"{text!r}: local:N needs 1 <= N <= {MAX_LOCAL_WORKERS} workers",
+                          param, ctx)
+            return text
+        if re.fullmatch(r"(?:(?:tcp|tls|ucx|ws|wss)://)?[\w.\-\[\]:]+:\d{1,5}", text):
+            return text
+        self.fail(f"{text!r} is not local, local:N or a scheduler address HOST:PORT "
+                  "(tcp://HOST:PORT)", param, ctx)
+
+
+CLUSTER = ClusterParam()
+
+connect_timeout_option = click.option(
+    "--connect-timeout", default=10.0, show_default=True,
+    type=click.FloatRange(0, 3600, min_open=True),
+    help="Seconds to wait for a --cluster scheduler address before giving up.")

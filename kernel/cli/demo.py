@@ -162,7 +162,7 @@ def register(group: click.Group) -> None:
                   help="Batches (steps) in the synthetic trace.")
     @click.option("--scenario", default=DEFAULT_SCENARIO, show_default=True,
                   help="The scenario to price on (name or path).")
-    @click.option("--seed", default=0, show_default=True, type=int)
+    @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**63 - 1))
     @click.option("--all-scenarios", is_flag=True,
                   help="Also load, validate and resolve every embedded scenario and print a "
                        "table.")

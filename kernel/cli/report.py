@@ -24,6 +24,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from kernel import safe_output
 from kernel.cli.common import make_repos, with_repos
 
 if TYPE_CHECKING:
@@ -53,7 +54,10 @@ def open_for_cli(scenario: str, repos: Repos | None = None) -> Kernel:
     try:
         return open_kernel(scenario, repos)
     except (DocumentError, RefusalError, FileNotFoundError) as exc:
-        raise click.ClickException(f"{scenario}: {exc}") from exc
+        from kernel.cli.errors import describe
+
+        where = f"{scenario}: " if isinstance(exc, RefusalError) else ""  # a document names its file
+        raise click.ClickException(where + describe(exc)) from None
 
 
 def decode_width(k: Kernel) -> int:
@@ -177,6 +181,7 @@ def register(group: click.Group) -> None:
         from kernel.report.summary import anatomy_sweep
 
         _check_output(output, (*CHART_SUFFIXES, ".html"))
+        safe_output.check_outputs([], [("-o", output)])
         k = open_for_cli(scenario, make_repos(scenarios_root, catalog_root, registry_root))
         if _suffix(output) == ".html":
             html.write(html.anatomy_report(k, context=context), output)
@@ -202,6 +207,7 @@ def register(group: click.Group) -> None:
         from kernel.report.summary import summarise
 
         _check_output(output, (*CHART_SUFFIXES, ".html"))
+        safe_output.check_outputs([("PRICED", priced)], [("-o", output)])
         frame = read_table(priced)
         missing = {"batch_id", "overlap_ns", "no_overlap_ns", "bottleneck"} - set(frame.columns)
         if missing:
@@ -239,6 +245,7 @@ def register(group: click.Group) -> None:
 
         if output is not None:
             _check_output(output, (*CHART_SUFFIXES, ".html"))
+            safe_output.check_outputs([("TRACE", trace)], [("-o", output)])
         repos = make_repos(scenarios_root, catalog_root, registry_root)
         names = list(scenarios)
         kernels = [open_for_cli(n, repos) for n in names]

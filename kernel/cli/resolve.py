@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
+from kernel import safe_output
 from kernel.cli.common import make_repos, with_repos
 from pipeline import db
 from pipeline.errors import DocumentError
@@ -48,6 +49,11 @@ def _arrow(con: duckdb.DuckDBPyConnection, query: str, params: list[Any] | None 
 def write_table(table: pa.Table, fmt: str, out: str | None, title: str = "",
                 transpose: bool = False) -> None:
     """Print ``table`` with rich, or write it as parquet/csv/json to ``out``."""
+    if fmt == "table" and out:
+        fmt = SUFFIX_FORMATS.get(Path(out).suffix.lower(), "")
+        if not fmt:
+            raise click.UsageError(f"-o {out}: give --format parquet|csv|json, or a file "
+                                   f"ending in {', '.join(SUFFIX_FORMATS)}")
     if fmt == "table":
         console = Console(width=200)
         rich = Table(title=title or None, show_lines=False)
@@ -67,15 +73,16 @@ def write_table(table: pa.Table, fmt: str, out: str | None, title: str = "",
     if not out:
         raise click.UsageError(f"--format {fmt} needs -o FILE")
     path = Path(out)
-    if fmt == "parquet":
-        pq.write_table(table, path)
-    elif fmt == "csv":
-        flat = pa.table({n: pa.array([_cell(v) if isinstance(v, list | dict) else v
-                                      for v in table.column(n).to_pylist()])
-                         for n in table.column_names}) if table.num_rows else table
-        pacsv.write_csv(flat, path)
-    else:
-        path.write_text(json.dumps(table.to_pylist(), indent=2, default=str) + "\n")
+    with safe_output.atomic(path, "-o") as tmp:
+        if fmt == "parquet":
+            pq.write_table(table, tmp)
+        elif fmt == "csv":
+            flat = pa.table({n: pa.array([_cell(v) if isinstance(v, list | dict) else v
+                                          for v in table.column(n).to_pylist()])
+                             for n in table.column_names}) if table.num_rows else table
+            pacsv.write_csv(flat, tmp)
+        else:
+            tmp.write_text(json.dumps(table.to_pylist(), indent=2, default=str) + "\n")
     click.echo(f"wrote {table.num_rows} row(s) to {path}")
 
 
@@ -84,7 +91,9 @@ def _load(scenarios: list[str], repos: Repos, db_path: str | None) -> duckdb.Duc
         con = db.open_db(db_path, apply=False) if db_path else None
         return db.load_scenarios(scenarios or None, repos, con)
     except DocumentError as exc:
-        raise click.ClickException(str(exc)) from exc
+        from kernel.cli.errors import describe
+
+        raise click.ClickException(describe(exc)) from None
 
 
 def _key(con: duckdb.DuckDBPyConnection, scenario: str) -> str:
@@ -95,6 +104,19 @@ def _key(con: duckdb.DuckDBPyConnection, scenario: str) -> str:
         return str(rows[0][0])
     rows = con.execute("SELECT scenario FROM scenarios").fetchall()
     return str(rows[-1][0]) if rows else scenario
+
+
+def _check_pool(con: duckdb.DuckDBPyConnection, key: str, pool: int) -> None:
+    """A pool index the deployment does not have is an error, not an empty table."""
+    row = con.execute("SELECT count(*) FROM pools WHERE scenario = ?", [key]).fetchone()
+    n = int(row[0]) if row else 0
+    if not 0 <= pool < n:
+        raise click.BadParameter(f"{key} has {n} pool(s): the index is 0..{n - 1}, got {pool}",
+                                 param_hint="--pool")
+
+
+# -o without --format: the suffix says the format.
+SUFFIX_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json"}
 
 
 def _format_options(func: Any) -> Any:
@@ -120,7 +142,8 @@ def _refusal_note(con: duckdb.DuckDBPyConnection, key: str, pool: int) -> bool:
 def register(group: click.Group) -> None:
     @group.command("resolved")
     @click.argument("scenario")
-    @click.option("--pool", default=0, show_default=True, help="Pool index.")
+    @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
+                  help="Pool index.")
     @_format_options
     @with_repos
     def resolved_cmd(scenario: str, pool: int, fmt: str, out: str | None,
@@ -129,8 +152,10 @@ def register(group: click.Group) -> None:
         """The resolved configuration of one pool (every field pricing reads).
 
         A refused pool prints its refusals and the partial resolution, and exits 1."""
+        safe_output.check_outputs([("SCENARIO", scenario)], [("-o", out)])
         con = _load([scenario], make_repos(scenarios_root, catalog_root, registry_root), None)
         key = _key(con, scenario)
+        _check_pool(con, key, pool)
         refused = _refusal_note(con, key, pool)
         table = _arrow(con, "SELECT * FROM resolved_pools WHERE scenario = ? AND pool = ?",
                        [key, pool])
@@ -144,15 +169,18 @@ def register(group: click.Group) -> None:
 
     @group.command("provenance")
     @click.argument("scenario")
-    @click.option("--pool", default=0, show_default=True, help="Pool index.")
+    @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
+                  help="Pool index.")
     @_format_options
     @with_repos
     def provenance_cmd(scenario: str, pool: int, fmt: str, out: str | None,
                        scenarios_root: str | None, catalog_root: str | None,
                        registry_root: str | None) -> None:
         """Every coefficient in scope (name order), then the kernel's assumptions."""
+        safe_output.check_outputs([("SCENARIO", scenario)], [("-o", out)])
         con = _load([scenario], make_repos(scenarios_root, catalog_root, registry_root), None)
         key = _key(con, scenario)
+        _check_pool(con, key, pool)
         _refusal_note(con, key, pool)
         table = _arrow(con, "SELECT position, name, set, method, scope FROM provenance "
                        "WHERE scenario = ? AND pool = ? ORDER BY position", [key, pool])
@@ -160,15 +188,18 @@ def register(group: click.Group) -> None:
 
     @group.command("evidence")
     @click.argument("scenario")
-    @click.option("--pool", default=0, show_default=True, help="Pool index.")
+    @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
+                  help="Pool index.")
     @_format_options
     @with_repos
     def evidence_cmd(scenario: str, pool: int, fmt: str, out: str | None,
                      scenarios_root: str | None, catalog_root: str | None,
                      registry_root: str | None) -> None:
         """How many provenance entries rest on evidence, of how many, and which are assumed."""
+        safe_output.check_outputs([("SCENARIO", scenario)], [("-o", out)])
         con = _load([scenario], make_repos(scenarios_root, catalog_root, registry_root), None)
         key = _key(con, scenario)
+        _check_pool(con, key, pool)
         table = _arrow(con, "SELECT evidenced, total, assumed_names FROM evidence "
                        "WHERE scenario = ? AND pool = ?", [key, pool])
         write_table(table, fmt, out, f"{key} pool {pool}: evidence", transpose=True)
@@ -192,6 +223,7 @@ def register(group: click.Group) -> None:
         if db_path and scenarios:
             raise click.UsageError("--db queries a database as it is; --scenario loads "
                                    "scenarios into a fresh one: give one of them")
+        safe_output.check_outputs([("--db", db_path)], [("-o", out)])
         if db_path:
             con = sandbox.open_read_only(db_path)
         else:

@@ -332,7 +332,9 @@ def anatomy_report(k: Kernel, *, context: int = 4096, embed: str = "svg") -> str
 
 
 def write(text: str, path: str | Path) -> Path:
+    from kernel import safe_output
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    with safe_output.atomic(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
     return path
