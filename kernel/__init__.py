@@ -38,6 +38,13 @@ _EXPORTS = {
     "Link": "kernel.transfer",
     "KVCapacity": "kernel.memory",
     "price_file": "kernel.bulk",
+    "derive_graph": "pipeline.derive",
+    "DeriveError": "pipeline.derive",
+    "read_priced": "kernel.priced",
+    "PricedFile": "kernel.priced",
+    "Stamp": "kernel.stamp",
+    "read_stamp": "kernel.stamp",
+    "connect": "kernel.notebook",
 }
 
 __all__ = ["ENGINE_BEHAVIOUR_COMMIT", "ENGINE_BEHAVIOUR_VERSION", "KERNEL_ASSUMPTION_SET",

@@ -222,6 +222,7 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
                        "ORDER BY seq", args))
 
     resolved = ResolvedPool(
+        tables=_typed_tables(con, args),
         scenario=key, pool_index=pool, role=r["role"], chip_name=r["chip"],
         chip_sm_count=int(r["chip_sm_count"]), chip_memory_gib=float(r["chip_memory_gib"]),
         chip_nvfp4_tflops=float(r["chip_nvfp4_tflops"]), model_name=r["model"],
@@ -258,6 +259,21 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
         cascade_attention=resolved.cascade_attention,
         sequence_parallel_moe=layout.sequence_parallel_moe, overrides=overrides)
     return resolved, resolution
+
+
+def _typed_tables(con: duckdb.DuckDBPyConnection, args: list[Any]) -> dict[str, Any]:
+    """The pool's typed provenance and resolved row as Arrow tables (kept on the kernel for
+    ``provenance_frame()`` / ``resolved_frame()``; pricing never reads them)."""
+    def table(sql: str) -> Any:
+        return con.sql(sql, params=args).to_arrow_table()
+
+    return {
+        "provenance": table("SELECT * EXCLUDE (scenario, pool) FROM provenance "
+                            "WHERE scenario = ? AND pool = ? ORDER BY position"),
+        "resolved": table("SELECT * FROM resolved_pools WHERE scenario = ? AND pool = ?"),
+        "overrides": table("SELECT * EXCLUDE (scenario, pool) FROM pool_overrides "
+                           "WHERE scenario = ? AND pool = ? ORDER BY seq"),
+    }
 
 
 def _plan(con: duckdb.DuckDBPyConnection, args: list[Any], r: dict[str, Any]) -> Plan:
@@ -318,9 +334,10 @@ def _plan(con: duckdb.DuckDBPyConnection, args: list[Any], r: dict[str, Any]) ->
 def new(inputs: Inputs, con: duckdb.DuckDBPyConnection | None = None) -> Kernel:
     """Validate, resolve and precompute one pool (kernel-behaviour.md §2.1 ``New``)."""
     from .kernel import Kernel  # pricing modules load only when a kernel is built
+    from .stamp import document_digests
 
     resolved, resolution = resolve(inputs, con)
-    return Kernel(resolved, copy.deepcopy(inputs.pool), resolution)
+    return Kernel(resolved, copy.deepcopy(inputs.pool), resolution, document_digests(inputs))
 
 
 def open(scenario: str | os.PathLike[str], repos: Repos | None = None,  # noqa: A001

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kernel import safe_output
 from pipeline.load import Repos
 
 BATCH_ID = "batch_id"
@@ -263,7 +264,8 @@ def price_dataset(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     done = [r for r in results if not r.error]
     summary = summarise(dst) if done else pl.DataFrame()
     if summary.height:
-        summary.write_parquet(Path(dst) / "summary.parquet")
+        with safe_output.atomic(Path(dst) / "summary.parquet") as tmp:
+            summary.write_parquet(tmp)
     result = SweepResult(done, summary, time.perf_counter() - t0, failures)
     if failures:
         listing = "\n".join(f"  scenario {f.scenario} partition {f.partition} "

@@ -9,6 +9,7 @@ so a kernel is safe to share between threads.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -40,10 +41,12 @@ EVIDENCED_METHODS = frozenset({"measured", "literature", "vendor_spec"})
 class Kernel:
     """Prices one pool of one deployment. Build it with :func:`kernel.new` or :func:`kernel.open`."""
 
-    def __init__(self, resolved: ResolvedPool, pool: Pool, resolution: Resolution):
+    def __init__(self, resolved: ResolvedPool, pool: Pool, resolution: Resolution,
+                 documents: Mapping[str, Mapping[str, str]] | None = None):
         self._r = resolved
         self._pool = pool
         self._resolution = resolution
+        self._documents = {k: dict(v) for k, v in (documents or {}).items()}
 
     # -- pricing a step ----------------------------------------------------------------
     def step_time(self, batch: Batch) -> StepEstimate:
@@ -157,10 +160,47 @@ class Kernel:
         """The pool exactly as the document stated it (a deep copy)."""
         return copy.deepcopy(self._pool)
 
+    def documents(self) -> dict[str, dict[str, str]]:
+        """Role → {file, sha256} of every document the kernel was built from (a copy)."""
+        return {k: dict(v) for k, v in self._documents.items()}
+
     @property
     def resolved_pool(self) -> ResolvedPool:
         """The full resolution record pricing reads (read-only)."""
         return self._r
+
+    # -- notebooks --------------------------------------------------------------------
+    def provenance_frame(self) -> pl.DataFrame:
+        """:meth:`provenance` typed, as a polars frame: ``value`` float64 with ``units``,
+        ``method`` and ``scope_kind`` enums, ``scope_values`` lists, ``reason`` (the columns
+        of the SQL ``provenance`` view, docs/tables.md)."""
+        return self._frame("provenance")
+
+    def resolved_frame(self) -> pl.DataFrame:
+        """The pool's resolved configuration as a one-row polars frame (``resolved_pools``)."""
+        return self._frame("resolved")
+
+    def overrides_frame(self) -> pl.DataFrame:
+        """The engine's overrides of stated settings (``pool_overrides``)."""
+        return self._frame("overrides")
+
+    def _frame(self, name: str) -> pl.DataFrame:
+        import polars as pl
+
+        table = self._r.tables.get(name)
+        if table is None:  # pragma: no cover - every kernel built by kernel.build has them
+            raise LookupError(f"this kernel carries no {name} table")
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        # A DuckDB ENUM arrives as an Arrow dictionary holding every member: keep it an enum.
+        enums = {f.name: pl.Enum(table.column(f.name).combine_chunks().dictionary.to_pylist())
+                 for f in table.schema if str(f.type).startswith("dictionary")}
+        return frame.with_columns(pl.col(n).cast(pl.String).cast(e) for n, e in enums.items())
+
+    def _repr_html_(self) -> str:
+        from .notebook import kernel_html
+
+        return kernel_html(self)
 
     def __repr__(self) -> str:
         r = self._r

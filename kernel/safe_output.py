@@ -29,8 +29,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 
-__all__ = ["UnsafeOutput", "atomic", "check_outputs", "check_target", "cleanup",
-           "install_signal_handlers", "release", "same_file", "temp_dir", "temp_name"]
+__all__ = ["UnsafeOutput", "atomic", "check_outputs", "check_target", "cleanup", "commit",
+           "discard", "install_signal_handlers", "make_temp_dir", "release", "remove_temp_dir",
+           "same_file", "temp_dir", "temp_name"]
 
 _TEMPS: dict[str, bool] = {}  # path -> is a directory
 _LOCK = threading.Lock()
@@ -154,17 +155,28 @@ def atomic(target: PathLike, label: str = "output") -> Iterator[Path]:
         discard(tmp)
 
 
-@contextlib.contextmanager
-def temp_dir(parent: PathLike, prefix: str = ".blis-") -> Iterator[Path]:
-    """A scratch directory under ``parent``, registered for signal cleanup, removed at the end."""
+def make_temp_dir(parent: PathLike, prefix: str = ".blis-") -> Path:
+    """A scratch directory under ``parent``, registered for signal cleanup (remove it with
+    :func:`remove_temp_dir`)."""
     Path(parent).mkdir(parents=True, exist_ok=True)
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=os.fspath(parent)))
     _register(path, True)
+    return path
+
+
+def remove_temp_dir(path: PathLike) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    release(path)
+
+
+@contextlib.contextmanager
+def temp_dir(parent: PathLike, prefix: str = ".blis-") -> Iterator[Path]:
+    """:func:`make_temp_dir`, removed when the block ends."""
+    path = make_temp_dir(parent, prefix)
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
-        release(path)
+        remove_temp_dir(path)
 
 
 def cleanup() -> None:
@@ -194,3 +206,15 @@ def install_signal_handlers() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _on_signal)
     _INSTALLED = True
+
+
+def write_text(target: PathLike, text: str, label: str = "output") -> None:
+    """Write ``text`` (UTF-8) to ``target`` through :func:`atomic`."""
+    with atomic(target, label) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_bytes(target: PathLike, data: bytes, label: str = "output") -> None:
+    """Write ``data`` to ``target`` through :func:`atomic`."""
+    with atomic(target, label) as tmp:
+        tmp.write_bytes(data)

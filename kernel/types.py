@@ -103,6 +103,11 @@ class StepEstimate:
     bottleneck: Resource
     per_resource: dict[Resource, int] | None = field(default=None)
 
+    def _repr_html_(self) -> str:
+        from .notebook import step_html
+
+        return step_html(self)
+
 
 @dataclass(frozen=True)
 class MemoryBreakdown:

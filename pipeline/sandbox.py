@@ -48,8 +48,8 @@ def open_read_only(path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
                                  "autoload_known_extensions": False})
     # DuckDB shares one database instance per file within a process: another connection may
     # have locked it already (setting the lock again would then be refused).
-    row = con.execute("SELECT current_setting('lock_configuration')").fetchone()
-    if not (row and row[0]):
+    rows = con.execute("SELECT current_setting('lock_configuration')").fetchall()
+    if not (rows and rows[0][0]):
         con.execute("SET lock_configuration = true")
     return con
 

@@ -73,8 +73,10 @@ CASES = [
     case("memory-unknown-name", "memory no-such-scenario", 1, "no-such-scenario"),
     # -- resolved / provenance / evidence ----------------------------------------------------
     case("resolved-pool-out-of-range", f"resolved {S} --pool 5", 2, "pool(s)"),
-    case("provenance-output-without-format", f"provenance {S} -o {{d}}/p.txt", 2, "--format"),
-    case("evidence-format-without-output", f"evidence {S} --format csv", 2, "needs -o"),
+    case("provenance-output-unknown-suffix", f"provenance {S} -o {{d}}/p.xyz", 2,
+         "cannot tell the format"),
+    case("evidence-output-directory", f"evidence {S} --format csv -o {{d}}/adir", 2,
+         "directory"),
     case("resolved-output-fifo", f"resolved {S} --format json -o {{d}}/fifo", 1, "FIFO"),
     case("provenance-output-is-scenario", "provenance {d}/scen.yaml --format json -o "
          "{d}/scen.yaml", 1, "same file"),
@@ -183,6 +185,18 @@ CASES = [
     case("demo-name-escapes-root", "demo --batches 5 --scenario ../../etc/passwd --out "
          "{d}/demo", 1, "no path separator"),
     case("demo-negative-seed", "demo --seed -3 --out {d}/demo", 2, "range"),
+    case("graph-derive-malformed-json", "graph derive {d}/bad.json -o {d}/g", 1, "not JSON"),
+    case("graph-derive-binary", "graph derive {d}/binary.json -o {d}/g", 1, "JSON"),
+    case("graph-derive-unknown-architecture", "graph derive {d}/nope.json -o {d}/g", 1,
+         "no handler"),
+    case("graph-derive-name-escapes", "graph derive {d}/nope.json --name ../../x -o {d}/g", 1,
+         "not a valid model name"),
+    case("graph-derive-missing-config", "graph derive {d}/missing.json", 2, "does not exist"),
+    case("catalog-add-model-malformed", "catalog add-model {d}/bad.json --catalog {d}/cat", 1,
+         "not JSON"),
+    case("catalog-add-model-name-escapes", "catalog add-model {d}/nope.json --catalog {d}/cat "
+         "--name ../../../evil", 1, "not a valid model name"),
+    case("catalog-add-model-no-catalog", "catalog add-model {d}/nope.json", 2, "--catalog"),
     case("validate-name-too-long", f"validate {LONG}", 1, "too long"),
     case("validate-unknown-name", "validate no-such-scenario", 2, "no such file"),
 ]
@@ -218,6 +232,7 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "binary.json").write_bytes(b"\xff\xfe\x00\x01binary")
     (root / "binary.yaml").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff")
     (root / "bad.json").write_text('[{"scheduled": 1')
+    (root / "nope.json").write_text('{"architectures": ["NopeForCausalLM"]}')
     (root / "notlist.yaml").write_text("requests: 5\n")
     (root / "badvalue.yaml").write_text("- {scheduled: abc, computed: 1}\n")
     (root / "bomb.yaml").write_text(BOMB)

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import click
 import polars as pl
-from rich.console import Console
 from rich.table import Table
 
 from kernel import safe_output
 from pipeline.load import Repos
 
 from .common import CLUSTER, connect_timeout_option, make_repos, with_repos
+from .output import TEXT_FORMATS, emit, format_options, protect_key, resolve_format
+from .output import console as output_console
 
 
 def match_scenarios(patterns: tuple[str, ...], repos: Repos) -> list[str]:
@@ -63,9 +64,11 @@ def register(group: click.Group) -> None:
                   help="Dask scheduler ADDRESS, or local[:N] for N local worker processes.")
     @click.option("--decode-threshold", default=1, show_default=True, type=click.IntRange(0))
     @connect_timeout_option
+    @format_options(TEXT_FORMATS, output=False)
     @with_repos
     def sweep(trace: str, patterns: tuple[str, ...], out: str, pool: int, cluster: str,
-              decode_threshold: int, connect_timeout: float, scenarios_root: str | None, catalog_root: str | None,
+              decode_threshold: int, connect_timeout: float, fmt: str | None,
+              scenarios_root: str | None, catalog_root: str | None,
               registry_root: str | None) -> None:
         """Price TRACE (a parquet file or a directory of partitions) under every scenario."""
         from kernel.distributed import price_dataset
@@ -80,8 +83,11 @@ def register(group: click.Group) -> None:
                                    connect_timeout=connect_timeout)
         except RuntimeError as exc:  # partitions that could not be priced, each named
             raise click.ClickException(str(exc)) from None
-        console = Console()
-        console.print(summary_table(result.summary))
+        if resolve_format(fmt, None, TEXT_FORMATS) != "table":
+            emit(result.summary.to_arrow(), fmt, None)
+            return
+        console = output_console()
+        console.print(protect_key(summary_table(result.summary)))
         console.print(f"rows in {result.rows_in:,} = priced {result.rows_priced:,} + rejected "
                       f"{result.rows_rejected:,}; {len(result.tasks)} tasks in "
                       f"{result.seconds:.1f} s; summary in {Path(out) / 'summary.parquet'}")
