@@ -341,10 +341,16 @@ def new(inputs: Inputs, con: duckdb.DuckDBPyConnection | None = None) -> Kernel:
 
 
 def open(scenario: str | os.PathLike[str], repos: Repos | None = None,  # noqa: A001
-         pool: int = 0) -> Kernel:
+         pool: int = 0, *, calibration: Any = None, force_calibration: bool = False) -> Kernel:
     """Load a scenario and everything it names, and build a kernel for its first pool (or
-    for pool ``pool``: ``open(s, repos, i)`` is ``open_pool(s, repos, i)``)."""
-    return new(open_inputs(scenario, repos, pool))
+    for pool ``pool``: ``open(s, repos, i)`` is ``open_pool(s, repos, i)``).
+
+    ``calibration`` (a path, a document or a ``Calibration``) adds the calibrated estimate;
+    one made for another model or chip is refused unless ``force_calibration``."""
+    k = new(open_inputs(scenario, repos, pool))
+    if calibration is not None:
+        k = k.with_calibration(calibration, force_calibration)
+    return k
 
 
 def open_pool(scenario: str | os.PathLike[str], repos: Repos | None, i: int) -> Kernel:

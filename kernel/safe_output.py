@@ -218,3 +218,11 @@ def write_bytes(target: PathLike, data: bytes, label: str = "output") -> None:
     """Write ``data`` to ``target`` through :func:`atomic`."""
     with atomic(target, label) as tmp:
         tmp.write_bytes(data)
+
+
+def inside(path: PathLike, directory: PathLike) -> bool:
+    """True when ``path`` (resolved) lies under ``directory`` (resolved)."""
+    try:
+        return Path(path).resolve().is_relative_to(Path(directory).resolve())
+    except (OSError, RuntimeError):
+        return False

@@ -154,7 +154,10 @@ CASES = [
          "../../etc/passwd", 1, "no path separator"),
     case("price-bad-column-map", "price {d}/t.parquet -o {d}/o.parquet --column nonsense", 2,
          "CANONICAL=SOURCE"),
-    case("price-directory-trace", "price {d}/adir -o {d}/o.parquet", 2, "--cluster"),
+    case("price-output-inside-trace-directory", "price {d}/tdir -o {d}/tdir/o.parquet", 2,
+         "inside the TRACE directory"),
+    case("price-output-is-a-part-of-the-trace", "price {d}/tdir -o {d}/tdir/part.parquet", 1,
+         "same file"),
     case("price-pool-out-of-range", f"price {{d}}/t.parquet -o {{d}}/o.parquet -s {S} "
          "--pool 3", 1, "pool index 3"),
     # -- report / anatomy / compare / sweep / demo ---------------------------------------------
@@ -220,6 +223,8 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     root = tmp_path_factory.mktemp("fuzz")
     write_synth(root / "t.parquet", 30, requests_per_batch=4.0, seed=1)
+    (root / "tdir").mkdir()
+    (root / "tdir" / "part.parquet").write_bytes((root / "t.parquet").read_bytes())
     (root / "link.parquet").symlink_to(root / "t.parquet")
     os.link(root / "t.parquet", root / "hard.parquet")
     bulk.price_file(open_kernel(S), root / "t.parquet", root / "p.parquet", progress=False)

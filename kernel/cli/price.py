@@ -100,9 +100,21 @@ def _price_on_cluster(trace: str, scenario: str, pool: int, output: str, cluster
                f"{len(result.tasks)} partition(s), {result.seconds:.2f}s -> {output}")
 
 
+def _trace_files(trace: str) -> list[str]:
+    """The files TRACE names (a file, a directory of parts, a glob), to keep outputs off them."""
+    import glob
+
+    path = Path(trace)
+    if path.is_dir():
+        return [str(p) for p in sorted(path.rglob("*")) if p.is_file()]
+    if not path.exists() and any(ch in trace for ch in "*?["):
+        return sorted(glob.glob(trace, recursive=True))
+    return [trace]
+
+
 def register(group: click.Group) -> None:
     @group.command("price")
-    @click.argument("trace", type=click.Path(exists=True))
+    @click.argument("trace")
     @click.option("--scenario", "-s", default=DEFAULT_SCENARIO, show_default=True,
                   help="Scenario name or path.")
     @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
@@ -138,7 +150,8 @@ def register(group: click.Group) -> None:
                   db: str | None, no_progress: bool, cluster: str | None,
                   connect_timeout: float, scenarios_root: str | None, catalog_root: str | None,
                   registry_root: str | None) -> None:
-        """Price every batch of a recorded TRACE into parquet (docs/traces.md)."""
+        """Price every batch of a recorded TRACE (a file, a directory, a glob) into parquet
+        (docs/traces.md)."""
         from kernel.bulk import price_file
         from kernel.trace import RejectedRowError, TraceError
 
@@ -154,13 +167,15 @@ def register(group: click.Group) -> None:
             _price_on_cluster(trace, scenario, pool, output, cluster, decode_threshold, repos,
                               connect_timeout)
             return
-        if Path(trace).is_dir():
-            raise click.UsageError("TRACE is a directory: give --cluster to price partitions")
         out = Path(output)
         rej = Path(rejects) if rejects else out.with_name(out.stem + ".rejects.parquet")
         safe_output.check_outputs(
-            [("TRACE", trace), ("--batches", batches_path)],
+            [*(("TRACE", f) for f in _trace_files(trace)), ("--batches", batches_path)],
             [("-o", out), ("--rejects", rej), ("--db", db)])
+        for label, path in (("-o", out), ("--rejects", rej)):
+            if Path(trace).is_dir() and safe_output.inside(path, trace):
+                raise click.UsageError(f"{label} {path} is inside the TRACE directory, where it "
+                                       "would become part of the trace: write it elsewhere")
         out = safe_output.check_target(out, "-o")
         rej = safe_output.check_target(rej, "--rejects")
         k = _open_kernel(scenario, pool, repos)
@@ -168,7 +183,8 @@ def register(group: click.Group) -> None:
             counts = price_file(k, trace, out, rejects=rej, strict=strict,
                                 chunk_rows=chunk_rows, progress=not no_progress,
                                 decode_threshold=decode_threshold, sm_budget=sm_budget,
-                                columns=_columns(column_map), batches=batches_path)
+                                columns=_columns(column_map), batches=batches_path,
+                                tune_malloc=True)
         except RejectedRowError as exc:
             raise click.ClickException(f"--strict: {exc}") from None
         except TraceError as exc:
