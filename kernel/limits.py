@@ -77,20 +77,31 @@ def blocks_held(context: int, block_tokens: int) -> int:
 
 def check(limits: Limits, batch: Batch, no_overlap_ns: int) -> list[Breach]:
     """Every limit ``batch`` breaks, in :data:`NAMES` order (empty: the step is possible)."""
+    contexts = [q.computed + q.scheduled for q in batch.requests]
+    return _breaches(limits, len(batch.requests), batch.tokens(), max(contexts, default=0),
+                     sum(blocks_held(c, limits.block_tokens) for c in contexts), no_overlap_ns)
+
+
+def check_slice(limits: Limits, scheduled: np.ndarray, computed: np.ndarray,
+                no_overlap_ns: int) -> list[Breach]:
+    """:func:`check` for one batch given as its rows' columns (exact Python integers)."""
+    s = [int(x) for x in scheduled.tolist()]
+    contexts = [a + int(b) for a, b in zip(s, computed.tolist(), strict=True)]
+    return _breaches(limits, len(s), sum(s), max(contexts, default=0),
+                     sum(blocks_held(c, limits.block_tokens) for c in contexts), no_overlap_ns)
+
+
+def _breaches(limits: Limits, n: int, tokens: int, longest: int, held: int,
+              no_overlap_ns: int) -> list[Breach]:
     out: list[Breach] = []
-    n = len(batch.requests)
     if limits.max_num_seqs and n > limits.max_num_seqs:
         out.append(Breach("max_num_seqs", limits.max_num_seqs, n, "requests"))
-    tokens = batch.tokens()
     if limits.max_num_batched_tokens and tokens > limits.max_num_batched_tokens:
         out.append(Breach("max_num_batched_tokens", limits.max_num_batched_tokens, tokens,
                           "scheduled tokens"))
-    contexts = [q.computed + q.scheduled for q in batch.requests]
-    longest = max(contexts, default=0)
     if limits.max_model_len and longest > limits.max_model_len:
         out.append(Breach("max_model_len", limits.max_model_len, longest,
                           "tokens of context in one request"))
-    held = sum(blocks_held(c, limits.block_tokens) for c in contexts)
     if held > limits.kv_blocks:
         out.append(Breach("kv_capacity", limits.kv_blocks, held, "KV blocks held"))
     if no_overlap_ns >= MAX_DURATION_NS:

@@ -23,9 +23,9 @@ import secrets
 import shutil
 import signal
 import stat
-import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -34,6 +34,7 @@ __all__ = ["UnsafeOutput", "atomic", "check_outputs", "check_target", "cleanup",
            "same_file", "temp_dir", "temp_name"]
 
 _TEMPS: dict[str, bool] = {}  # path -> is a directory
+_STOPS: list[Callable[[], object]] = []  # called first on a signal
 _LOCK = threading.Lock()
 _INSTALLED = False
 
@@ -159,9 +160,14 @@ def make_temp_dir(parent: PathLike, prefix: str = ".blis-") -> Path:
     """A scratch directory under ``parent``, registered for signal cleanup (remove it with
     :func:`remove_temp_dir`)."""
     Path(parent).mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=os.fspath(parent)))
-    _register(path, True)
-    return path
+    while True:  # registered before it exists: a signal at any moment finds it
+        path = Path(parent) / f"{prefix}{os.getpid()}-{secrets.token_hex(6)}"
+        _register(path, True)
+        try:
+            path.mkdir(mode=0o700)
+            return path
+        except FileExistsError:
+            release(path)
 
 
 def remove_temp_dir(path: PathLike) -> None:
@@ -179,11 +185,21 @@ def temp_dir(parent: PathLike, prefix: str = ".blis-") -> Iterator[Path]:
         remove_temp_dir(path)
 
 
-def cleanup() -> None:
-    """Remove every registered temporary file and directory."""
+def on_interrupt(stop: Callable[[], object]) -> Callable[[], object]:
+    """Call ``stop`` on SIGINT/SIGTERM before cleaning up (e.g. a DuckDB connection's
+    ``interrupt``, so its threads stop spilling into a scratch directory); returns ``stop``
+    for :func:`off_interrupt`."""
     with _LOCK:
-        items = list(_TEMPS.items())
-        _TEMPS.clear()
+        _STOPS.append(stop)
+    return stop
+
+
+def off_interrupt(stop: Callable[[], object]) -> None:
+    with _LOCK, contextlib.suppress(ValueError):
+        _STOPS.remove(stop)
+
+
+def _remove(items: list[tuple[str, bool]]) -> None:
     for path, is_dir in items:
         if is_dir:
             shutil.rmtree(path, ignore_errors=True)
@@ -192,8 +208,31 @@ def cleanup() -> None:
                 os.unlink(path)
 
 
+def cleanup(settle: float = 0.0) -> None:
+    """Remove every registered temporary file and directory. With ``settle`` (seconds), keep
+    removing until they have stayed gone for a moment: threads of a library being stopped
+    (a sort spilling to disk) may still write into a scratch directory."""
+    with _LOCK:
+        items = list(_TEMPS.items())
+        _TEMPS.clear()
+    _remove(items)
+    deadline, quiet = time.monotonic() + settle, 0
+    while settle and time.monotonic() < deadline and quiet < 3:
+        time.sleep(0.02)
+        if any(os.path.lexists(path) for path, _ in items):
+            quiet = 0
+            _remove(items)
+        else:
+            quiet += 1
+
+
 def _on_signal(signum: int, _frame: FrameType | None) -> None:
-    cleanup()
+    with _LOCK:
+        stops = list(_STOPS)
+    for stop in stops:
+        with contextlib.suppress(Exception):
+            stop()
+    cleanup(settle=2.0)
     # Exit at once: unwinding could wait on writer threads; everything temporary is gone.
     os._exit(128 + signum)
 

@@ -27,6 +27,7 @@ from ..trace import REJECT_SCHEMA, Rows
 from .batch_table import BatchTable
 from .columns import ColumnProducer
 from .engine import Engine, PricedResult, open_priced_trace, resolved
+from .over_limit import over_limit_of, with_limits
 from .stream import SORT_MEMORY, _workers, priced_stream
 
 if TYPE_CHECKING:
@@ -49,21 +50,24 @@ def price_result(k: Kernel | ResolvedPool, trace: Any, *, decode_threshold: int 
                  producers: Iterable[ColumnProducer] | None = None,
                  on_reject: str = "warn", workers: int | None = None,
                  chunk_rows: int = 1 << 20, tmp_dir: str | Path | None = None,
-                 sort_memory: str = SORT_MEMORY) -> PricedResult:
+                 sort_memory: str = SORT_MEMORY,
+                 reject_over_limit: bool = False) -> PricedResult:
     """Price a trace (any source :func:`kernel.sources.open_trace` takes): priced rows,
     rejects and counts, in memory.
 
     ``batches`` is an optional per-batch table (``batch_id`` + ``decode_threshold`` and/or
     ``sm_budget``). ``keep`` passes trace columns through (each batch takes its first row's
     value); ``producers`` add computed columns (:mod:`kernel.bulk.columns`). ``strict`` is
-    ``on_reject="raise"``. Order: module docstring.
+    ``on_reject="raise"``. A kernel's prices carry the ``limits`` column
+    (:mod:`kernel.bulk.over_limit`); ``reject_over_limit`` sets those batches' rows aside
+    instead. Order: module docstring.
     """
     if on_reject not in ON_REJECT:
         raise ValueError(f"on_reject must be one of {ON_REJECT}, not {on_reject!r}")
     strict = strict or on_reject == "raise"
     t0 = time.perf_counter()
     src, spec = open_priced_trace(trace, columns=columns, chunk_rows=chunk_rows,
-                                  producers=producers, keep=keep)
+                                  producers=with_limits(k, producers), keep=keep)
     priced: list[pa.Table] = []
     rejects: list[pa.Table] = []
     bt_rej: list[pa.Table] = []
@@ -71,7 +75,8 @@ def price_result(k: Kernel | ResolvedPool, trace: Any, *, decode_threshold: int 
           if batches is not None else None)
     eng = Engine(resolved(k), src.names, decode_threshold=decode_threshold,
                  sm_budget=sm_budget, strict=strict, batch_table=bt,
-                 on_priced=priced.append, on_rejects=rejects.append, spec=spec)
+                 on_priced=priced.append, on_rejects=rejects.append, spec=spec,
+                 over_limit=over_limit_of(k, reject_over_limit))
     eng.emit_rejects(bt_rej)
     if src.layout != "batches" and src.in_memory:
         # an in-memory table in no known order: grouped whole, first-seen order
@@ -111,7 +116,7 @@ def price(k: Kernel | ResolvedPool, trace: Any, *, decode_threshold: int = 1,
           sm_budget: int = 0, columns: Mapping[str, str] | None = None, batches: Any = None,
           strict: bool = False, keep: Iterable[str] | None = None,
           producers: Iterable[ColumnProducer] | None = None, on_reject: str = "warn",
-          workers: int | None = None) -> pl.DataFrame:
+          workers: int | None = None, reject_over_limit: bool = False) -> pl.DataFrame:
     """One row per batch: batch_id, overlap_ns, no_overlap_ns, bottleneck, <resource>_ns,
     tokens, requests, prefill_requests, decode_requests — equal to ``k.step_time`` per batch
     — then any producers' and kept columns.
@@ -120,4 +125,5 @@ def price(k: Kernel | ResolvedPool, trace: Any, *, decode_threshold: int = 1,
     """
     return price_result(k, trace, decode_threshold=decode_threshold, sm_budget=sm_budget,
                         columns=columns, batches=batches, strict=strict, keep=keep,
-                        producers=producers, on_reject=on_reject, workers=workers).priced
+                        producers=producers, on_reject=on_reject, workers=workers,
+                        reject_over_limit=reject_over_limit).priced

@@ -45,6 +45,7 @@ from .batch_table import BatchTable
 from .columns import ColumnProducer
 from .engine import Engine, PriceCounts, Priced, open_priced_trace, resolved
 from .groups import runs
+from .over_limit import over_limit_of, with_limits
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
@@ -162,6 +163,7 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
     con = duckdb.connect(config={"temp_directory": str(tmp), "memory_limit": sort_memory,
                                  "preserve_insertion_order": False})
     con.execute("SET enable_progress_bar = false")
+    stop = safe_output.on_interrupt(con.interrupt)  # a signal stops the sort's spilling
     try:
         con.register("blis_rows", pa.RecordBatchReader.from_batches(schema, batches()))
         try:
@@ -184,6 +186,7 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
         if len(held):
             yield held, runs(held.batch_id), False
     finally:
+        safe_output.off_interrupt(stop)
         con.close()
         safe_output.remove_temp_dir(tmp)
 
@@ -349,7 +352,8 @@ def price_file(k: Kernel | ResolvedPool, src: Any, dst: str | Path, *,
                metadata: Mapping[str, str | bytes] | None = None,
                rejects_metadata: Mapping[str, str | bytes] | None = None,
                workers: int | None = None, order: str = "auto",
-               sort_memory: str = SORT_MEMORY, tune_malloc: bool = False) -> PriceCounts:
+               sort_memory: str = SORT_MEMORY, tune_malloc: bool = False,
+               reject_over_limit: bool = False) -> PriceCounts:
     """Stream ``src`` (any source :func:`kernel.sources.open_trace` takes) into parquet at
     ``dst``, in bounded memory, whatever the row order (module docstring).
 
@@ -359,7 +363,8 @@ def price_file(k: Kernel | ResolvedPool, src: Any, dst: str | Path, *,
     output's (the rejects file's) key-value metadata. ``workers`` threads price (default: the
     cores); ``order="sort"`` sorts even a grouped source; the sort spills to ``tmp_dir``
     (default: beside ``dst``) beyond ``sort_memory``. ``tune_malloc`` applies
-    :func:`_tune_malloc` (process-wide). Returns the counts
+    :func:`_tune_malloc` (process-wide). A kernel's prices carry the ``limits`` column;
+    ``reject_over_limit`` sets over-limit batches aside instead. Returns the counts
     (``rows_in == rows_priced + rows_rejected``).
     """
     t0 = time.perf_counter()
@@ -369,7 +374,7 @@ def price_file(k: Kernel | ResolvedPool, src: Any, dst: str | Path, *,
     dst = Path(dst)
     n = _workers(workers)
     ts, spec = open_priced_trace(src, columns=columns, chunk_rows=chunk_rows,
-                                 producers=producers, keep=keep)
+                                 producers=with_limits(k, producers), keep=keep)
     bt_rej: list[pa.Table] = []
     bt = (BatchTable(batches, columns, bt_rej, strict, decode_threshold, sm_budget)
           if batches is not None else None)
@@ -379,7 +384,7 @@ def price_file(k: Kernel | ResolvedPool, src: Any, dst: str | Path, *,
     eng = Engine(r, ts.names, decode_threshold=decode_threshold, sm_budget=sm_budget,
                  strict=strict, batch_table=bt, on_priced=lambda t: sinks[0].write(t),
                  on_rejects=(rej_sink.write if rej_sink is not None else lambda t: None),
-                 spec=spec)
+                 spec=spec, over_limit=over_limit_of(k, reject_over_limit))
     prog = _progress(ts.num_rows, progress)
     pool = ThreadPoolExecutor(n, thread_name_prefix="blis-price")
     try:

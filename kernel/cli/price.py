@@ -126,6 +126,9 @@ def register(group: click.Group) -> None:
                   help="Where rejected rows go (default: OUTPUT with .rejects.parquet, "
                        "written only if there are any).")
     @click.option("--strict", is_flag=True, help="Fail on the first bad row, with its reason.")
+    @click.option("--reject-over-limit", is_flag=True,
+                  help="Set aside (reason over_limit) every batch that breaks a deployment "
+                       "limit, instead of pricing it flagged in the limits column.")
     @click.option("--decode-threshold", default=1, show_default=True, type=click.IntRange(0),
                   help="scheduled > N is a prefill (unless the trace has decode_threshold).")
     @click.option("--sm-budget", default=0, show_default=True, type=click.IntRange(0),
@@ -145,8 +148,8 @@ def register(group: click.Group) -> None:
     @connect_timeout_option
     @with_repos
     def price_cmd(trace: str, scenario: str, pool: int, output: str, rejects: str | None,
-                  strict: bool, decode_threshold: int, sm_budget: int,
-                  batches_path: str | None, column_map: tuple[str, ...], chunk_rows: int,
+                  strict: bool, reject_over_limit: bool, decode_threshold: int,
+                  sm_budget: int, batches_path: str | None, column_map: tuple[str, ...], chunk_rows: int,
                   db: str | None, no_progress: bool, cluster: str | None,
                   connect_timeout: float, scenarios_root: str | None, catalog_root: str | None,
                   registry_root: str | None) -> None:
@@ -160,7 +163,8 @@ def register(group: click.Group) -> None:
             unsupported = [name for name, given in (
                 ("--rejects", rejects), ("--strict", strict), ("--sm-budget", sm_budget),
                 ("--batches", batches_path), ("--column", column_map), ("--db", db),
-                ("--chunk-rows", chunk_rows != 1 << 20)) if given]
+                ("--chunk-rows", chunk_rows != 1 << 20),
+                ("--reject-over-limit", reject_over_limit)) if given]
             if unsupported:
                 raise click.UsageError(f"{', '.join(unsupported)} cannot be combined with "
                                        "--cluster (rejects go to OUTPUT/rejects/)")
@@ -184,7 +188,7 @@ def register(group: click.Group) -> None:
                                 chunk_rows=chunk_rows, progress=not no_progress,
                                 decode_threshold=decode_threshold, sm_budget=sm_budget,
                                 columns=_columns(column_map), batches=batches_path,
-                                tune_malloc=True)
+                                tune_malloc=True, reject_over_limit=reject_over_limit)
         except RejectedRowError as exc:
             raise click.ClickException(f"--strict: {exc}") from None
         except TraceError as exc:
@@ -200,6 +204,10 @@ def register(group: click.Group) -> None:
             extra = (f" (+{counts.batch_table_rows_rejected:,} per-batch table rows)"
                      if counts.batch_table_rows_rejected else "")
             click.echo(f"{counts.rows_rejected:,} rejected rows{extra} -> {rej}", err=True)
+        if counts.batches_over_limit:
+            click.echo(f"warning: {counts.batches_over_limit:,} priced batches are over a "
+                       "deployment limit (named in the limits column; --reject-over-limit sets "
+                       "them aside)", err=True)
         if db:
             write_db(db, k, scenario, pool, out, str(trace), repos)
             click.echo(f"stored in {db}: priced_steps, kernel_provenance")

@@ -160,7 +160,7 @@ def compare_rows(summaries: list[TraceSummary], names: list[str]) -> list[dict[s
     for s, name in zip(summaries, names, strict=True):
         shares = s.bottleneck_share("time")
         out.append({
-            "scenario": name, "batches": s.batches,
+            "scenario": name, "batches": s.batches, "rows_rejected": s.rows_rejected,
             "total_no_overlap_ns": s.total_no_overlap_ns,
             "total_overlap_ns": s.total_overlap_ns,
             "total_vs_base": (s.total_no_overlap_ns / base.total_no_overlap_ns - 1
@@ -178,16 +178,29 @@ def compare_summaries(trace: Any, scenarios: Sequence[str | Kernel], repos: Repo
                       ) -> tuple[list[TraceSummary], list[pl.DataFrame]]:
     """Price ``trace`` under each scenario (a name, a path or an open kernel); the summaries
     and the priced frames, in order."""
+    from kernel import bulk
     from kernel.report.summary import summarise
 
     summaries, frames = [], []
     for item in scenarios:
         k = open_kernel(item, repos) if isinstance(item, str) else item
-        priced = price_trace(k, trace, decode_threshold)
-        frames.append(priced)
+        dt = decode_threshold if decode_threshold is not None else decode_width(k)
+        # Rejected rows are counted in the summary, never dropped silently.
+        result = bulk.price_result(k, str(trace) if isinstance(trace, Path) else trace,
+                                   decode_threshold=dt, on_reject="ignore")
+        frames.append(result.priced)
         name = item if isinstance(item, str) else str(k.resolved_pool.scenario)
-        summaries.append(summarise(priced, k, scenario=name))
+        summaries.append(dataclasses.replace(
+            summarise(result.priced, k, scenario=name), rows_rejected=result.counts.rows_rejected,
+            reject_reasons=_reasons(result.rejects)))
     return summaries, frames
+
+
+def _reasons(rejects: pl.DataFrame) -> dict[str, int]:
+    if not rejects.height:
+        return {}
+    counts = rejects.group_by("reason").len().sort("reason")
+    return {str(r): int(n) for r, n in counts.iter_rows()}
 
 
 def register(group: click.Group) -> None:
@@ -308,6 +321,11 @@ def register(group: click.Group) -> None:
             output_console().print(protect_key(_compare_table(summaries, names)))
             for line in compare_lines(summaries, names):
                 click.echo(line)
+        for s, n in zip(summaries, names, strict=True):
+            if s.rows_rejected:  # the trace's bad rows: priced nowhere, said everywhere
+                why = ", ".join(f"{r} {c:,}" for r, c in s.reject_reasons.items())
+                click.echo(f"{n}: {s.rows_rejected:,} trace rows rejected, not priced"
+                           + (f" ({why})" if why else ""), err=True)
         if output is None:
             return
         fig = charts.compare_figure(summaries, names, title=f"{Path(trace).name} on "
