@@ -222,6 +222,11 @@ def register(group: click.Group) -> None:
 
         _check_output(output, (*CHART_SUFFIXES, ".html"))
         safe_output.check_outputs([], [("-o", output)])
+        ctx = click.get_current_context()
+        if _suffix(output) == ".html" and ctx.get_parameter_source("max_batch") \
+                is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError("--max-batch sets the chart's sweep (.png/.svg/.pdf); the "
+                                   ".html page draws its own: drop the option or write a chart")
         k = open_for_cli(scenario, make_repos(scenarios_root, catalog_root, registry_root))
         if _suffix(output) == ".html":
             html.write(html.anatomy_report(k, context=context), output)
@@ -299,6 +304,9 @@ def register(group: click.Group) -> None:
         trace = traces[0]
         priced = [is_priced(t) for t in traces]
         if all(priced):
+            if decode_threshold is not None:
+                raise click.UsageError("--decode-threshold prices a trace; priced files were "
+                                       "priced already: drop it")
             files, kernels_, names = priced_files(list(traces), list(scenarios), repos)
             summaries = [dataclasses.replace(summarise(pf.frame, k), scenario=n)
                          for pf, k, n in zip(files, kernels_, names, strict=True)]
