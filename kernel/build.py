@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -20,6 +21,8 @@ from pipeline import db
 from pipeline.errors import DocumentError, RefusalError
 from pipeline.load import Inputs, Repos, open_inputs
 
+from . import caches as cache_model
+from .origins import catalog_origins
 from .resolved import (
     Coefficients,
     CollectiveKey,
@@ -213,7 +216,8 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
     provenance = tuple(
         Origin(name=p["name"], set=p["set"], method=p["method"], scope=p["scope"])
         for p in _rows(con, "SELECT name, set, method, scope FROM provenance "
-                       "WHERE scenario = ? AND pool = ? ORDER BY position", args))
+                       "WHERE scenario = ? AND pool = ? ORDER BY position", args)
+    ) + catalog_origins(inputs)
     assumptions = tuple(o for o in provenance if o.set == KERNEL_ASSUMPTION_SET)
     overrides = tuple(
         Override(field=o["field"], requested=o["requested"], resolved=o["resolved"],
@@ -250,6 +254,9 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
         async_scheduling=bool(r["async_scheduling"]),
         cascade_attention=bool(r["cascade_attention"]), memory=memory, tiers=tiers,
         provenance=provenance, overrides=overrides, assumptions=assumptions)
+    resolved = replace(resolved, caches=cache_model.state_caches(
+        plan, resolved.kv_bytes_per_token, resolved.kv_layers, resolved.block_size,
+        resolved.recurrent_cache_mode, layout.tp))
 
     resolution = Resolution(
         tensor_parallel_width=max(layout.tp, 1), data_parallel_width=max(layout.dp, 1),

@@ -35,12 +35,13 @@ def open_db(path: str | os.PathLike[str] | None = None,
             apply: bool = True) -> duckdb.DuckDBPyConnection:
     """A connection with every document table present (empty if new) and the views applied."""
     con = duckdb.connect(str(path) if path else ":memory:")
+    fresh = not path  # a new in-memory database holds no table yet: no need to ask
     for name, schema in nz.SCHEMAS.items():
-        if not _exists(con, name):
+        if fresh or not _exists(con, name):
             con.register("__schema_tmp", pa.Table.from_pylist([], schema=schema))
             con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM __schema_tmp')
             con.unregister("__schema_tmp")
-    if not _exists(con, "loaded_documents"):
+    if fresh or not _exists(con, "loaded_documents"):
         con.execute("CREATE TABLE loaded_documents (kind VARCHAR, name VARCHAR, "
                     "digest VARCHAR, file VARCHAR)")
     if apply:
@@ -133,7 +134,8 @@ def register(con: duckdb.DuckDBPyConnection, inputs: Inputs) -> str:
              where.file if where else "<memory>")
     _add(con, "rules", rules.version, rules, lambda: {"rules": nz.rules_table(rules)},
          "<rules pack>")
-    scen_tables = nz.scenario_tables(key, file, inputs.scenario, inputs.deployment, graph, rules)
+    scen_tables = nz.scenario_tables(key, file, inputs.scenario, inputs.deployment, graph, rules,
+                                     assumed_collective_widths=inputs.assumed_collective_widths)
     _add(con, "scenario", key, scen_tables, lambda: scen_tables, file)
     return key
 
@@ -195,6 +197,9 @@ _LAWS: dict[str, tuple[Callable[..., Any], list[str], str]] = {
     "ring_span": (laws.ring_span, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
     "all2all_span": (laws.all2all_span, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
     "us_to_ns": (laws.us_to_duration_ns, ["DOUBLE"], "BIGINT"),
+    "assumed_collective_figure": (laws.assumed_collective_figure,
+                                  ["VARCHAR", "BIGINT", "BIGINT", "DOUBLE", "BIGINT", "DOUBLE"],
+                                  "DOUBLE"),
     "mla_context_chunk": (laws.mla_context_chunk,
                           ["BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT"], "BIGINT"),
 }

@@ -200,6 +200,16 @@ CASES = [
     case("catalog-add-model-name-escapes", "catalog add-model {d}/nope.json --catalog {d}/cat "
          "--name ../../../evil", 1, "not a valid model name"),
     case("catalog-add-model-no-catalog", "catalog add-model {d}/nope.json", 2, "--catalog"),
+    case("calibrate-output-is-trace", f"calibrate {{d}}/t.parquet -s {S} --measured m -o "
+         "{d}/t.parquet", 1, "same file"),
+    case("calibrate-missing-column", f"calibrate {{d}}/t.parquet -s {S} --measured nope -o "
+         "{d}/c.yaml", 1, "nope"),
+    case("calibrate-negative-folds", f"calibrate {{d}}/t.parquet -s {S} --measured m --folds -1 "
+         "-o {d}/c.yaml", 2, "range"),
+    case("calibrate-bad-unit", f"calibrate {{d}}/t.parquet -s {S} --measured m --measured-unit "
+         "hours -o {d}/c.yaml", 2, "hours"),
+    case("measurements-output-is-a-file", "measurements splitwise -o {d}/t.parquet", 2,
+         "is a file"),
     case("validate-name-too-long", f"validate {LONG}", 1, "too long"),
     case("validate-unknown-name", "validate no-such-scenario", 2, "no such file"),
 ]
