@@ -11,6 +11,7 @@ import click
 from kernel import safe_output
 from pipeline.load import Repos
 
+from .calibrate import MeasuredRun, price_options
 from .common import CLUSTER, connect_timeout_option, make_repos, with_repos
 
 DEFAULT_SCENARIO = "deepseek-v3-h200-fp8-sglang-tp8"
@@ -146,13 +147,15 @@ def register(group: click.Group) -> None:
                   help="Price on a Dask cluster (ADDRESS, or local[:N]); TRACE may then be a "
                        "directory of parquet partitions and OUTPUT is a directory.")
     @connect_timeout_option
+    @price_options
     @with_repos
     def price_cmd(trace: str, scenario: str, pool: int, output: str, rejects: str | None,
                   strict: bool, reject_over_limit: bool, decode_threshold: int,
-                  sm_budget: int, batches_path: str | None, column_map: tuple[str, ...], chunk_rows: int,
+                  sm_budget: int, batches_path: str | None, column_map: tuple[str, ...],
+                  chunk_rows: int,
                   db: str | None, no_progress: bool, cluster: str | None,
                   connect_timeout: float, scenarios_root: str | None, catalog_root: str | None,
-                  registry_root: str | None) -> None:
+                  registry_root: str | None, **measured: Any) -> None:
         """Price every batch of a recorded TRACE (a file, a directory, a glob) into parquet
         (docs/traces.md)."""
         from kernel.bulk import price_file
@@ -174,7 +177,8 @@ def register(group: click.Group) -> None:
         out = Path(output)
         rej = Path(rejects) if rejects else out.with_name(out.stem + ".rejects.parquet")
         safe_output.check_outputs(
-            [*(("TRACE", f) for f in _trace_files(trace)), ("--batches", batches_path)],
+            [*(("TRACE", f) for f in _trace_files(trace)), ("--batches", batches_path),
+             ("--calibration", measured.get("calibration"))],
             [("-o", out), ("--rejects", rej), ("--db", db)])
         for label, path in (("-o", out), ("--rejects", rej)):
             if Path(trace).is_dir() and safe_output.inside(path, trace):
@@ -183,12 +187,15 @@ def register(group: click.Group) -> None:
         out = safe_output.check_target(out, "-o")
         rej = safe_output.check_target(rej, "--rejects")
         k = _open_kernel(scenario, pool, repos)
+        run = MeasuredRun(k, trace, measured, rej)  # --measured, --calibration, fpm
+        k = run.k
         try:
-            counts = price_file(k, trace, out, rejects=rej, strict=strict,
+            counts = price_file(k, run.src, out, rejects=rej, strict=strict,
                                 chunk_rows=chunk_rows, progress=not no_progress,
                                 decode_threshold=decode_threshold, sm_budget=sm_budget,
                                 columns=_columns(column_map), batches=batches_path,
-                                tune_malloc=True, reject_over_limit=reject_over_limit)
+                                tune_malloc=True, producers=run.producers,
+                                keep=run.keep or None, reject_over_limit=reject_over_limit)
         except RejectedRowError as exc:
             raise click.ClickException(f"--strict: {exc}") from None
         except TraceError as exc:
@@ -208,6 +215,7 @@ def register(group: click.Group) -> None:
             click.echo(f"warning: {counts.batches_over_limit:,} priced batches are over a "
                        "deployment limit (named in the limits column; --reject-over-limit sets "
                        "them aside)", err=True)
+        run.report(out)
         if db:
             write_db(db, k, scenario, pool, out, str(trace), repos)
             click.echo(f"stored in {db}: priced_steps, kernel_provenance")
