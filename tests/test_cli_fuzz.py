@@ -165,6 +165,10 @@ CASES = [
     case("report-output-symlink-to-input", "report {d}/p.parquet -o {d}/plink.html", 1,
          "same file"),
     case("report-binary-input", "report {d}/binary.yaml -o {d}/r.html", 1, ""),
+    case("report-mislabel", "report {d}/ps.parquet -o {d}/r.html --scenario "
+         "qwen3-30b-a3b-h100-tp2", 1, "was priced on scenario"),
+    case("compare-mislabel", "compare {d}/ps.parquet --scenario qwen3-30b-a3b-h100-tp2", 1,
+         "was priced on scenario"),
     case("report-bad-suffix", "report {d}/p.parquet -o {d}/r.txt", 2, "suffix"),
     case("anatomy-bad-suffix", f"anatomy {S} -o {{d}}/a.txt", 2, "suffix"),
     case("anatomy-output-fifo", f"anatomy {S} -o {{d}}/fifo.png", 1, "FIFO"),
@@ -238,6 +242,9 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "link.parquet").symlink_to(root / "t.parquet")
     os.link(root / "t.parquet", root / "hard.parquet")
     bulk.price_file(open_kernel(S), root / "t.parquet", root / "p.parquet", progress=False)
+    made = CliRunner().invoke(cli, ["price", str(root / "t.parquet"), "-s", S, "-o",
+                                    str(root / "ps.parquet"), "--no-progress"])
+    assert made.exit_code == 0, made.output  # a stamped priced file (its scenario inside)
     (root / "plink.html").symlink_to(root / "p.parquet")
     (root / "tlink.html").symlink_to(root / "t.parquet")
     os.mkfifo(root / "fifo")
