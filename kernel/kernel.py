@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from pipeline.documents import Pool
 
     from .calibration.document import Calibration
+    from .protocols import TraceInput
     from .transfer import PDTransferDemand
 
 KERNEL_ASSUMPTION_SET = "blis-latency-kernel"
@@ -136,7 +137,7 @@ class Kernel:
                                   self._pool.engine.gpu_memory_utilization or None)
 
     # -- whole traces -------------------------------------------------------------------
-    def price(self, trace: Any, *, measured: str | None = None, measured_unit: str = "ns",
+    def price(self, trace: TraceInput, *, measured: str | None = None, measured_unit: str = "ns",
               **options: Any) -> pl.DataFrame:
         """Price every batch of a trace as columns; see :func:`kernel.bulk.price`.
 

@@ -49,6 +49,7 @@ from .over_limit import over_limit_of, with_limits
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
+    from ..protocols import TraceInput
     from ..resolved import ResolvedPool
 
 __all__ = ["ROW_GROUP_ROWS", "SORT_MEMORY", "price_file", "priced_stream"]
@@ -395,7 +396,7 @@ def _tune_malloc() -> None:
 
 # -- the entry point -------------------------------------------------------------------------
 
-def price_file(k: Kernel | ResolvedPool, src: Any, dst: str | Path, *,
+def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                rejects: str | Path | None = None, strict: bool = False,
                chunk_rows: int = 1 << 20, progress: bool = True, decode_threshold: int = 1,
                sm_budget: int = 0, columns: Mapping[str, str] | None = None,
