@@ -207,11 +207,17 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
             yield from rows.to_arrow().cast(schema).to_batches()
 
     tmp = safe_output.make_temp_dir(tmp_parent, ".blis-sort-")  # removed on SIGINT/SIGTERM
-    con = duckdb.connect(config={"temp_directory": str(tmp), "memory_limit": sort_memory,
-                                 "preserve_insertion_order": False})
-    con.execute("SET enable_progress_bar = false")
-    stop = safe_output.on_interrupt(con.interrupt)  # a signal stops the sort's spilling
+    con: Any = None
+    stop: Any = None
     try:
+        try:
+            con = duckdb.connect(config={"temp_directory": str(tmp),
+                                         "memory_limit": sort_memory,
+                                         "preserve_insertion_order": False})
+        except duckdb.Error as e:
+            raise ValueError(f"sort_memory={sort_memory!r}: {e}") from None
+        con.execute("SET enable_progress_bar = false")
+        stop = safe_output.on_interrupt(con.interrupt)  # a signal stops the sort's spilling
         con.register("blis_rows", pa.RecordBatchReader.from_batches(schema, batches()))
         try:
             out: Any = con.sql('SELECT * FROM blis_rows ORDER BY batch_id, "row"'
@@ -239,8 +245,10 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
         if len(held):
             yield held, runs(held.batch_id), False
     finally:
-        safe_output.off_interrupt(stop)
-        con.close()
+        if stop is not None:
+            safe_output.off_interrupt(stop)
+        if con is not None:
+            con.close()
         safe_output.remove_temp_dir(tmp)
 
 
