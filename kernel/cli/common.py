@@ -50,8 +50,8 @@ MAX_LOCAL_WORKERS = 64
 
 
 class ClusterParam(click.ParamType):
-    """``local``, ``local:N`` (1 <= N <= 64) or a Dask scheduler address (``host:port`` or
-    ``tcp://host:port``)."""
+    """``local[:N]``, ``dask-local[:N]`` (1 <= N <= 64) or a Dask scheduler address
+    (``host:port`` or ``tcp://host:port``)."""
 
     name = "cluster"
 
@@ -60,17 +60,17 @@ class ClusterParam(click.ParamType):
         import re
 
         text = str(value).strip()
-        if text == "local":
+        if text in ("local", "dask-local"):
             return text
-        if text.startswith("local:"):
+        if text.startswith(("local:", "dask-local:")):
             n = text.split(":", 1)[1]
             if not n.isdigit() or not 1 <= int(n) <= MAX_LOCAL_WORKERS:
-                self.fail(f"{text!r}: local:N needs 1 <= N <= {MAX_LOCAL_WORKERS} workers",
+                self.fail(f"{text!r}: N needs 1 <= N <= {MAX_LOCAL_WORKERS} workers",
                           param, ctx)
             return text
         if re.fullmatch(r"(?:(?:tcp|tls|ucx|ws|wss)://)?[\w.\-\[\]:]+:\d{1,5}", text):
             return text
-        self.fail(f"{text!r} is not local, local:N or a scheduler address HOST:PORT "
+        self.fail(f"{text!r} is not local[:N], dask-local[:N] or a scheduler address HOST:PORT "
                   "(tcp://HOST:PORT)", param, ctx)
 
 

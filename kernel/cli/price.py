@@ -159,8 +159,9 @@ def register(group: click.Group) -> None:
                   help="Also store the priced table in this DuckDB file, beside provenance.")
     @click.option("--no-progress", is_flag=True, help="No progress bar.")
     @click.option("--cluster", default=None, type=CLUSTER,
-                  help="Price on a Dask cluster (ADDRESS, or local[:N]); TRACE may then be a "
-                       "directory of parquet partitions and OUTPUT is a directory.")
+                  help="Price partitions in parallel: local[:N] worker processes, "
+                       "dask-local:N, or a Dask ADDRESS; TRACE may then be a directory of "
+                       "parquet partitions and OUTPUT is a directory.")
     @connect_timeout_option
     @price_options
     @with_repos

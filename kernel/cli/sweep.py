@@ -61,7 +61,8 @@ def register(group: click.Group) -> None:
     @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
                   help="Pool index in each deployment.")
     @click.option("--cluster", default="local:2", show_default=True, type=CLUSTER,
-                  help="Dask scheduler ADDRESS, or local[:N] for N local worker processes.")
+                  help="local[:N]: N local worker processes; dask-local:N: a local Dask "
+                       "cluster; or a Dask scheduler ADDRESS.")
     @click.option("--decode-threshold", default=1, show_default=True, type=click.IntRange(0))
     @connect_timeout_option
     @format_options(TEXT_FORMATS, output=False)
