@@ -38,6 +38,7 @@ _EXPORTS = {
     "Link": "kernel.transfer",
     "KVCapacity": "kernel.memory",
     "price_file": "kernel.bulk",
+    "calibrate": "kernel.calibration.make",
     "load_kernel": "kernel.saved",
     "save_kernel": "kernel.saved",
     "derive_graph": "pipeline.derive",

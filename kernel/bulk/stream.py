@@ -42,7 +42,7 @@ from .. import safe_output
 from ..sources import TraceSource
 from ..trace import REJECT_SCHEMA, Rows
 from .batch_table import BatchTable
-from .columns import ColumnProducer
+from .columns import ColumnProducer, with_measured
 from .engine import Engine, PriceCounts, Priced, open_priced_trace, resolved
 from .groups import runs
 from .over_limit import over_limit_of, with_limits
@@ -415,6 +415,7 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                rejects_metadata: Mapping[str, str | bytes] | None = None,
                workers: int | None = None, order: str = "auto",
                sort_memory: str = SORT_MEMORY, tune_malloc: bool = False,
+               measured: str | None = None, measured_unit: str = "ns",
                reject_over_limit: bool = False) -> PriceCounts:
     """Stream ``src`` (any source :func:`kernel.sources.open_trace` takes) into parquet at
     ``dst``, in bounded memory, whatever the row order (module docstring).
@@ -424,12 +425,15 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     (:mod:`kernel.bulk.columns`); ``metadata`` (``rejects_metadata``) is written into the
     output's (the rejects file's) key-value metadata. ``workers`` threads price (default: the
     cores); ``order="sort"`` sorts even a grouped source; the sort spills to ``tmp_dir``
-    (default: beside ``dst``) beyond ``sort_memory``. ``tune_malloc`` applies
+    (default: beside ``dst``) beyond ``sort_memory``. ``measured`` names a trace column of
+    measured step times in ``measured_unit`` (``measured_ns`` and each estimate's relative
+    error; bad values are rejects). ``tune_malloc`` applies
     :func:`_tune_malloc` (process-wide). A kernel's prices carry the ``limits`` column;
     ``reject_over_limit`` sets over-limit batches aside instead. Returns the counts
     (``rows_in == rows_priced + rows_rejected``).
     """
     t0 = time.perf_counter()
+    producers = with_measured(producers, measured, measured_unit)
     if tune_malloc:
         _tune_malloc()
     r = resolved(k)
