@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from .protocols import TraceInput
     from .transfer import PDTransferDemand
 
-KERNEL_ASSUMPTION_SET = "blis-latency-kernel"
 EVIDENCED_METHODS = frozenset({"measured", "literature", "vendor_spec"})
 
 

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from kernel import laws
 
+from . import constants
 from . import load as _load
 from . import normalise as nz
 from .errors import DocumentError, Problem
@@ -234,6 +235,23 @@ def register_laws(con: duckdb.DuckDBPyConnection) -> None:
                              "BOOLEAN"], "BIGINT[]", null_handling="special")
 
 
+def register_constants(con: duckdb.DuckDBPyConnection) -> None:
+    """Give SQL the kernel's constants as the one-row table ``kernel_constants`` and macros
+    over it, so that views never spell a version or a set name as a literal (idempotent)."""
+    con.execute(
+        "CREATE OR REPLACE TABLE kernel_constants AS SELECT ?::VARCHAR AS engine_version, "
+        "?::VARCHAR AS engine_commit, ?::VARCHAR AS assumption_set, "
+        "?::BIGINT AS max_duration_ns",
+        [constants.ENGINE_BEHAVIOUR_VERSION, constants.ENGINE_BEHAVIOUR_COMMIT,
+         constants.KERNEL_ASSUMPTION_SET, constants.MAX_DURATION_NS])
+    con.execute("CREATE OR REPLACE MACRO engine_version() AS "
+                "(SELECT engine_version FROM kernel_constants)")
+    con.execute("CREATE OR REPLACE MACRO vllm() AS "
+                "(SELECT 'vLLM v' || engine_version FROM kernel_constants)")
+    con.execute("CREATE OR REPLACE MACRO assumption_set() AS "
+                "(SELECT assumption_set FROM kernel_constants)")
+
+
 def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> None:
     """Run every ``sql/*.sql`` file in filename order (each creates or replaces views).
 
@@ -244,6 +262,7 @@ def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> Non
     ``kernel.build.new`` do).
     """
     register_laws(con)
+    register_constants(con)
     kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables"
                              ).fetchall())
     for path in sql_files():
