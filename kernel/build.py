@@ -23,6 +23,7 @@ from pipeline.errors import DocumentError, RefusalError
 from pipeline.load import Inputs, Repos, open_inputs
 
 from . import caches as cache_model
+from . import sql_laws  # noqa: F401  (installs the cost laws the views call)
 from .origins import catalog_origins
 from .resolved import (
     Coefficients,

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kernel import safe_output
+from pipeline import safe_output
 from pipeline.load import Repos
 
 BATCH_ID = "batch_id"

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import safe_output
+from pipeline import safe_output
 
 # Requests in one synthetic trace (each costs ~40 bytes while the plan is built).
 MAX_REQUESTS = 100_000_000

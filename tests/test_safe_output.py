@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from kernel import safe_output
 from kernel.cli import cli
+from pipeline import safe_output
 
 S = "llama-3.1-8b-h100-tp1"
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from kernel import safe_output
+from pipeline import safe_output
 
 from .common import make_repos, with_repos
 

@@ -28,7 +28,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from kernel import safe_output
+from pipeline import safe_output
 from pipeline.errors import DocumentError, RefusalError
 from pipeline.load import Repos, open_inputs
 

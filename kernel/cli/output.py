@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
-from kernel import safe_output
 from kernel.stamp import Stamp, stamped
+from pipeline import safe_output
 
 FORMATS = ("table", "parquet", "arrow", "csv", "json")
 TEXT_FORMATS = ("table", "json", "csv")

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
-from kernel import safe_output
 from kernel.cli.common import make_repos, with_repos
 from kernel.cli.output import (
     TEXT_FORMATS,
@@ -33,6 +32,7 @@ from kernel.cli.output import (
     resolve_format,
 )
 from kernel.cli.output import console as output_console
+from pipeline import safe_output
 
 if TYPE_CHECKING:
     import polars as pl

@@ -9,7 +9,7 @@ import click
 import polars as pl
 from rich.table import Table
 
-from kernel import safe_output
+from pipeline import safe_output
 from pipeline.load import Repos
 
 from .common import CLUSTER, connect_timeout_option, make_repos, with_repos

@@ -106,7 +106,7 @@ def _us(ns: Sequence[int] | np.ndarray) -> np.ndarray:
 
 def save(fig: Figure, path: str | Path) -> Path:
     """Write ``fig`` to ``path``; the format follows the suffix (.png, .svg, .pdf)."""
-    from kernel import safe_output
+    from pipeline import safe_output
 
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower() or "png"

@@ -343,7 +343,7 @@ def anatomy_report(k: Kernel, *, context: int = 4096, embed: str = "svg") -> str
 
 
 def write(text: str, path: str | Path) -> Path:
-    from kernel import safe_output
+    from pipeline import safe_output
 
     path = Path(path)
     with safe_output.atomic(path) as tmp:

@@ -13,8 +13,7 @@ from typing import Any
 
 import yaml
 
-from kernel import safe_output
-
+from .. import safe_output
 from .config import DeriveError
 from .emit import dump_graph
 from .registry import derive_config
