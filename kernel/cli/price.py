@@ -185,7 +185,10 @@ def register(group: click.Group) -> None:
                 ("--rejects", rejects), ("--strict", strict), ("--sm-budget", sm_budget),
                 ("--batches", batches_path), ("--column", column_map), ("--db", db),
                 ("--chunk-rows", chunk_rows != 1 << 20),
-                ("--reject-over-limit", reject_over_limit)) if given]
+                ("--reject-over-limit", reject_over_limit),
+                ("--measured", measured.get("measured")),
+                ("--calibration", measured.get("calibration")),
+                ("--trace-format fpm", measured.get("trace_format") == "fpm")) if given]
             if unsupported:
                 raise click.UsageError(f"{', '.join(unsupported)} cannot be combined with "
                                        "--cluster (rejects go to OUTPUT/rejects/)")
