@@ -36,12 +36,17 @@ class Repos:
     that the registry never measured be priced from figures derived from the widest
     measurement, each marked ``assumed`` in provenance (docs/decisions.md, issue 18); off, such
     a group is refused as the reference refuses it.
+
+    ``stated_caches`` (default on) holds sliding-window and hybrid models' caches as vLLM's
+    hybrid allocator does (rings, padded state pages: docs/decisions.md G11–G16); off, every
+    graph keeps the reference's legacy formulas (window layers held as full KV).
     """
 
     scenarios: str | os.PathLike[str] | None = None
     catalog: str | os.PathLike[str] | None = None
     registry: str | os.PathLike[str] | None = None
     assumed_collective_widths: bool = True
+    stated_caches: bool = True
 
     def scenarios_root(self) -> Path:
         return Path(self.scenarios) if self.scenarios else data_dir() / "scenarios"
@@ -89,6 +94,8 @@ class Inputs:
     sources: dict[str, Loaded] = field(default_factory=dict, compare=False, repr=False)
     # the assumed extension for unmeasured collective widths (see Repos)
     assumed_collective_widths: bool = True
+    # caches held as vLLM's hybrid allocator holds them (see Repos)
+    stated_caches: bool = True
 
     @property
     def pool(self) -> Pool:
@@ -152,16 +159,24 @@ def resolve_scenario_path(scenario: str | os.PathLike[str], repos: Repos) -> Pat
     if as_path.suffix in (".yaml", ".yml") and _is_file(as_path, text):
         return as_path
     root = repos.scenarios_root()
-    known = sorted(p.stem for p in root.glob("*.yaml")) if root.is_dir() else []
+    known = _listing(sorted(p.stem for p in root.glob("*.yaml")) if root.is_dir() else [])
     problem = _name_problem(text)
     if problem:
-        raise DocumentError(Problem(_shown(text), "", f"no scenario file {_shown(text)!r}, and {problem}; "
-                                    f"known names under {root}: {known}"))
+        raise DocumentError(Problem(_shown(text), "", f"{_shown(text)!r} is no scenario file, "
+                                    f"and not a name: {problem}; names under {root}: {known}"))
     for candidate in (root / f"{text}.yaml", root / text):
         if _is_file(candidate, text) and inside(candidate, root):
             return candidate
-    raise DocumentError(Problem(str(scenario), "", f"no scenario file {as_path} and no scenario "
-                                f"named {str(scenario)!r} under {root}; known: {known}"))
+    raise DocumentError(Problem(_shown(text), "", f"no scenario file {_shown(text)!r} and no "
+                                f"scenario named {_shown(text)!r} under {root}; names there: "
+                                f"{known}"))
+
+
+def _listing(names: list[str], most: int = 8) -> str:
+    """Names for a message: the first few, and how many in all."""
+    if len(names) <= most:
+        return ", ".join(names) or "none"
+    return ", ".join(names[:most]) + f", ... ({len(names)} in all)"
 
 
 def _stem_ok(name: str) -> bool:
@@ -299,7 +314,8 @@ def open_inputs(scenario: str | os.PathLike[str], repos: Repos | None = None,
                                     f"{scen.engine_version!r}; published packs: {sorted(PACKS)}",
                                     line=s_line("engine_version", 0)))
     return Inputs(scen, dep, pool, graph, chip, fabric, devices, tuple(sets), rules, sources,
-                  assumed_collective_widths=repos.assumed_collective_widths)
+                  assumed_collective_widths=repos.assumed_collective_widths,
+                  stated_caches=repos.stated_caches)
 
 
 def load_identity(path: str | Path) -> tuple[ModelIdentity, Loaded]:
