@@ -168,6 +168,12 @@ class TraceSummary:
     resource_time_ns: dict[str, int]  # Σ per-resource busy time over the trace
     evidence: tuple[int, int] | None = None  # (evidenced, total) provenance entries
     scenario: str | None = None
+    # Batches over each deployment limit (kernel.limits); None: the table has no limits column.
+    over_limit: dict[str, int] | None = None
+    over_limit_batches: int = 0
+    # Trace rows set aside when this summary's trace was priced (when known), by reason.
+    rows_rejected: int = 0
+    reject_reasons: dict[str, int] = field(default_factory=dict)
 
     @property
     def evidence_ratio(self) -> float | None:
@@ -203,6 +209,14 @@ class TraceSummary:
             f"p99 {fmt_duration(self.p99_overlap_ns)} (Overlap)",
             f"bottleneck      {binds or '-'}",
         ]
+        if self.rows_rejected:
+            why = ", ".join(f"{r} {n:,}" for r, n in self.reject_reasons.items())
+            out.append(f"rejected        {self.rows_rejected:,} trace rows set aside"
+                       + (f" ({why})" if why else ""))
+        if self.over_limit is not None:
+            which = ", ".join(f"{name} {n:,}" for name, n in self.over_limit.items() if n)
+            out.append(f"limits          {self.over_limit_batches:,} batches over a deployment "
+                       f"limit" + (f" ({which})" if which else ""))
         if self.evidence is not None:
             ev, total = self.evidence
             ratio = self.evidence_ratio
@@ -222,6 +236,8 @@ class TraceSummary:
             "bottleneck_batches": dict(self.bottleneck_batches),
             "bottleneck_time_ns": dict(self.bottleneck_time_ns),
             "evidence": list(self.evidence) if self.evidence else None,
+            "over_limit": dict(self.over_limit) if self.over_limit is not None else None,
+            "over_limit_batches": self.over_limit_batches,
         }
 
 
@@ -271,4 +287,16 @@ def summarise(priced: pl.DataFrame, k: Kernel | None = None,
                           if c in priced.columns},
         evidence=evidence,
         scenario=scenario,
+        **_over_limit(priced),
     )
+
+
+def _over_limit(priced: pl.DataFrame) -> dict[str, Any]:
+    """Batches over each deployment limit, from the ``limits`` column (kernel.limits)."""
+    from kernel.limits import NAMES
+
+    if "limits" not in priced.columns:
+        return {}
+    flagged = priced["limits"].fill_null("")
+    per = {name: int(flagged.str.contains(rf"(^|,){name}(,|$)").sum()) for name in NAMES}
+    return {"over_limit": per, "over_limit_batches": int((flagged != "").sum())}
