@@ -11,20 +11,9 @@ import click
 
 from pipeline import safe_output
 
-from .common import make_repos, with_repos
+from .common import make_repos, parse_column_options, with_repos
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _columns(pairs: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for p in pairs:
-        if "=" not in p:
-            raise click.BadParameter(f"{p!r}: expected CANONICAL=SOURCE, e.g. scheduled=n_sched",
-                                     param_hint="--column")
-        k, v = p.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
 
 
 def _pct(x: float | None, signed: bool = False) -> str:
@@ -117,7 +106,7 @@ def register(group: click.Group) -> None:
         safe_output.check_outputs([("TRACE", t) for t in traces], [("-o", output)])
         try:
             cal = calibrate(list(scenarios), list(traces), measured, unit=unit, repos=repos,
-                            pool=pool, columns=_columns(column_map) or None,
+                            pool=pool, columns=parse_column_options(column_map) or None,
                             trace_format=trace_format, folds=folds, fold_by=fold_by,
                             name=name, seed=seed, decode_threshold=decode_threshold)
         except (CalibrationError, TraceError, FpmError) as exc:

@@ -80,3 +80,15 @@ connect_timeout_option = click.option(
     "--connect-timeout", default=10.0, show_default=True,
     type=click.FloatRange(0, 3600, min_open=True),
     help="Seconds to wait for a --cluster scheduler address before giving up.")
+
+
+def parse_column_options(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``--column CANONICAL=SOURCE`` options as a mapping (trace column names, docs/traces.md)."""
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise click.BadParameter(f"{p!r}: expected CANONICAL=SOURCE, e.g. scheduled=n_sched",
+                                     param_hint="--column")
+        k, v = p.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out

@@ -13,24 +13,19 @@ from pipeline import safe_output
 from pipeline.load import Repos
 
 from .calibrate import MeasuredRun, price_options
-from .common import CLUSTER, connect_timeout_option, make_repos, with_repos
+from .common import (
+    CLUSTER,
+    connect_timeout_option,
+    make_repos,
+    parse_column_options,
+    with_repos,
+)
 
 if TYPE_CHECKING:
     from kernel.kernel import Kernel
 
 DEFAULT_SCENARIO = "deepseek-v3-h200-fp8-sglang-tp8"
 TRACE_SUFFIXES = (".parquet", ".csv", ".arrow", ".ipc", ".feather")
-
-
-def _columns(pairs: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for p in pairs:
-        if "=" not in p:
-            raise click.BadParameter(f"{p!r}: expected CANONICAL=SOURCE, e.g. scheduled=n_sched",
-                                     param_hint="--column")
-        k, v = p.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
 
 
 def _open_kernel(scenario: str, pool: int, repos: Any) -> Any:
@@ -211,7 +206,7 @@ def register(group: click.Group) -> None:
         run = MeasuredRun(k, trace, measured, rej)  # --measured, --calibration, fpm
         k = run.k
         made = stamp.for_kernel(k, trace=trace, decode_threshold=decode_threshold,
-                                sm_budget=sm_budget, columns=_columns(column_map),
+                                sm_budget=sm_budget, columns=parse_column_options(column_map),
                                 batches=stamp.trace_identity(batches_path) if batches_path
                                 else None, measured=run.measured,
                                 measured_unit=run.unit if run.measured else None,
@@ -220,7 +215,7 @@ def register(group: click.Group) -> None:
             counts = price_file(k, run.src, out, rejects=rej, strict=strict,
                                 chunk_rows=chunk_rows, progress=not no_progress,
                                 decode_threshold=decode_threshold, sm_budget=sm_budget,
-                                columns=_columns(column_map), batches=batches_path,
+                                columns=parse_column_options(column_map), batches=batches_path,
                                 tune_malloc=True, producers=run.producers,
                                 keep=run.keep or None, metadata=made.to_metadata(),
                                 rejects_metadata=made.as_kind("rejects").to_metadata(),
