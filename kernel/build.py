@@ -248,7 +248,8 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
         mla_context_chunk=int(r["mla_context_chunk"]),
         async_scheduling=bool(r["async_scheduling"]),
         cascade_attention=bool(r["cascade_attention"]), memory=memory, tiers=tiers,
-        provenance=provenance, overrides=overrides, assumptions=assumptions)
+        provenance=provenance, overrides=overrides, assumptions=assumptions,
+        chip_hbm_peak_bps=float(r["chip_hbm_peak_bps"]))
 
     resolution = Resolution(
         tensor_parallel_width=max(layout.tp, 1), data_parallel_width=max(layout.dp, 1),

@@ -12,7 +12,7 @@ import copy
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from . import host, memory, step, transfer
+from . import host, memory, step, transfer, utilisation
 from .resolved import ResolvedPool
 from .types import (
     Batch,
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pipeline.documents import Pool
 
     from .transfer import PDTransferDemand
+    from .utilisation import Utilisation
 
 KERNEL_ASSUMPTION_SET = "blis-latency-kernel"
 EVIDENCED_METHODS = frozenset({"measured", "literature", "vendor_spec"})
@@ -52,6 +53,12 @@ class Kernel:
     def step_time_into(self, batch: Batch, per: dict[Resource, int] | None) -> StepEstimate:
         """:meth:`step_time`, clearing and filling the caller's ``per`` dict (None: no map)."""
         return step.step_time_into(self._r, batch, per)
+
+    def utilisation(self, batch: Batch) -> Utilisation:
+        """Per-rank FLOPs, HBM and network bytes of one step as its terms count them, and
+        MFU/MBU against the chip's catalog peaks over its NoOverlap time."""
+        est = step.step_time_into(self._r, batch, None)
+        return utilisation.step_utilisation(self._r, batch, est.no_overlap)
 
     # -- memory ----------------------------------------------------------------------
     @cached_property

@@ -271,3 +271,5 @@ class ResolvedPool:
     provenance: tuple[Origin, ...]
     overrides: tuple[Override, ...]
     assumptions: tuple[Origin, ...] = field(default=())
+    # The chip's catalog HBM bandwidth, not derated (MBU's denominator); 0 = not from a catalog.
+    chip_hbm_peak_bps: float = 0.0

@@ -13,9 +13,13 @@ from pathlib import Path
 import pytest
 
 from kernel.report import html
+from kernel.report.sections import SECTION_IDS
 
 DS3 = "deepseek-v3-h200-fp8-sglang-tp8"
 CHARTS = ("anatomy", "bottleneck_map", "step_time", "by_bottleneck")
+# The trace sections' charts (issue 17).
+SECTION_CHARTS = ("chart-throughput", "chart-step-timeline", "chart-step-vs-tokens",
+                  "chart-layer-kinds")
 
 
 def _chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -34,8 +38,10 @@ def _report(tmp: Path) -> Path:
     from kernel.synth import synth
 
     k = kernel.open(DS3)
-    priced = bulk.price(k, synth(400, requests_per_batch=32, seed=5))
-    svg = html.write(html.trace_report(priced, k, title="browser test"), tmp / "report.html")
+    trace = synth(400, requests_per_batch=32, seed=5)
+    priced = bulk.price(k, trace)
+    svg = html.write(html.trace_report(priced, k, title="browser test", trace=trace),
+                     tmp / "report.html")
     html.write(html.trace_report(priced, None, embed="png", title="png embed"),
                tmp / "report_png.html")
     return svg
@@ -54,8 +60,10 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     for name in CHARTS:
         cid = html.CHART_IDS[name]
         assert f'<svg id="{cid}"' in text, f"chart {cid} missing from the rendered DOM"
-    for section in ("summary", "charts", "configuration", "provenance"):
+    for section in ("summary", "charts", "configuration", "provenance", *SECTION_IDS.values()):
         assert f'id="{section}"' in text, section
+    for cid in SECTION_CHARTS:
+        assert f'<svg id="{cid}"' in text, f"chart {cid} missing from the rendered DOM"
 
     shot = tmp_path / "shot.png"
     r = _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,2000", url)

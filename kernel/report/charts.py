@@ -31,9 +31,9 @@ from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 from .summary import (  # noqa: E402
     RESOURCES,
     AnatomyPoint,
+    BatchLimit,
     BottleneckGrid,
     TraceSummary,
-    fmt_duration,
     nearest_rank,
 )
 
@@ -150,10 +150,12 @@ def to_png_data_uri(fig: Figure) -> str:
 
 # -- step anatomy ------------------------------------------------------------------------------
 
-def anatomy_figure(points: Sequence[AnatomyPoint], *, context: int, title: str = "") -> Figure:
+def anatomy_figure(points: Sequence[AnatomyPoint], *, context: int, title: str = "",
+                   limit: BatchLimit | None = None) -> Figure:
     """Per-resource time and Overlap/NoOverlap (µs) against decode batch size.
 
-    The band along the bottom shows which resource binds at each batch size.
+    The band along the bottom shows which resource binds at each batch size; batch sizes
+    beyond ``limit`` (max_num_seqs, or the requests whose KV fits) are greyed out.
     """
     fig = _new(9.0, 5.4)
     with _rc():
@@ -179,6 +181,10 @@ def anatomy_figure(points: Sequence[AnatomyPoint], *, context: int, title: str =
                     ax.axvspan(edges[start], edges[i], ymin=0.0, ymax=0.04, lw=0, alpha=0.9,
                                color=_color(points[start].bottleneck))
                     start = i
+        if len(xs) and limit is not None and limit.size < xs.max():
+            lo = max(limit.size + 0.5, edges[0])
+            ax.axvspan(lo, edges[-1], color="#9a9a9a", alpha=0.35, lw=0, zorder=3,
+                       label=f"beyond {limit.reason}: the pool cannot hold these batches")
         if len(xs):
             ax.set_xlim(edges[0], edges[-1])
             ticks = _batch_ticks(int(xs.min()), int(xs.max()))
@@ -258,18 +264,21 @@ def _short(v: float) -> str:
 def step_time_histogram_figure(no_overlap_ns: Sequence[int] | np.ndarray | pl.Series, *,
                                with_prefill: Sequence[bool] | np.ndarray | pl.Series | None = None,
                                title: str = "") -> Figure:
-    """Histogram of per-step NoOverlap time (µs) with p50 and p99 marked.
+    """Histogram of per-step NoOverlap time with p50 and p99 marked, in one unit (µs or ms)
+    on the axis and in the labels.
 
-    ``with_prefill`` (one flag per step) splits the bars into decode-only steps and steps
-    that carry prefill work. A wide spread gets a log time axis; a tall peak a log count axis.
+    ``with_prefill`` (one flag per step) draws decode-only steps and steps that carry prefill
+    work as two outlined series side by side — never stacked, so each bar height is read
+    directly. A wide spread gets a log time axis; a tall peak a log count axis.
     """
     values = np.asarray(no_overlap_ns, dtype=np.int64)
     fig = _new(9.0, 4.8)
+    unit, scale = ("ms", 1e6) if values.size and values.max() >= 2e6 else ("µs", 1e3)
     with _rc():
         ax = fig.add_subplot()
-        us = _us(values)
-        if us.size:
-            lo, hi = float(us.min()), float(us.max())
+        t = values / scale
+        if t.size:
+            lo, hi = float(t.min()), float(t.max())
             bins: Any = np.linspace(lo, hi if hi > lo else lo + 1.0, 61)
             if lo > 0 and hi / lo > 4:
                 bins = np.geomspace(lo, hi * 1.0001, 61)
@@ -277,15 +286,17 @@ def step_time_histogram_figure(no_overlap_ns: Sequence[int] | np.ndarray | pl.Se
                 ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
             if with_prefill is not None:
                 mask = np.asarray(with_prefill, dtype=bool)
-                counts, _, _ = ax.hist([us[~mask], us[mask]], bins=bins, stacked=True,
-                                       color=["#4c72b0", "#dd8452"], alpha=0.9,
-                                       label=[f"decode-only steps ({int((~mask).sum()):,})",
-                                              f"steps with prefill ({int(mask.sum()):,})"])
-                heights = np.asarray(counts[-1])
+                heights = []
+                for sel, color, label in ((~mask, "#4c72b0", "decode-only steps"),
+                                          (mask, "#dd8452", "steps with prefill")):
+                    h, _, _ = ax.hist(t[sel], bins=bins, histtype="step", lw=1.8, color=color,
+                                      label=f"{label} ({int(sel.sum()):,})")
+                    heights.append(np.asarray(h))
+                allh = np.concatenate(heights)
             else:
-                counts, _, _ = ax.hist(us, bins=bins, color="#4c72b0", alpha=0.9)
-                heights = np.asarray(counts)
-            nonzero = heights[heights > 0]
+                h, _, _ = ax.hist(t, bins=bins, color="#4c72b0", alpha=0.9)
+                allh = np.asarray(h)
+            nonzero = allh[allh > 0]
             if nonzero.size and nonzero.max() > 20 * np.median(nonzero):
                 ax.set_yscale("log")
                 ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
@@ -293,15 +304,15 @@ def step_time_histogram_figure(no_overlap_ns: Sequence[int] | np.ndarray | pl.Se
             ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
             for q, style in ((0.50, "-"), (0.99, "--")):
                 ns = nearest_rank(values, q)
-                ax.axvline(ns / 1e3, color="#c44e52", ls=style, lw=1.8)
-                ax.annotate(f"p{int(q * 100)} = {fmt_duration(ns)}", xy=(ns / 1e3, 1.0),
+                ax.axvline(ns / scale, color="#c44e52", ls=style, lw=1.8)
+                ax.annotate(f"p{int(q * 100)} = {ns / scale:,.3g} {unit}", xy=(ns / scale, 1.0),
                             xycoords=("data", "axes fraction"), xytext=(4, -14),
                             textcoords="offset points", color="#c44e52", fontsize=9.5)
             if with_prefill is not None:
                 fig.legend(loc="outside lower center", ncols=2, frameon=False)
-        ax.set_xlabel("NoOverlap step time (µs)")
-        ax.set_ylabel("batches")
-        ax.set_title(title or f"Step-time distribution ({values.size:,} batches)")
+        ax.set_xlabel(f"NoOverlap step time ({unit})")
+        ax.set_ylabel("steps")
+        ax.set_title(title or f"Step-time distribution ({values.size:,} steps)")
     return fig
 
 
@@ -326,7 +337,7 @@ def time_by_bottleneck_figure(summary: TraceSummary | Mapping[str, int], *,
             share = times[r] / total if total else 0.0
             ax.annotate(f"{share:.1%}", xy=(b.get_x() + b.get_width() / 2, b.get_height()),
                         xytext=(0, 3), textcoords="offset points", ha="center", fontsize=9)
-        ax.set_ylabel(f"GPU time ({unit}, NoOverlap)")
+        ax.set_ylabel(f"wall time ({unit}, NoOverlap)")
         ax.set_title(title or "Time by binding resource")
         if vals:
             ax.set_ylim(0, max(vals) * 1.15 or 1)
@@ -345,8 +356,8 @@ def _time_unit(ns: float) -> tuple[str, float]:
 
 def compare_figure(summaries: Sequence[TraceSummary], names: Sequence[str], *,
                    title: str = "") -> Figure:
-    """One trace under several deployments: total time stacked by binding resource, and
-    p50/p99 step time."""
+    """One trace under several deployments: wall time split by binding resource (shares of
+    time, as ``sweep`` reports them), GPU time alongside, and p50/p99 step time."""
     fig = _new(10.0, max(3.2, 1.6 + 0.6 * len(names)))
     with _rc():
         ax, ax2 = fig.subplots(1, 2, sharey=True, width_ratios=[3, 2])
@@ -360,12 +371,14 @@ def compare_figure(summaries: Sequence[TraceSummary], names: Sequence[str], *,
             ax.barh(ys, w, left=left, color=_color(r), label=_label(r))
             left += w
         for y, s in zip(ys, summaries, strict=True):
-            ax.annotate(f" {fmt_duration(s.total_no_overlap_ns)}", xy=(left[y], y),
-                        va="center", fontsize=9)
+            gpu = s.gpu_ns()
+            note = f" {s.total_no_overlap_ns / scale:,.4g} {unit}" + (
+                f" × {s.gpus} GPUs = {gpu / 1e9:,.0f} GPU-s" if gpu is not None else "")
+            ax.annotate(note, xy=(left[y], y), va="center", fontsize=9)
         ax.set_yticks(ys, list(names))
         ax.invert_yaxis()
-        ax.set_xlabel(f"total GPU time ({unit}, NoOverlap), by binding resource")
-        ax.set_xlim(0, (left.max() if left.size else 1) * 1.25 or 1)
+        ax.set_xlabel(f"wall time ({unit}, NoOverlap), split by binding resource")
+        ax.set_xlim(0, (left.max() if left.size else 1) * 1.6 or 1)
         h = 0.38
         unit2, scale2 = _time_unit(max((s.p99_no_overlap_ns for s in summaries), default=0))
         ax2.barh(ys - h / 2, [s.p50_no_overlap_ns / scale2 for s in summaries], h,
