@@ -38,6 +38,10 @@ _EXPORTS = {
     "Link": "kernel.transfer",
     "KVCapacity": "kernel.memory",
     "price_file": "kernel.bulk",
+    "read_priced": "kernel.priced",
+    "PricedFile": "kernel.priced",
+    "Stamp": "kernel.stamp",
+    "read_stamp": "kernel.stamp",
 }
 
 __all__ = ["ENGINE_BEHAVIOUR_COMMIT", "ENGINE_BEHAVIOUR_VERSION", "KERNEL_ASSUMPTION_SET",

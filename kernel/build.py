@@ -319,9 +319,10 @@ def _plan(con: duckdb.DuckDBPyConnection, args: list[Any], r: dict[str, Any]) ->
 def new(inputs: Inputs, con: duckdb.DuckDBPyConnection | None = None) -> Kernel:
     """Validate, resolve and precompute one pool (kernel-behaviour.md §2.1 ``New``)."""
     from .kernel import Kernel  # pricing modules load only when a kernel is built
+    from .stamp import document_digests
 
     resolved, resolution = resolve(inputs, con)
-    return Kernel(resolved, copy.deepcopy(inputs.pool), resolution)
+    return Kernel(resolved, copy.deepcopy(inputs.pool), resolution, document_digests(inputs))
 
 
 def open(scenario: str | os.PathLike[str], repos: Repos | None = None,  # noqa: A001

@@ -9,6 +9,7 @@ so a kernel is safe to share between threads.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -40,10 +41,12 @@ EVIDENCED_METHODS = frozenset({"measured", "literature", "vendor_spec"})
 class Kernel:
     """Prices one pool of one deployment. Build it with :func:`kernel.new` or :func:`kernel.open`."""
 
-    def __init__(self, resolved: ResolvedPool, pool: Pool, resolution: Resolution):
+    def __init__(self, resolved: ResolvedPool, pool: Pool, resolution: Resolution,
+                 documents: Mapping[str, Mapping[str, str]] | None = None):
         self._r = resolved
         self._pool = pool
         self._resolution = resolution
+        self._documents = {k: dict(v) for k, v in (documents or {}).items()}
 
     # -- pricing a step ----------------------------------------------------------------
     def step_time(self, batch: Batch) -> StepEstimate:
@@ -150,6 +153,10 @@ class Kernel:
     def deployment(self) -> Pool:
         """The pool exactly as the document stated it (a deep copy)."""
         return copy.deepcopy(self._pool)
+
+    def documents(self) -> dict[str, dict[str, str]]:
+        """Role → {file, sha256} of every document the kernel was built from (a copy)."""
+        return {k: dict(v) for k, v in self._documents.items()}
 
     @property
     def resolved_pool(self) -> ResolvedPool:

@@ -24,6 +24,7 @@ T = TypeVar("T")
 _INT = re.compile(r"^[-+]?(0|[1-9][0-9_]*)$")
 _INT_BASED = re.compile(r"^[-+]?0(x[0-9a-fA-F_]+|o[0-7_]+|b[01_]+)$")
 _FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9][0-9_]*(\.[0-9_]*)?)([eE][-+]?[0-9]+)?$")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _INF = {".inf": math.inf, ".Inf": math.inf, ".INF": math.inf, "+.inf": math.inf,
         "+.Inf": math.inf, "+.INF": math.inf, "-.inf": -math.inf, "-.Inf": -math.inf,
         "-.INF": -math.inf}
@@ -65,17 +66,24 @@ class _Decoder:
         if s is None or s.is_null:
             return 0
         text = s.text.strip()
+        value: int | None = None
         if not s.quoted:
             if _INT.match(text):
-                return int(text.replace("_", ""))
-            if _INT_BASED.match(text):
-                return int(text.replace("_", ""), 0)
-            if _FLOAT.match(text):
-                value = float(text.replace("_", ""))
-                if value.is_integer():
-                    return int(value)
-        self.fail(path, f"expected an integer, got {_show(s)}", s.line)
-        return 0
+                value = int(text.replace("_", ""))
+            elif _INT_BASED.match(text):
+                value = int(text.replace("_", ""), 0)
+            elif _FLOAT.match(text):
+                number = float(text.replace("_", ""))
+                if number.is_integer():
+                    value = int(number)
+        if value is None:
+            self.fail(path, f"expected an integer, got {_show(s)}", s.line)
+            return 0
+        if not INT64_MIN <= value <= INT64_MAX:  # yaml.v3 decodes into Go's int64
+            self.fail(path, f"{_show(s)} is out of range: an integer must lie within "
+                      f"[-2^63, 2^63-1]", s.line)
+            return 0
+        return value
 
     def as_float(self, tree: Tree, path: str) -> float:
         s = self.scalar(tree, path, "a number")

@@ -126,20 +126,59 @@ def _load_bundle(path: Path) -> tuple[Scenario, Deployment, Loaded, Loaded]:
 
 def resolve_scenario_path(scenario: str | os.PathLike[str], repos: Repos) -> Path:
     """A scenario argument is a filesystem path, or a name under the scenarios root."""
+    text = os.fspath(scenario)
     as_path = Path(scenario)
-    if as_path.suffix in (".yaml", ".yml") and as_path.is_file():
+    if as_path.suffix in (".yaml", ".yml") and _is_file(as_path, text):
         return as_path
     root = repos.scenarios_root()
-    for candidate in (root / f"{scenario}.yaml", root / str(scenario)):
-        if candidate.is_file():
-            return candidate
     known = sorted(p.stem for p in root.glob("*.yaml")) if root.is_dir() else []
+    problem = _name_problem(text)
+    if problem:
+        raise DocumentError(Problem(_shown(text), "", f"no scenario file {_shown(text)!r}, and {problem}; "
+                                    f"known names under {root}: {known}"))
+    for candidate in (root / f"{text}.yaml", root / text):
+        if _is_file(candidate, text) and inside(candidate, root):
+            return candidate
     raise DocumentError(Problem(str(scenario), "", f"no scenario file {as_path} and no scenario "
                                 f"named {str(scenario)!r} under {root}; known: {known}"))
 
 
 def _stem_ok(name: str) -> bool:
-    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name
+    return _name_problem(name) is None
+
+
+# A file name is at most this many bytes on the filesystems we run on (NAME_MAX).
+NAME_MAX = 255
+
+
+def _name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a bare name under a root (None when it can)."""
+    if not name or name in (".", ".."):
+        return "a name is not empty, '.' or '..'"
+    if "/" in name or "\\" in name or ".." in name or os.sep in name:
+        return "a name has no path separator and no '..'"
+    if "\x00" in name:
+        return "a name has no NUL byte"
+    if len(name.encode("utf-8", "surrogateescape")) + len(".yaml") > NAME_MAX:
+        return f"a name is at most {NAME_MAX - len('.yaml')} bytes"
+    return None
+
+
+def _is_file(path: Path, shown: str) -> bool:
+    """``path.is_file()``, with an over-long or otherwise unusable path as a clear error."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError) as exc:
+        raise DocumentError(Problem(_shown(shown), "", f"cannot use this path: "
+                                    f"{getattr(exc, 'strerror', None) or exc}")) from None
+
+
+def inside(path: Path, root: Path) -> bool:
+    """True when ``path``, symlinks resolved, lies under ``root`` (also resolved)."""
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):
+        return False
 
 
 def _named_file(kind_dir: Path, name: str, file: str, path: str, line: int, what: str) -> Path:
@@ -148,7 +187,7 @@ def _named_file(kind_dir: Path, name: str, file: str, path: str, line: int, what
                                     "reference is a bare filename stem, with no path separator, "
                                     "'.', or '..'", line=line))
     target = kind_dir / f"{name}.yaml"
-    if not target.is_file():
+    if not target.is_file() or not inside(target, kind_dir):
         have = sorted(p.stem for p in kind_dir.glob("*.yaml")) if kind_dir.is_dir() else []
         raise DocumentError(Problem(file, path, f"{name!r}: looked for {kind_dir.name}/{name}"
                                     f".yaml under {kind_dir.parent}; there are {have}", line=line))
@@ -170,7 +209,8 @@ def open_inputs(scenario: str | os.PathLike[str], repos: Repos | None = None,
     sources: dict[str, Loaded] = {"scenario": s_loaded, "deployment": d_loaded}
 
     model_dir = catalog / "models" / scen.model
-    if not _stem_ok(scen.model) or not (model_dir / "graph.yaml").is_file():
+    if not _stem_ok(scen.model) or not (model_dir / "graph.yaml").is_file() \
+            or not inside(model_dir / "graph.yaml", catalog / "models"):
         have = sorted(p.name for p in (catalog / "models").iterdir()
                       if (p / "graph.yaml").is_file()) if (catalog / "models").is_dir() else []
         raise DocumentError(Problem(file, "model", f"{scen.model!r}: looked for models/"
@@ -230,3 +270,9 @@ def open_inputs(scenario: str | os.PathLike[str], repos: Repos | None = None,
 def load_identity(path: str | Path) -> tuple[ModelIdentity, Loaded]:
     """A catalog ``model.yaml``."""
     return load_document(ModelIdentity, path)
+
+
+def _shown(text: str) -> str:
+    """A name as a message shows it: at most 80 characters, control characters escaped."""
+    short = text if len(text) <= 80 else text[:77] + "..."
+    return short.encode("unicode_escape", "backslashreplace").decode("ascii")

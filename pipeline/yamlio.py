@@ -47,6 +47,10 @@ Tree = Scalar | Mapping | Sequence
 _NULLS = {"", "~", "null", "Null", "NULL"}
 # libyaml's composer when available (about 5x faster on the large coefficient sets).
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Aliases may add at most this many nodes to a document once expanded (the embedded data
+# uses none; a billion-laughs document would add ~10^9), and no document nests deeper.
+MAX_ALIAS_NODES = 100_000
+MAX_DEPTH = 200
 
 
 def _convert(node: yaml.Node, file: str, path: str) -> Tree:
@@ -86,21 +90,121 @@ def _convert(node: yaml.Node, file: str, path: str) -> Tree:
     raise DocumentError(Problem(file, path, f"unsupported YAML node {type(node).__name__}"))
 
 
+def _expanded_size(root: yaml.Node, file: str) -> int:
+    """Nodes the tree has once every alias is expanded, counted without expanding (each
+    distinct node once, memoised); an alias that contains itself is an error."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    # Iterative post-order walk: a deep document must not exhaust Python's stack here.
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in _children(node))
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise DocumentError(Problem(file, "", "a YAML alias refers to a node that contains "
+                                        "it (a recursive document)",
+                                        line=node.start_mark.line + 1))
+        on_path.add(key)
+        stack.append((node, True))
+        for child in _children(node):
+            if id(child) in on_path:
+                raise DocumentError(Problem(file, "", "a YAML alias refers to a node that "
+                                            "contains it (a recursive document)",
+                                            line=child.start_mark.line + 1))
+            if id(child) not in sizes:
+                stack.append((child, False))
+    return sizes[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _depth(node: yaml.Node) -> int:
+    best, stack = 0, [(node, 1)]
+    seen: set[int] = set()
+    while stack:
+        n, d = stack.pop()
+        best = max(best, d)
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        stack.extend((c, d + 1) for c in _children(n))
+    return best
+
+
+def _check_size(node: yaml.Node, file: str) -> None:
+    """Bound what aliases may add (a billion-laughs document is refused before expanding)."""
+    if _depth(node) > MAX_DEPTH:
+        raise DocumentError(Problem(file, "", f"the document nests deeper than {MAX_DEPTH} "
+                                    "levels; documents are at most that deep",
+                                    line=node.start_mark.line + 1))
+    distinct = len({id(n) for n in _walk_distinct(node)})
+    expanded = _expanded_size(node, file)
+    if expanded - distinct > MAX_ALIAS_NODES:
+        raise DocumentError(Problem(file, "", f"YAML aliases expand the document to {expanded:,} "
+                                    f"nodes from {distinct:,} written; aliases may add at most "
+                                    f"{MAX_ALIAS_NODES:,} nodes", line=node.start_mark.line + 1))
+
+
+def _walk_distinct(node: yaml.Node) -> list[yaml.Node]:
+    out, seen, stack = [], set(), [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        out.append(n)
+        stack.extend(_children(n))
+    return out
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
 def read_documents(path: str | Path, text: str | None = None) -> list[Tree]:
     """Every YAML document in a file, as trees of :class:`Scalar`/:class:`Mapping`/:class:`Sequence`."""
     file = str(path)
     if text is None:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            raw = Path(path).read_bytes()
         except OSError as exc:
-            raise DocumentError(Problem(file, "", f"cannot read the file: {exc.strerror}")) from exc
+            raise DocumentError(Problem(file, "", f"cannot read the file: "
+                                        f"{exc.strerror or exc}")) from exc
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DocumentError(Problem(file, "", f"not UTF-8 text (byte 0x{raw[exc.start]:02x} "
+                                        f"at offset {exc.start}); a document is UTF-8 YAML"
+                                        )) from None
+    if "\x00" in text:
+        raise DocumentError(Problem(file, "", "a binary file (it holds NUL bytes); a document "
+                                    "is UTF-8 YAML text"))
     try:
         nodes = list(yaml.compose_all(text, Loader=_LOADER))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 0
         problem = getattr(exc, "problem", None) or str(exc)
-        raise DocumentError(Problem(file, "", f"not valid YAML: {problem}", line=line)) from exc
+        raise DocumentError(Problem(file, "", f"not valid YAML: {_one_line(problem)}",
+                                    line=line)) from None
+    except RecursionError:
+        raise DocumentError(Problem(file, "", f"the document nests too deeply; documents are "
+                                    f"at most {MAX_DEPTH} levels deep")) from None
+    for n in nodes:
+        if n is not None:
+            _check_size(n, file)
     docs = [_convert(n, file, "") for n in nodes if n is not None]
     if not docs:
         raise DocumentError(Problem(file, "", "the file holds no YAML document"))

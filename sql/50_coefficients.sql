@@ -9,7 +9,14 @@ WITH cand AS (
     SELECT l.scenario, l.pool, sc.position AS set_position, c.*,
            CASE WHEN len(c.scope_hardware) > 0 THEN 'hardware: ' || c.scope_hardware[1]
                 WHEN len(c.scope_model) > 0 THEN 'model: ' || c.scope_model[1]
-                ELSE 'unscoped' END AS provenance_scope
+                ELSE 'unscoped' END AS provenance_scope,
+           -- the same axis, typed, with every value (not only the first)
+           CASE WHEN len(c.scope_hardware) > 0 THEN 'hardware'
+                WHEN len(c.scope_model) > 0 THEN 'model'
+                ELSE 'unscoped' END AS provenance_scope_kind,
+           CASE WHEN len(c.scope_hardware) > 0 THEN c.scope_hardware
+                WHEN len(c.scope_model) > 0 THEN c.scope_model
+                ELSE []::VARCHAR[] END AS provenance_scope_values
     FROM pool_layout l
     JOIN scenario_coefficient_sets sc ON sc.scenario = l.scenario
     JOIN coefficients c ON c.set = sc.set

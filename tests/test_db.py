@@ -115,13 +115,13 @@ def test_cli_sql_and_exports(tmp_path):
     runner = CliRunner()
     path = tmp_path / "r.db"
     out = tmp_path / "q.json"
-    res = runner.invoke(cli, ["sql", "SELECT scenario, tp FROM pool_layout", "--scenario", DS3,
+    db.load_scenarios([DS3], con=db.open_db(path)).close()  # the Python API's writable path
+    res = runner.invoke(cli, ["sql", "SELECT scenario, tp FROM pool_layout",
                               "--db", str(path), "--format", "json", "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert json.loads(out.read_text()) == [{"scenario": DS3, "tp": 8}]
-    again = runner.invoke(cli, ["sql", "SELECT count(*) AS n FROM scenarios", "--scenario", DS3,
-                                "--db", str(path)])
-    assert again.exit_code == 0 and "1" in again.output  # reopened file: no duplicate rows
+    again = runner.invoke(cli, ["sql", "SELECT count(*) AS n FROM scenarios", "--db", str(path)])
+    assert again.exit_code == 0 and "1" in again.output  # the file as it is: one scenario
     for cmd, fmt in (("resolved", "parquet"), ("provenance", "csv"), ("evidence", "json")):
         target = tmp_path / f"{cmd}.{fmt}"
         res = runner.invoke(cli, [cmd, DS3, "--format", fmt, "-o", str(target)])

@@ -49,7 +49,8 @@ def test_provenance_order_and_counts(name):
     assert len(seqs) == len(kernel)
     for r in kernel:
         assert r["set"] == "blis-latency-kernel" and r["method"] == "assumed"
-        assert r["scope"].startswith(r["value"] + ": ")
+        assert r["scope"] == f"{r['value_text']}: {r['reason']}"
+        assert r["scope_kind"] == "assumption" and r["units"] is None
     for r in coeffs:
         assert r["scope"] in ("unscoped",) or r["scope"].startswith(("hardware: ", "model: "))
     # the last assumption is always the engine version (0.29.0 scenarios)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -86,11 +85,10 @@ def test_write_formats(tmp_path: Path) -> None:
     assert a.equals(b) and a.equals(c)
 
 
-def test_generation_is_fast() -> None:
-    t0 = time.perf_counter()
-    n = sum(rb.num_rows for rb in synth_batches(200_000, seed=0))
-    assert n > 5_000_000
-    assert time.perf_counter() - t0 < 20  # ~1 s on an idle 2-core machine
+def test_generation_streams_in_record_batches() -> None:
+    # Speed is measured in benchmarks/synth.py; here only that a large trace arrives in pieces.
+    parts = [rb.num_rows for rb in synth_batches(70_000, seed=0)]
+    assert len(parts) > 1 and sum(parts) > 2_000_000
 
 
 # -- CLI -----------------------------------------------------------------------------------

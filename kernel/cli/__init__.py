@@ -7,8 +7,10 @@ import pkgutil
 
 import click
 
+from .errors import Group
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="blis-kernel")
 def cli() -> None:
     """Price vLLM forward passes, memory and transfers, with provenance you can query."""
@@ -27,12 +29,5 @@ _register_commands()
 
 
 def main() -> None:
-    """The console entry point: a refused deployment or a bad document is an error message, not
-    a traceback."""
-    from pipeline.errors import DocumentError, RefusalError
-
-    try:
-        cli()
-    except (DocumentError, RefusalError) as exc:
-        click.echo(f"Error: {exc}", err=True)
-        raise SystemExit(1) from None
+    """The console entry point (errors become one line: :mod:`kernel.cli.errors`)."""
+    cli()

@@ -41,43 +41,40 @@ def write_db(db: str | Path, k: Any, scenario: str, pool: int, priced: Path, tra
              repos: Any = None) -> None:
     """Store the priced table in DuckDB beside the scenario's documents and provenance.
 
-    Tables: ``priced_steps`` (scenario, pool, trace + the priced columns; a re-run of the same
-    trace replaces its rows), ``kernel_provenance`` (scenario, pool, name, set, method, scope —
-    ``k.provenance()``), and the scenario's document tables and resolution views.
+    Tables: ``priced_steps`` (scenario key, pool, trace + the priced columns; a re-run of the
+    same trace replaces its rows), ``kernel_provenance`` (the typed ``provenance`` rows of
+    this scenario and pool, docs/tables.md), and the scenario's document tables and
+    resolution views, so plain DuckDB can join prices with their provenance.
     """
-    import pyarrow as pa
-
     from pipeline import db as pdb
 
     con = pdb.open_db(db)
     pdb.load_scenarios([scenario], repos=repos, con=con)
+    key = str(k.resolved_pool.scenario)
     try:
-        prov = k.provenance()
-        ptab = pa.table({
-            "scenario": [scenario] * len(prov), "pool": [pool] * len(prov),
-            "name": [p.name for p in prov], "set": [p.set for p in prov],
-            "method": [p.method for p in prov], "scope": [p.scope for p in prov]})
-        con.execute("CREATE TABLE IF NOT EXISTS kernel_provenance (scenario VARCHAR, "
-                    "pool BIGINT, name VARCHAR, \"set\" VARCHAR, method VARCHAR, "
-                    "scope VARCHAR)")
-        con.execute("DELETE FROM kernel_provenance WHERE scenario = ? AND pool = ?",
-                    [scenario, pool])
-        con.register("__prov", ptab)
-        con.execute("INSERT INTO kernel_provenance SELECT * FROM __prov")
-        con.unregister("__prov")
+        cols = {r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_name = 'kernel_provenance'").fetchall()}
+        if cols and "scope_kind" not in cols:  # a file from before provenance was typed
+            con.execute("DROP TABLE kernel_provenance")
+        con.execute("CREATE TABLE IF NOT EXISTS kernel_provenance AS "
+                    "SELECT * FROM provenance WHERE false")
+        con.execute("DELETE FROM kernel_provenance WHERE scenario = ? AND pool = ?", [key, pool])
+        con.execute("INSERT INTO kernel_provenance BY NAME SELECT * FROM provenance "
+                    "WHERE scenario = ? AND pool = ?", [key, pool])
         src = str(priced).replace("'", "''")
         exists = con.execute("SELECT count(*) FROM information_schema.tables "
                              "WHERE table_name = 'priced_steps'").fetchone()
         if not (exists and exists[0]):
             con.execute("CREATE TABLE priced_steps AS SELECT CAST(? AS VARCHAR) AS scenario, "
                         "CAST(? AS BIGINT) AS pool, CAST(? AS VARCHAR) AS trace, * "
-                        f"FROM read_parquet('{src}')", [scenario, pool, trace])
+                        f"FROM read_parquet('{src}')", [key, pool, trace])
         else:
             con.execute("DELETE FROM priced_steps WHERE scenario = ? AND pool = ? AND trace = ?",
-                        [scenario, pool, trace])
+                        [key, pool, trace])
             con.execute("INSERT INTO priced_steps SELECT CAST(? AS VARCHAR), CAST(? AS BIGINT), "
                         f"CAST(? AS VARCHAR), * FROM read_parquet('{src}')",
-                        [scenario, pool, trace])
+                        [key, pool, trace])
     finally:
         con.close()
 

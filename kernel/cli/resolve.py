@@ -1,82 +1,37 @@
 """``blis-kernel resolved|provenance|evidence SCENARIO`` and ``blis-kernel sql QUERY``.
 
 Each loads the named scenarios into a DuckDB database (in memory unless ``--db`` names a
-file), runs the ``sql/`` views and prints the rows as a table, or writes them with
-``--format parquet|csv|json -o FILE``.
+file), runs the ``sql/`` views and prints the rows as a table, or writes them as parquet,
+Arrow IPC, CSV or JSON (:mod:`kernel.cli.output`), with DuckDB's column types. ``sql --db F``
+on an existing resolved file queries it as it is.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import click
 import duckdb
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 from rich.console import Console
-from rich.table import Table
 
 from kernel.cli.common import make_repos, with_repos
+from kernel.cli.output import emit, format_options, resolve_format
+from kernel.stamp import for_database
 from pipeline import db
 from pipeline.errors import DocumentError
 from pipeline.load import Repos
 
-FORMATS = ("table", "parquet", "csv", "json")
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        # Integral values (byte counts, widths) in full; others as the shortest exact repr.
-        return f"{int(value):,}" if value.is_integer() and abs(value) < 2**53 else repr(value)
-    return str(value)
+PROVENANCE_COLUMNS = ("position, name, set, method, value, units, value_text, scope_kind, "
+                      "scope_values, reason")
 
 
 def _arrow(con: duckdb.DuckDBPyConnection, query: str, params: list[Any] | None = None
            ) -> pa.Table:
-    cur = con.execute(query, params or [])
-    names = [d[0] for d in cur.description or ()]
-    rows = cur.fetchall()
-    return pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in rows]) if rows \
-        else pa.table({n: pa.array([], pa.null()) for n in names})
-
-
-def write_table(table: pa.Table, fmt: str, out: str | None, title: str = "",
-                transpose: bool = False) -> None:
-    """Print ``table`` with rich, or write it as parquet/csv/json to ``out``."""
-    if fmt == "table":
-        console = Console(width=200)
-        rich = Table(title=title or None, show_lines=False)
-        rows = table.to_pylist()
-        if transpose and len(rows) == 1:
-            rich.add_column("field", no_wrap=True)
-            rich.add_column("value", overflow="fold", max_width=120)
-            for k, v in rows[0].items():
-                rich.add_row(k, _cell(v))
-        else:
-            for name in table.column_names:
-                rich.add_column(name)
-            for row in rows:
-                rich.add_row(*(_cell(v) for v in row.values()))
-        console.print(rich)
-        return
-    if not out:
-        raise click.UsageError(f"--format {fmt} needs -o FILE")
-    path = Path(out)
-    if fmt == "parquet":
-        pq.write_table(table, path)
-    elif fmt == "csv":
-        flat = pa.table({n: pa.array([_cell(v) if isinstance(v, list | dict) else v
-                                      for v in table.column(n).to_pylist()])
-                         for n in table.column_names}) if table.num_rows else table
-        pacsv.write_csv(flat, path)
-    else:
-        path.write_text(json.dumps(table.to_pylist(), indent=2, default=str) + "\n")
-    click.echo(f"wrote {table.num_rows} row(s) to {path}")
+    """A query's rows through Arrow, with DuckDB's types (TINYINT, DECIMAL, ENUM, LIST) and the
+    column types of an empty result kept."""
+    rel = con.sql(query, params=params) if params else con.sql(query)
+    return rel.to_arrow_table() if rel is not None else pa.table({})
 
 
 def _load(scenarios: list[str], repos: Repos, db_path: str | None) -> duckdb.DuckDBPyConnection:
@@ -87,6 +42,13 @@ def _load(scenarios: list[str], repos: Repos, db_path: str | None) -> duckdb.Duc
         raise click.ClickException(str(exc)) from exc
 
 
+def _resolved_db(con: duckdb.DuckDBPyConnection) -> bool:
+    """True when the database holds loaded documents and the materialised resolution."""
+    rows = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name IN "
+                       "('loaded_documents', 'scenarios', 'resolved_pools')").fetchall()
+    return bool(rows and rows[0][0] == 3)
+
+
 def _key(con: duckdb.DuckDBPyConnection, scenario: str) -> str:
     """The scenario key for a name or path argument (the only scenario loaded)."""
     rows = con.execute("SELECT scenario FROM scenarios WHERE scenario = ? OR file = ? "
@@ -95,14 +57,6 @@ def _key(con: duckdb.DuckDBPyConnection, scenario: str) -> str:
         return str(rows[0][0])
     rows = con.execute("SELECT scenario FROM scenarios").fetchall()
     return str(rows[-1][0]) if rows else scenario
-
-
-def _format_options(func: Any) -> Any:
-    func = click.option("-o", "--output", "out", type=click.Path(dir_okay=False),
-                        help="File to write (with --format parquet|csv|json).")(func)
-    func = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
-                        show_default=True, help="Print a table or export the rows.")(func)
-    return func
 
 
 def _refusal_note(con: duckdb.DuckDBPyConnection, key: str, pool: int) -> bool:
@@ -121,9 +75,9 @@ def register(group: click.Group) -> None:
     @group.command("resolved")
     @click.argument("scenario")
     @click.option("--pool", default=0, show_default=True, help="Pool index.")
-    @_format_options
+    @format_options()
     @with_repos
-    def resolved_cmd(scenario: str, pool: int, fmt: str, out: str | None,
+    def resolved_cmd(scenario: str, pool: int, fmt: str | None, out: str | None,
                      scenarios_root: str | None, catalog_root: str | None,
                      registry_root: str | None) -> None:
         """The resolved configuration of one pool (every field pricing reads).
@@ -134,36 +88,38 @@ def register(group: click.Group) -> None:
         refused = _refusal_note(con, key, pool)
         table = _arrow(con, "SELECT * FROM resolved_pools WHERE scenario = ? AND pool = ?",
                        [key, pool])
-        write_table(table, fmt, out, f"{key} pool {pool}: resolved", transpose=True)
+        emit(table, fmt, out, title=f"{key} pool {pool}: resolved", transpose=True,
+             stamp=for_database(con, scenarios=[key], pool=pool))
         overrides = _arrow(con, "SELECT field, requested, resolved, reason FROM pool_overrides "
                            "WHERE scenario = ? AND pool = ? ORDER BY seq", [key, pool])
-        if fmt == "table" and overrides.num_rows:
-            write_table(overrides, fmt, None, "overrides")
+        if resolve_format(fmt, out) == "table" and not out and overrides.num_rows:
+            emit(overrides, "table", None, title="overrides")
         if refused:
             raise SystemExit(1)
 
     @group.command("provenance")
     @click.argument("scenario")
     @click.option("--pool", default=0, show_default=True, help="Pool index.")
-    @_format_options
+    @format_options()
     @with_repos
-    def provenance_cmd(scenario: str, pool: int, fmt: str, out: str | None,
+    def provenance_cmd(scenario: str, pool: int, fmt: str | None, out: str | None,
                        scenarios_root: str | None, catalog_root: str | None,
                        registry_root: str | None) -> None:
         """Every coefficient in scope (name order), then the kernel's assumptions."""
         con = _load([scenario], make_repos(scenarios_root, catalog_root, registry_root), None)
         key = _key(con, scenario)
         _refusal_note(con, key, pool)
-        table = _arrow(con, "SELECT position, name, set, method, scope FROM provenance "
+        table = _arrow(con, f"SELECT {PROVENANCE_COLUMNS} FROM provenance "
                        "WHERE scenario = ? AND pool = ? ORDER BY position", [key, pool])
-        write_table(table, fmt, out, f"{key} pool {pool}: provenance")
+        emit(table, fmt, out, title=f"{key} pool {pool}: provenance", key="name",
+             stamp=for_database(con, scenarios=[key], pool=pool))
 
     @group.command("evidence")
     @click.argument("scenario")
     @click.option("--pool", default=0, show_default=True, help="Pool index.")
-    @_format_options
+    @format_options()
     @with_repos
-    def evidence_cmd(scenario: str, pool: int, fmt: str, out: str | None,
+    def evidence_cmd(scenario: str, pool: int, fmt: str | None, out: str | None,
                      scenarios_root: str | None, catalog_root: str | None,
                      registry_root: str | None) -> None:
         """How many provenance entries rest on evidence, of how many, and which are assumed."""
@@ -171,24 +127,36 @@ def register(group: click.Group) -> None:
         key = _key(con, scenario)
         table = _arrow(con, "SELECT evidenced, total, assumed_names FROM evidence "
                        "WHERE scenario = ? AND pool = ?", [key, pool])
-        write_table(table, fmt, out, f"{key} pool {pool}: evidence", transpose=True)
+        emit(table, fmt, out, title=f"{key} pool {pool}: evidence", transpose=True,
+             stamp=for_database(con, scenarios=[key], pool=pool))
 
     @group.command("sql")
     @click.argument("query")
     @click.option("--scenario", "scenarios", multiple=True,
                   help="Scenario to load (repeatable; default: every embedded scenario).")
     @click.option("--db", "db_path", type=click.Path(dir_okay=False),
-                  help="A DuckDB file to load into and keep (default: in memory).")
-    @_format_options
+                  help="Query this DuckDB file (e.g. from `price --db`) as it is, read-only, "
+                       "instead of loading scenarios.")
+    @format_options()
     @with_repos
     def sql_cmd(query: str, scenarios: tuple[str, ...], db_path: str | None, fmt: str,
                 out: str | None, scenarios_root: str | None, catalog_root: str | None,
                 registry_root: str | None) -> None:
-        """Run any SQL over the document tables and resolution views (docs/tables.md)."""
-        con = _load(list(scenarios), make_repos(scenarios_root, catalog_root, registry_root),
-                    db_path)
+        """Run a read-only SQL query over the document tables and resolution views
+        (docs/tables.md). No file, network, extension or write is reachable from it."""
+        from pipeline import sandbox
+
+        if db_path and scenarios:
+            raise click.UsageError("--db queries a database as it is; --scenario loads "
+                                   "scenarios into a fresh one: give one of them")
+        if db_path:
+            con = sandbox.open_read_only(db_path)
+        else:
+            con = sandbox.lock(_load(list(scenarios), make_repos(scenarios_root, catalog_root,
+                                                                 registry_root), None))
         try:
+            sandbox.check_query(con, query)
             table = _arrow(con, query)
-        except duckdb.Error as exc:
-            raise click.ClickException(str(exc)) from exc
-        write_table(table, fmt, out)
+        except duckdb.Error as exc:  # the first line says what; the rest draws a caret
+            raise click.ClickException(f"SQL: {str(exc).splitlines()[0]}") from None
+        emit(table, fmt, out, stamp=for_database(con) if _resolved_db(con) else None)

@@ -1,0 +1,66 @@
+"""Read-only SQL: the connection ``blis-kernel sql`` runs a user's query on.
+
+Three locks, each enforced by DuckDB itself where it can be:
+
+* :func:`lock` turns off external access (no file, URL, ATTACH, COPY, INSTALL or LOAD
+  reaches the machine) and then locks the configuration, so a query cannot turn it back on.
+  Call it once the views are built: building reads the ``sql/`` files and registers tables.
+* :func:`open_read_only` opens a database file read-only and locked: nothing in it changes.
+* :func:`check_query` admits only reading statements (``SELECT`` in any form, ``EXPLAIN``),
+  which keeps an in-memory database unchanged as well.
+
+The Python API keeps its writable path, by name: :func:`pipeline.db.open_db` gives a
+writable connection, and nothing here is applied to it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import duckdb
+
+READING = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
+_SETTINGS = ("SET autoinstall_known_extensions = false",
+             "SET autoload_known_extensions = false",
+             "SET enable_external_access = false",
+             "SET lock_configuration = true")
+
+
+class SandboxError(ValueError):
+    """A query the sandbox does not run (one line: what, and what is allowed)."""
+
+
+def lock(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """No external access from here on, and no way to change the configuration back."""
+    for statement in _SETTINGS:
+        con.execute(statement)
+    return con
+
+
+def open_read_only(path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
+    """A database file opened read-only, external access off, configuration locked."""
+    if not os.path.isfile(path):
+        raise SandboxError(f"no database file {os.fspath(path)!r}; --db names an existing "
+                           "DuckDB file (write one with `blis-kernel price --db`)")
+    con = duckdb.connect(os.fspath(path), read_only=True,
+                         config={"enable_external_access": False,
+                                 "autoinstall_known_extensions": False,
+                                 "autoload_known_extensions": False})
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def check_query(con: duckdb.DuckDBPyConnection, query: str) -> None:
+    """Raise :class:`SandboxError` unless ``query`` is one or more reading statements."""
+    if not query.strip():
+        raise SandboxError("the query is empty; give a SELECT, e.g. "
+                           "\"SELECT * FROM scenarios\"")
+    statements = con.extract_statements(query)
+    if not statements:
+        raise SandboxError("the query holds no statement; give a SELECT")
+    for st in statements:
+        if st.type not in READING:
+            kind = str(st.type).rsplit(".", 1)[-1]
+            raise SandboxError(f"{kind} statements are not allowed: `blis-kernel sql` is "
+                               "read-only; give SELECT (WITH, FROM, DESCRIBE, SHOW, SUMMARIZE) "
+                               "or EXPLAIN")
