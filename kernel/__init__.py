@@ -38,6 +38,8 @@ _EXPORTS = {
     "Link": "kernel.transfer",
     "KVCapacity": "kernel.memory",
     "price_file": "kernel.bulk",
+    "derive_graph": "pipeline.derive",
+    "DeriveError": "pipeline.derive",
     "read_priced": "kernel.priced",
     "PricedFile": "kernel.priced",
     "Stamp": "kernel.stamp",

@@ -29,7 +29,7 @@ in the rejects table: ``rows in = rows priced + rows rejected``.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ CANONICAL = REQUIRED + OPTIONAL
 BATCH_COLUMNS = ("decode_threshold", "sm_budget")  # constant within a batch
 COUNTS = ("scheduled", "computed", "prompt_len", "cached_tokens", "sm_budget")  # >= 0
 INT64_MAX = np.iinfo(np.int64).max
+KEEP_PREFIX = "keep:"  # carried (not validated) columns in a chunk: ``keep:<name>``
 
 # Reason codes (the ``reason`` column of the rejects table).
 NULL = "null"
@@ -132,14 +133,22 @@ class TraceSource:
     num_rows: int | None
     _iter: Any
     label: str = "<table>"
+    extra: tuple[str, ...] = ()  # other columns carried along, as ``keep:<name>``
+    schema: pa.Schema | None = None  # the source's schema, where known
 
     def chunks(self) -> Iterator[pa.Table]:
-        rename = {v: k for k, v in self.names.items()}
+        canon = list(self.names)
         for part in self._iter():
             if isinstance(part, pa.RecordBatch):
                 part = pa.Table.from_batches([part])
-            part = part.select([n for n in self.names.values() if n in part.column_names])
-            yield part.rename_columns([rename[n] for n in part.column_names])
+            have = set(part.column_names)
+            cols = [part.column(self.names[c]) for c in canon if self.names[c] in have]
+            out = [c for c in canon if self.names[c] in have]
+            cols += [part.column(x) for x in self.extra]
+            yield pa.table(cols, names=out + [KEEP_PREFIX + x for x in self.extra])
+
+    def columns_to_read(self) -> list[str]:
+        return list(dict.fromkeys([*self.names.values(), *self.extra]))
 
 
 def _as_arrow(src: Any) -> pa.Table | None:
@@ -156,21 +165,39 @@ def _as_arrow(src: Any) -> pa.Table | None:
 
 def open_trace(src: Any, *, columns: Mapping[str, str] | None = None,
                chunk_rows: int = 1 << 20, required: tuple[str, ...] = REQUIRED,
-               optional: tuple[str, ...] = OPTIONAL) -> TraceSource:
-    """Open ``src`` (a path or an in-memory polars / Arrow table) for batched reading."""
-    chunk_rows = max(int(chunk_rows), 1)
+               optional: tuple[str, ...] = OPTIONAL,
+               extra: tuple[str, ...] = ()) -> TraceSource:
+    """Open ``src`` (a path or an in-memory polars / Arrow table) for batched reading.
+
+    ``extra`` names other columns to carry along unvalidated (``keep=``, column producers'
+    inputs); each must exist."""
+    ts = _open(src, columns, max(int(chunk_rows), 1), required, optional, tuple(extra))
+    if extra:
+        have = ts.schema.names if ts.schema is not None else []
+        missing = [x for x in extra if x not in have]
+        if missing:
+            raise TraceError(f"{ts.label}: no column {', '.join(map(repr, missing))} to carry "
+                             f"to the output; the trace has {', '.join(have)}")
+        ts.extra = tuple(extra)
+    return ts
+
+
+def _open(src: Any, columns: Mapping[str, str] | None, chunk_rows: int,
+          required: tuple[str, ...], optional: tuple[str, ...],
+          extra: tuple[str, ...]) -> TraceSource:
     table = _as_arrow(src)
     if table is not None:
         names = _resolve_names(table.column_names, columns, required, optional)
-        tbl = table.select(list(names.values()))
+        keep = [x for x in extra if x in table.column_names]
+        tbl = table.select(list(dict.fromkeys([*names.values(), *keep])))
 
         def it_table() -> Iterator[pa.Table]:
             for off in range(0, tbl.num_rows, chunk_rows):
                 yield tbl.slice(off, chunk_rows)
-        return TraceSource(names, tbl.num_rows, it_table)
+        return TraceSource(names, tbl.num_rows, it_table, schema=table.schema)
     if isinstance(src, pa.RecordBatchReader):
         names = _resolve_names(src.schema.names, columns, required, optional)
-        return TraceSource(names, None, lambda: iter(src))
+        return TraceSource(names, None, lambda: iter(src), schema=src.schema)
     if not isinstance(src, str | Path):
         raise TraceError(f"cannot read a trace from {type(src).__name__}")
     path = Path(src)
@@ -179,10 +206,10 @@ def open_trace(src: Any, *, columns: Mapping[str, str] | None = None,
     suffixes = [s.lower() for s in path.suffixes]
     try:
         if ".csv" in suffixes or ".tsv" in suffixes:
-            return _open_csv(path, columns, chunk_rows, required, optional)
+            return _open_csv(path, columns, chunk_rows, required, optional, extra)
         if suffixes and suffixes[-1] in (".arrow", ".ipc", ".feather", ".arrows"):
             return _open_ipc(path, columns, chunk_rows, required, optional)
-        return _open_parquet(path, columns, chunk_rows, required, optional)
+        return _open_parquet(path, columns, chunk_rows, required, optional, extra)
     except TraceError:
         raise
     except (pa.ArrowException, OSError) as e:
@@ -190,13 +217,15 @@ def open_trace(src: Any, *, columns: Mapping[str, str] | None = None,
 
 
 def _open_parquet(path: Path, columns: Mapping[str, str] | None, chunk_rows: int,
-                  required: tuple[str, ...], optional: tuple[str, ...]) -> TraceSource:
+                  required: tuple[str, ...], optional: tuple[str, ...],
+                  extra: tuple[str, ...]) -> TraceSource:
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(str(path))
     names = _resolve_names(pf.schema_arrow.names, columns, required, optional)
     read = [n for canon, n in names.items()
             if not (canon in _CHECK_ONLY and _stats_prove_valid(pf, n))]
+    read = list(dict.fromkeys([*read, *(x for x in extra if x in pf.schema_arrow.names)]))
 
     md = pf.metadata
     groups = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
@@ -211,7 +240,7 @@ def _open_parquet(path: Path, columns: Mapping[str, str] | None, chunk_rows: int
             t = f.read_row_group(i, columns=read)
             for off in range(0, t.num_rows, chunk_rows):
                 yield t.slice(off, chunk_rows)
-    return TraceSource(names, md.num_rows, it, str(path))
+    return TraceSource(names, md.num_rows, it, str(path), schema=pf.schema_arrow)
 
 
 def _stats_prove_valid(pf: Any, column: str) -> bool:
@@ -258,20 +287,23 @@ def _open_ipc(path: Path, columns: Mapping[str, str] | None, chunk_rows: int,
             for rb in parts:  # re-slice so chunks stay near chunk_rows
                 for off in range(0, rb.num_rows, chunk_rows):
                     yield pa.Table.from_batches([rb.slice(off, chunk_rows)])
-    return TraceSource(names, total, it, str(path))
+    return TraceSource(names, total, it, str(path), schema=schema)
 
 
 def _open_csv(path: Path, columns: Mapping[str, str] | None, chunk_rows: int,
-              required: tuple[str, ...], optional: tuple[str, ...]) -> TraceSource:
+              required: tuple[str, ...], optional: tuple[str, ...],
+              extra: tuple[str, ...]) -> TraceSource:
     import pyarrow.csv as pcsv
 
     delimiter = "\t" if ".tsv" in [s.lower() for s in path.suffixes] else ","
     parse = pcsv.ParseOptions(delimiter=delimiter)
     with pcsv.open_csv(str(path), parse_options=parse) as r:
-        header = r.schema.names
+        header_schema = r.schema
+        header = header_schema.names
     names = _resolve_names(header, columns, required, optional)
     # Strings, so that a bad value anywhere in the file is a rejected row, not a read error.
-    convert = pcsv.ConvertOptions(include_columns=list(names.values()),
+    keep = [x for x in extra if x in header and x not in names.values()]
+    convert = pcsv.ConvertOptions(include_columns=[*names.values(), *keep],
                                   column_types={n: pa.string() for n in names.values()},
                                   strings_can_be_null=True)
     block = max(1 << 16, min(chunk_rows * 24, 1 << 26))  # ~bytes per chunk_rows rows
@@ -282,7 +314,7 @@ def _open_csv(path: Path, columns: Mapping[str, str] | None, chunk_rows: int,
             for rb in rd:
                 for off in range(0, rb.num_rows, chunk_rows):
                     yield rb.slice(off, chunk_rows)
-    return TraceSource(names, None, it, str(path))
+    return TraceSource(names, None, it, str(path), schema=header_schema)
 
 
 # -- validated rows -----------------------------------------------------------------------
@@ -302,21 +334,23 @@ class Rows:
     bad: np.ndarray  # bool
     decode_threshold: np.ndarray | None = None
     sm_budget: np.ndarray | None = None
+    extra: dict[str, pa.Array] | None = None  # carried trace columns (``keep=``), unvalidated
 
     def __len__(self) -> int:
         return int(self.row.size)
 
-    def _map(self, f: Any) -> Rows:
-        vals: list[Any] = [None if (v := getattr(self, x.name)) is None else f(v)
-                           for x in fields(self)]
-        return Rows(*vals)
+    def _map(self, f: Any, g: Any) -> Rows:
+        vals: list[Any] = [None if (v := getattr(self, x)) is None else f(v)
+                           for x in _ARRAY_FIELDS]
+        extra = None if self.extra is None else {k: g(v) for k, v in self.extra.items()}
+        return Rows(**dict(zip(_ARRAY_FIELDS, vals, strict=True)), extra=extra)
 
     def take(self, idx: np.ndarray) -> Rows:
-        return self._map(lambda v: v[idx])
+        return self._map(lambda v: v[idx], lambda a: a.take(pa.array(idx, pa.int64())))
 
     def slice(self, lo: int, hi: int) -> Rows:
         """Rows lo..hi as views (no copy)."""
-        return self._map(lambda v: v[lo:hi])
+        return self._map(lambda v: v[lo:hi], lambda a: a.slice(lo, max(hi - lo, 0)))
 
     @staticmethod
     def concat(parts: list[Rows]) -> Rows:
@@ -326,10 +360,14 @@ class Rows:
         if len(parts) == 1:
             return parts[0]
         out: list[Any] = []
-        for x in fields(Rows):
-            vals = [getattr(p, x.name) for p in parts]
+        for x in _ARRAY_FIELDS:
+            vals = [getattr(p, x) for p in parts]
             out.append(None if vals[0] is None else np.concatenate(vals))
-        return Rows(*out)
+        extra = None
+        if parts[0].extra is not None:
+            extra = {k: pa.concat_arrays([p.extra[k] for p in parts if p.extra is not None])
+                     for k in parts[0].extra}
+        return Rows(**dict(zip(_ARRAY_FIELDS, out, strict=True)), extra=extra)
 
     @staticmethod
     def empty() -> Rows:
@@ -337,15 +375,22 @@ class Rows:
         return Rows(z, z, z, z, np.zeros(0, bool))
 
     def to_arrow(self) -> pa.Table:
-        return pa.table({x.name: v for x in fields(self)
-                         if (v := getattr(self, x.name)) is not None})
+        cols = {x: v for x in _ARRAY_FIELDS if (v := getattr(self, x)) is not None}
+        cols.update({KEEP_PREFIX + k: v for k, v in (self.extra or {}).items()})
+        return pa.table(cols)
 
     @staticmethod
     def from_arrow(t: pa.Table) -> Rows:
         names = set(t.column_names)
-        vals: list[Any] = [t.column(x.name).to_numpy() if x.name in names else None
-                           for x in fields(Rows)]
-        return Rows(*vals)
+        vals: list[Any] = [t.column(x).to_numpy() if x in names else None
+                           for x in _ARRAY_FIELDS]
+        extra = {n[len(KEEP_PREFIX):]: t.column(n).combine_chunks() for n in t.column_names
+                 if n.startswith(KEEP_PREFIX)}
+        return Rows(**dict(zip(_ARRAY_FIELDS, vals, strict=True)), extra=extra or None)
+
+
+_ARRAY_FIELDS = ("row", "batch_id", "scheduled", "computed", "bad", "decode_threshold",
+                 "sm_budget")
 
 
 def _coerce_column(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -412,8 +457,13 @@ _CHECK_ONLY = ("prompt_len", "cached_tokens")
 _CODE_REASON = {1: NULL, 2: NON_INTEGER, 3: OVERFLOW, 4: NEGATIVE}
 
 
+def _whole(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
 def _values_text(raw: pa.Table, idx: np.ndarray) -> list[str]:
-    sub = raw.take(pa.array(idx, pa.int64()))
+    sub = raw.select([c for c in raw.column_names if not c.startswith(KEEP_PREFIX)])
+    sub = sub.take(pa.array(idx, pa.int64()))
     cols = {n: sub.column(n).to_pylist() for n in sub.column_names}
     return [", ".join(f"{n}={cols[n][i]!r}" for n in sub.column_names) for i in range(len(idx))]
 
@@ -455,8 +505,10 @@ def coerce(raw: pa.Table, offset: int, *, rejects: list[pa.Table] | None = None,
     if n and int(sched.max()) > INT64_MAX - int(comp.max()):
         ctx_over = ~bad & (comp > INT64_MAX - sched)
         bad |= ctx_over
+    extra = {c[len(KEEP_PREFIX):]: _whole(raw.column(c)) for c in raw.column_names
+             if c.startswith(KEEP_PREFIX)}
     rows = Rows(np.arange(offset, offset + n, dtype=np.int64), values["batch_id"], sched, comp,
-                bad, values.get("decode_threshold"), values.get("sm_budget"))
+                bad, values.get("decode_threshold"), values.get("sm_budget"), extra or None)
     if bad.any():
         idx = np.flatnonzero(bad)
         reasons, cols, details = [], [], []

@@ -42,6 +42,18 @@ class Repos:
     def catalog_root(self) -> Path:
         return Path(self.catalog) if self.catalog else data_dir() / "catalog"
 
+    def catalog_roots(self) -> list[Path]:
+        """Where catalog names resolve, first match wins: a user catalog layers over the
+        embedded one (issue 15), so it need only hold what it adds or replaces."""
+        embedded = data_dir() / "catalog"
+        user = self.catalog_root()
+        return [user] if user.resolve() == embedded.resolve() else [user, embedded]
+
+    def catalog_file(self, relative: str) -> Path:
+        """The first catalog root holding ``relative`` (else the user root's path)."""
+        roots = self.catalog_roots()
+        return next((r / relative for r in roots if (r / relative).exists()), roots[0] / relative)
+
     def registry_root(self) -> Path:
         return Path(self.registry) if self.registry else data_dir() / "registry"
 
@@ -194,6 +206,16 @@ def _named_file(kind_dir: Path, name: str, file: str, path: str, line: int, what
     return target
 
 
+def _kind_dir(repos: Repos, kind: str, name: str) -> Path:
+    """The catalog root's ``kind`` directory that holds ``name`` (user root first)."""
+    roots = repos.catalog_roots()
+    if _stem_ok(name):
+        for root in roots:
+            if (root / kind / f"{name}.yaml").is_file():
+                return root / kind
+    return roots[0] / kind
+
+
 def open_inputs(scenario: str | os.PathLike[str], repos: Repos | None = None,
                 pool: int = 0) -> Inputs:
     """Load the bundle and every document it names, without building a kernel."""
@@ -208,34 +230,37 @@ def open_inputs(scenario: str | os.PathLike[str], repos: Repos | None = None,
     catalog, registry = repos.catalog_root(), repos.registry_root()
     sources: dict[str, Loaded] = {"scenario": s_loaded, "deployment": d_loaded}
 
-    model_dir = catalog / "models" / scen.model
+    model_dir = repos.catalog_file(f"models/{scen.model}") if _stem_ok(scen.model) else catalog
     if not _stem_ok(scen.model) or not (model_dir / "graph.yaml").is_file() \
-            or not inside(model_dir / "graph.yaml", catalog / "models"):
-        have = sorted(p.name for p in (catalog / "models").iterdir()
-                      if (p / "graph.yaml").is_file()) if (catalog / "models").is_dir() else []
+            or not inside(model_dir / "graph.yaml", model_dir.parent):
+        have = sorted({p.name for root in repos.catalog_roots() if (root / "models").is_dir()
+                       for p in (root / "models").iterdir() if (p / "graph.yaml").is_file()})
         raise DocumentError(Problem(file, "model", f"{scen.model!r}: looked for models/"
-                                    f"{scen.model}/graph.yaml under {catalog}; the catalog has "
-                                    f"{have}", line=s_line("model", 0)))
+                                    f"{scen.model}/graph.yaml under "
+                                    f"{', '.join(map(str, repos.catalog_roots()))}; the "
+                                    f"catalog has {have}", line=s_line("model", 0)))
     graph, sources["model"] = load_document(Graph, model_dir / "graph.yaml")
 
     if not scen.cluster.hardware:
         raise DocumentError(Problem(file, "cluster.hardware",
                                     "required: a scenario must name a hardware",
                                     line=s_line("cluster", 0)))
-    chip_path = _named_file(catalog / "hardware", scen.cluster.hardware, file,
+    chip_path = _named_file(_kind_dir(repos, "hardware", scen.cluster.hardware),
+                            scen.cluster.hardware, file,
                             "cluster.hardware", s_line("cluster.hardware", 0), "hardware")
     chip, sources["chip"] = load_document(Chip, chip_path)
     chip = replace(chip, name=scen.cluster.hardware)
 
     fabric = None
     if scen.cluster.fabric:
-        fabric_path = _named_file(catalog / "networks", scen.cluster.fabric, file,
+        fabric_path = _named_file(_kind_dir(repos, "networks", scen.cluster.fabric),
+                                  scen.cluster.fabric, file,
                                   "cluster.fabric", s_line("cluster.fabric", 0), "fabric")
         fabric, sources["fabric"] = load_document(Fabric, fabric_path)
         fabric = replace(fabric, name=scen.cluster.fabric)
 
     devices: tuple[StorageDevice, ...] = ()
-    storage_path = catalog / "devices" / "storage.yaml"
+    storage_path = repos.catalog_file("devices/storage.yaml")
     if storage_path.is_file():
         classes, lines = decode_map(StorageDevice, read_documents(storage_path)[0],
                                     str(storage_path))

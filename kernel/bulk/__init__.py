@@ -1,0 +1,63 @@
+"""Bulk pricing: a recorded trace of millions of steps, priced as columns.
+
+:func:`price` turns a request-level trace (``docs/traces.md``) into one row per batch with
+the same numbers :meth:`Kernel.step_time` gives for each batch, without a Python loop per
+batch. The package has one module per job:
+
+=====================  =======================================================================
+``groups``             rows grouped by batch (stable), whole-batch checks (rejects)
+``batch_table``        the optional per-batch side table (``batches=``)
+``walk``               the vectorised walk: :func:`summarise_columns`, :func:`finish_columns`
+``columns``            the priced table: :data:`PRICED_SCHEMA` and the **extension point**
+``engine``             validate → group → check → price → count, shared by every entry point
+``api``                in-memory :func:`price` / :func:`price_result`
+``stream``             :func:`price_file`: any size, bounded memory, parquet out
+=====================  =======================================================================
+
+Extension point (details in :mod:`kernel.bulk.columns`): a :class:`ColumnProducer` adds
+per-batch columns computed from the resolved pool, the array summary, compose's totals, the
+base priced columns and batch-level trace inputs; :func:`register_columns` adds it to every
+run, ``producers=[...]`` to one. ``keep=[cols]`` passes trace columns through, keyed by
+batch (the value of the batch's first row). ``price_file(metadata={...})`` stamps the
+output's key-value metadata.
+"""
+
+from __future__ import annotations
+
+from .api import price, price_result
+from .columns import (
+    BOTTLENECK_TYPE,
+    PRICED_SCHEMA,
+    BatchContext,
+    ColumnProducer,
+    register_columns,
+    registered_columns,
+    unregister_columns,
+)
+from .engine import PriceCounts, PricedResult
+from .engine import rows_of as _rows_of
+from .groups import group as _group
+from .stream import ROW_GROUP_ROWS, price_file
+from .walk import RESOURCE_NAMES, finish_columns, summarise_columns
+
+__all__ = [
+    "BOTTLENECK_TYPE",
+    "PRICED_SCHEMA",
+    "RESOURCE_NAMES",
+    "ROW_GROUP_ROWS",
+    "BatchContext",
+    "ColumnProducer",
+    "PriceCounts",
+    "PricedResult",
+    "finish_columns",
+    "price",
+    "price_file",
+    "price_result",
+    "register_columns",
+    "registered_columns",
+    "summarise_columns",
+    "unregister_columns",
+]
+
+# (tests reach these two private helpers)
+_ = (_group, _rows_of)

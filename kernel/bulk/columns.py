@@ -1,0 +1,205 @@
+"""The priced table: its base schema, and the extension point that adds per-batch columns.
+
+One priced row per batch. The base columns (:data:`PRICED_SCHEMA`) are always there. Two
+things can add columns after them, without editing the pricing core:
+
+**Column producers** — a :class:`ColumnProducer` names the columns it adds (``fields``) and a
+function that computes them for a whole set of batches at once::
+
+    def produce(ctx: BatchContext) -> Mapping[str, np.ndarray | pa.Array]:
+        # ctx.pool     the ResolvedPool being priced
+        # ctx.summary  step.BatchSummary of arrays (one entry per batch)
+        # ctx.totals   step.StepTotals of arrays (compose's result, before finish)
+        # ctx.priced   the base columns as numpy arrays (overlap_ns, sm_ns, tokens, ...)
+        # ctx.inputs   the trace columns named in ``inputs``, one value per batch (its first row)
+        return {"limits": ...}  # one entry per field, each of length ctx.n
+
+    register_columns(ColumnProducer("limits", (pa.field("limits", pa.string()),), produce))
+
+A registered producer adds its columns to every priced table (in memory and on disk); a
+producer passed as ``producers=[...]`` to :func:`kernel.bulk.price` / ``price_file`` adds them
+to that run only. Columns come in registration order, then the per-run ones. A producer
+that needs trace columns lists them in ``inputs``; the trace must have them.
+
+**Passed-through trace columns** — ``keep=["replica", "ts"]`` copies trace columns to the
+output, keyed by batch: each batch takes the value of its first row (in input order).
+
+A name may appear once in the output: a producer or ``keep`` column that repeats a base
+column or another added column is an error before any row is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from .. import step
+from ..trace import Rows, TraceError
+from .groups import Groups
+from .walk import RESOURCE_NAMES, finish_columns, summarise_columns
+
+if TYPE_CHECKING:
+    from ..resolved import ResolvedPool
+
+__all__ = [
+    "BOTTLENECK_TYPE",
+    "PRICED_SCHEMA",
+    "BatchContext",
+    "ColumnProducer",
+    "OutputSpec",
+    "price_grouped",
+    "register_columns",
+    "registered_columns",
+    "unregister_columns",
+]
+
+# ``bottleneck`` is a dictionary column; the field metadata makes polars read it as
+# pl.Enum(RESOURCE_NAMES) (pyarrow reads a dictionary either way).
+BOTTLENECK_TYPE = pa.dictionary(pa.uint8(), pa.string(), ordered=True)
+_ENUM_META = {b"_PL_ENUM_VALUES2": "".join(f"{len(n)};{n}" for n in RESOURCE_NAMES).encode()}
+_BOTTLENECK_VALUES = pa.array(list(RESOURCE_NAMES), pa.string())
+
+PRICED_SCHEMA = pa.schema(
+    [("batch_id", pa.int64()), ("overlap_ns", pa.int64()), ("no_overlap_ns", pa.int64()),
+     pa.field("bottleneck", BOTTLENECK_TYPE, metadata=_ENUM_META)]
+    + [(f"{n}_ns", pa.int64()) for n in RESOURCE_NAMES]
+    + [("tokens", pa.int64()), ("requests", pa.int64()), ("prefill_requests", pa.int64()),
+       ("decode_requests", pa.int64())])
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What a column producer sees: one entry per batch in every array."""
+
+    pool: ResolvedPool
+    summary: step.BatchSummary
+    totals: step.StepTotals
+    priced: Mapping[str, np.ndarray]
+    inputs: Mapping[str, pa.Array]
+
+    @property
+    def n(self) -> int:
+        return int(self.priced["batch_id"].size)
+
+
+@dataclass(frozen=True)
+class ColumnProducer:
+    """Adds the columns ``fields`` to the priced table (see the module docstring)."""
+
+    name: str
+    fields: tuple[pa.Field, ...]
+    produce: Callable[[BatchContext], Mapping[str, Any]]
+    inputs: tuple[str, ...] = ()
+
+
+_REGISTERED: dict[str, ColumnProducer] = {}
+
+
+def register_columns(producer: ColumnProducer) -> ColumnProducer:
+    """Add ``producer``'s columns to every priced table (re-registering a name replaces it)."""
+    _REGISTERED[producer.name] = producer
+    return producer
+
+
+def unregister_columns(name: str) -> None:
+    _REGISTERED.pop(name, None)
+
+
+def registered_columns() -> tuple[ColumnProducer, ...]:
+    return tuple(_REGISTERED.values())
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """The priced table of one run: base columns, producers' columns, kept trace columns."""
+
+    producers: tuple[ColumnProducer, ...] = ()
+    keep: tuple[str, ...] = ()
+    keep_fields: tuple[pa.Field, ...] = field(default=())  # known once the trace is open
+
+    @staticmethod
+    def make(producers: Iterable[ColumnProducer] | None = None,
+             keep: Iterable[str] | None = None) -> OutputSpec:
+        ps = (*registered_columns(), *(producers or ()))
+        spec = OutputSpec(ps, tuple(keep or ()))
+        seen = set(PRICED_SCHEMA.names)
+        for name, where in ([(f.name, f"column producer {p.name!r}") for p in ps
+                             for f in p.fields] + [(k, "keep=") for k in spec.keep]):
+            if name in seen:
+                raise TraceError(f"{where} adds a column {name!r} the priced table already has")
+            seen.add(name)
+        return spec
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Trace columns to carry along with the rows (kept or read by a producer)."""
+        out = list(self.keep)
+        for p in self.producers:
+            out += [c for c in p.inputs if c not in out]
+        return tuple(out)
+
+    def with_keep_types(self, types: Mapping[str, pa.DataType]) -> OutputSpec:
+        return OutputSpec(self.producers, self.keep,
+                          tuple(pa.field(k, types[k]) for k in self.keep))
+
+    def schema(self) -> pa.Schema:
+        fields = list(PRICED_SCHEMA)
+        for p in self.producers:
+            fields += p.fields
+        return pa.schema(fields + list(self.keep_fields))
+
+
+def price_grouped(r: ResolvedPool, rows: Rows, g: Groups, decode_threshold: int = 1,
+                  sm_budget: int = 0, spec: OutputSpec | None = None) -> pa.Table:
+    """Price rows that are grouped by batch and already validated: one row per batch.
+
+    The arguments apply where ``rows`` has no per-batch column."""
+    spec = spec or OutputSpec()
+    schema = spec.schema()
+    if g.n == 0:
+        return schema.empty_table()
+    first = g.starts
+    thr: np.ndarray | int = (rows.decode_threshold[first] if rows.decode_threshold is not None
+                             else int(decode_threshold))
+    sm = (rows.sm_budget[first] if rows.sm_budget is not None
+          else np.full(g.n, int(sm_budget), np.int64))
+    summary = summarise_columns(r, g, rows.scheduled, rows.computed, thr, sm)
+    totals = step.compose(r, summary)
+    out = finish_columns(totals)
+    code = out.pop("bottleneck")
+    cols: dict[str, Any] = {"batch_id": g.ids, "overlap_ns": out["overlap_ns"],
+                            "no_overlap_ns": out["no_overlap_ns"]}
+    for n in RESOURCE_NAMES:
+        cols[f"{n}_ns"] = out[f"{n}_ns"]
+    cols["tokens"] = summary.tokens_all
+    cols["requests"] = summary.n_requests.astype(np.int64)
+    cols["prefill_requests"] = summary.prefill_requests
+    cols["decode_requests"] = summary.decode_requests
+    arrays: dict[str, Any] = dict(cols)
+    arrays["bottleneck"] = pa.DictionaryArray.from_arrays(
+        pa.array(code.astype(np.uint8), pa.uint8()), _BOTTLENECK_VALUES, ordered=True)
+    extra = rows.extra or {}
+    if spec.producers:
+        inputs = {n: extra[n].take(pa.array(first)) for n in spec.inputs}
+        ctx = BatchContext(r, summary, totals, cols, inputs)
+        for p in spec.producers:
+            got = p.produce(ctx)
+            for f in p.fields:
+                if f.name not in got:
+                    raise TypeError(f"column producer {p.name!r} did not return {f.name!r}")
+                arrays[f.name] = _column(got[f.name], f, g.n, p.name)
+    for f in spec.keep_fields:
+        arrays[f.name] = extra[f.name].take(pa.array(first))
+    return pa.table([arrays[f.name] for f in schema], schema=schema)
+
+
+def _column(v: Any, f: pa.Field, n: int, who: str) -> pa.Array:
+    arr = v if isinstance(v, pa.Array | pa.ChunkedArray) else pa.array(v, f.type)
+    if len(arr) != n:
+        raise ValueError(f"column producer {who!r} returned {len(arr)} values for {f.name!r}, "
+                         f"one per batch expected ({n})")
+    return arr if arr.type == f.type else arr.cast(f.type)

@@ -1,0 +1,149 @@
+"""The pricing engine shared by every entry point: validate, group, check, price, count.
+
+An :class:`Engine` takes raw chunks (:meth:`Engine.coerce`) and groups of rows that hold every
+row of each batch they touch (:meth:`Engine.price`); it hands priced tables and rejects to
+callbacks, so the same engine serves in-memory pricing and streaming to files, and keeps the
+counts (``rows in = rows priced + rows rejected``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from ..trace import BATCH_COLUMNS, Rows, TraceError, coerce, open_trace
+from .batch_table import BatchTable
+from .columns import OutputSpec, price_grouped
+from .groups import batch_checks, group, groups_from_starts
+
+if TYPE_CHECKING:
+    from ..kernel import Kernel
+    from ..resolved import ResolvedPool
+
+__all__ = ["Engine", "PriceCounts", "PricedResult", "resolved", "rows_of"]
+
+
+@dataclass
+class PriceCounts:
+    """What a pricing run saw: ``rows_in == rows_priced + rows_rejected`` (request rows)."""
+
+    rows_in: int = 0
+    rows_priced: int = 0
+    rows_rejected: int = 0
+    batches_priced: int = 0
+    batch_table_rows_rejected: int = 0  # rows of the per-batch table set aside
+    mode: str = "in-memory"  # in-memory | contiguous | partitioned
+    seconds: float = 0.0
+
+    def check(self) -> None:
+        if self.rows_in != self.rows_priced + self.rows_rejected:
+            raise AssertionError(f"rows in {self.rows_in} != priced {self.rows_priced} + "
+                                 f"rejected {self.rows_rejected}")
+
+    @property
+    def steps_per_second(self) -> float:
+        return self.batches_priced / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows_in / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class PricedResult:
+    """The priced batches, the rejected rows and the counts of one in-memory run."""
+
+    priced: pl.DataFrame
+    rejects: pl.DataFrame
+    counts: PriceCounts = field(default_factory=PriceCounts)
+
+
+class Engine:
+    def __init__(self, r: ResolvedPool, names: Mapping[str, str], *, decode_threshold: int,
+                 sm_budget: int, strict: bool, batch_table: BatchTable | None,
+                 on_priced: Callable[[pa.Table], None],
+                 on_rejects: Callable[[pa.Table], None], spec: OutputSpec | None = None):
+        self.r = r
+        self.defaults = {"decode_threshold": int(decode_threshold), "sm_budget": int(sm_budget)}
+        self.strict = strict
+        self.inline = tuple(c for c in BATCH_COLUMNS if c in names)
+        if batch_table is not None:
+            both = set(self.inline) & set(batch_table.present)
+            if both:
+                raise TraceError(f"per-batch column(s) {sorted(both)} given both in the trace "
+                                 "and in the per-batch table")
+        self.bt = batch_table
+        self.on_priced = on_priced
+        self.on_rejects = on_rejects
+        self.counts = PriceCounts()
+        self.spec = spec or OutputSpec()
+
+    def emit_rejects(self, parts: list[pa.Table]) -> None:
+        for t in parts:
+            if t.num_rows:
+                if (t.column("source").to_pylist()[0] == "batches"):
+                    self.counts.batch_table_rows_rejected += t.num_rows
+                else:
+                    self.counts.rows_rejected += t.num_rows
+                self.on_rejects(t)
+
+    def coerce(self, raw: pa.Table, offset: int) -> Rows:
+        rej: list[pa.Table] = []
+        self.counts.rows_in += raw.num_rows
+        rows = coerce(raw, offset, rejects=rej, strict=self.strict)
+        if self.bt is not None:
+            self.bt.apply(rows, rej, self.strict)
+        self.emit_rejects(rej)
+        return rows
+
+    def price(self, rows: Rows, starts: np.ndarray | None = None) -> None:
+        """Price rows holding every row of each batch they touch (``starts``: the first row
+        of each batch when the rows are already grouped)."""
+        if len(rows) == 0:
+            return
+        if starts is None:
+            rows, g = group(rows)
+        else:
+            g = groups_from_starts(rows.batch_id, starts)
+        rej: list[pa.Table] = []
+        rows, g = batch_checks(rows, g, self.inline, rej, self.strict)
+        self.emit_rejects(rej)
+        if g.n == 0:
+            return
+        out = price_grouped(self.r, rows, g, **self.defaults, spec=self.spec)
+        self.counts.rows_priced += len(rows)
+        self.counts.batches_priced += g.n
+        self.on_priced(out)
+
+    def finish(self) -> None:
+        if self.bt is not None:
+            rej: list[pa.Table] = []
+            self.bt.unknown(rej, self.strict)
+            self.emit_rejects(rej)
+
+
+def rows_of(trace: Any) -> Rows:
+    """A whole in-memory trace as coerced rows (bad rows marked, rejects dropped)."""
+    src = open_trace(trace, chunk_rows=1 << 62)
+    parts = [coerce(t, 0) for t in src.chunks()]
+    return Rows.concat(parts) if parts else Rows.empty()
+
+
+def resolved(k: Kernel | ResolvedPool) -> ResolvedPool:
+    from ..resolved import ResolvedPool
+
+    return k if isinstance(k, ResolvedPool) else k.resolved_pool
+
+
+def open_priced_trace(trace: Any, *, columns: Mapping[str, str] | None, chunk_rows: int,
+                      producers: Any = None, keep: Any = None) -> tuple[Any, OutputSpec]:
+    """Open ``trace`` carrying the columns the output needs; the run's output spec."""
+    spec = OutputSpec.make(producers, keep)
+    ts = open_trace(trace, columns=columns, chunk_rows=chunk_rows, extra=spec.inputs)
+    types = {k: ts.schema.field(k).type for k in spec.keep} if ts.schema is not None else {}
+    return ts, spec.with_keep_types(types)

@@ -1,0 +1,155 @@
+"""Grouping request rows by batch, and the checks that reject whole batches.
+
+Rows arrive validated one by one (:func:`kernel.trace.coerce`); here they are arranged so each
+batch's requests are contiguous and in input order (:func:`group`), and batches that cannot
+be priced whole are set aside with their reason (:func:`batch_checks`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from ..trace import (
+    BATCH_REJECTED,
+    CONFLICT,
+    INT64_MAX,
+    OVERFLOW,
+    REJECT_SCHEMA,
+    RejectedRowError,
+    Rows,
+)
+
+__all__ = ["Groups", "batch_checks", "group", "groups_from_starts", "groups_of_grouped", "runs"]
+
+
+@dataclass
+class Groups:
+    starts: np.ndarray  # first row of each batch (rows grouped, batches in first-seen order)
+    ids: np.ndarray  # batch id of each batch
+    inv: np.ndarray  # dense batch index of each row
+
+    @property
+    def n(self) -> int:
+        return int(self.starts.size)
+
+
+def runs(ids: np.ndarray) -> np.ndarray:
+    if ids.size == 0:
+        return np.zeros(0, np.int64)
+    brk = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+    return np.concatenate(([0], brk)).astype(np.int64)
+
+
+def groups_of_grouped(ids: np.ndarray) -> Groups:
+    starts = runs(ids)
+    inv = np.zeros(ids.size, np.int64)
+    if starts.size > 1:
+        inv[starts[1:]] = 1
+        np.cumsum(inv, out=inv)
+    return Groups(starts, ids[starts], inv)
+
+
+def groups_from_starts(ids: np.ndarray, starts: np.ndarray) -> Groups:
+    inv = np.zeros(ids.size, np.int64)
+    if starts.size > 1:
+        inv[starts[1:]] = 1
+        np.cumsum(inv, out=inv)
+    return Groups(starts, ids[starts], inv)
+
+
+def group(rows: Rows) -> tuple[Rows, Groups]:
+    """Rows reordered (stably) so each batch is contiguous, batches in first-seen order."""
+    ids = rows.batch_id
+    starts = runs(ids)
+    run_ids = ids[starts]
+    if run_ids.size <= 1 or bool(np.all(run_ids[1:] > run_ids[:-1])) or \
+            np.unique(run_ids).size == run_ids.size:
+        return rows, groups_of_grouped(ids)
+    _, first, inv = np.unique(ids, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    rank = np.empty(first.size, np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    order = np.argsort(rank[inv], kind="stable")
+    rows = rows.take(order)
+    return rows, groups_of_grouped(rows.batch_id)
+
+
+# -- whole-batch checks -----------------------------------------------------------------------
+
+def batch_checks(rows: Rows, g: Groups, inline_batch_cols: tuple[str, ...],
+                  rejects: list[pa.Table] | None, strict: bool) -> tuple[Rows, Groups]:
+    """Reject whole batches: a rejected row, an int64 sum overflow, a per-batch conflict."""
+    nb = g.n
+    reason = np.zeros(nb, np.int8)  # 1 sibling rejected, 2 overflow, 3 conflict
+    detail: dict[int, str] = {}
+    column: dict[int, str] = {}
+    if rows.bad.any():
+        badb = np.unique(g.inv[rows.bad])
+        reason[badb] = 1
+    good = ~rows.bad
+    any_bad = bool(rows.bad.any())
+    s = np.where(good, rows.scheduled, 0) if any_bad else rows.scheduled
+    c = np.where(good, rows.computed, 0) if any_bad else rows.computed
+    longest = int(np.diff(np.append(g.starts, len(rows))).max()) if nb else 0
+    if nb and (int(s.max()) + int(c.max())) * longest >= 2**62:  # sums might not fit int64
+        approx = np.bincount(g.inv, weights=s.astype(np.float64) + c.astype(np.float64),
+                             minlength=nb)
+        for b in np.flatnonzero(approx >= 2.0**62):  # exact check in Python ints (rare)
+            sl = slice(int(g.starts[b]), int(g.starts[b + 1]) if b + 1 < nb else len(rows))
+            ss = sum(int(x) for x in s[sl])
+            cc = ss + sum(int(x) for x in c[sl])
+            if cc > INT64_MAX and reason[b] == 0:
+                reason[b] = 2
+                column[int(b)] = "scheduled" if ss > INT64_MAX else "computed"
+                detail[int(b)] = ("per-batch sum of scheduled exceeds int64" if ss > INT64_MAX
+                                  else "per-batch sum of computed + scheduled exceeds int64")
+    for name in inline_batch_cols:
+        v = getattr(rows, name)
+        if v is None:
+            continue
+        vmin = np.minimum.reduceat(v, g.starts) if nb else v[:0]
+        vmax = np.maximum.reduceat(v, g.starts) if nb else v[:0]
+        conflict = (vmin != vmax) & (reason == 0)
+        for b in np.flatnonzero(conflict):
+            column[int(b)] = name
+            detail[int(b)] = f"{name} differs within the batch ({vmin[b]} vs {vmax[b]})"
+        reason[conflict] = 3
+    if not reason.any():
+        return rows, g
+    rej_row = reason[g.inv] != 0
+    sib = np.flatnonzero(rej_row & good)
+    if sib.size:
+        rb = g.inv[sib]
+        first_bad: dict[int, int] = {}
+        if rows.bad.any():
+            bad_idx = np.flatnonzero(rows.bad)
+            for i in bad_idx[::-1]:
+                first_bad[int(g.inv[i])] = int(rows.row[i])
+        reasons = [(BATCH_REJECTED, OVERFLOW, CONFLICT)[int(reason[b]) - 1] for b in rb]
+        details = [f"row {first_bad[int(b)]} of this batch was rejected" if reason[b] == 1
+                   else detail[int(b)] for b in rb]
+        cols = ["" if reason[b] == 1 else column[int(b)] for b in rb]
+        sub = rows.take(sib)
+        values = [f"batch_id={b}, scheduled={x}, computed={y}"
+                  for b, x, y in zip(sub.batch_id.tolist(), sub.scheduled.tolist(),
+                                     sub.computed.tolist(), strict=True)]
+        tbl = pa.table({
+            "row": pa.array(sub.row, pa.int64()),
+            "batch_id": pa.array(sub.batch_id, pa.int64()),
+            "reason": pa.array(reasons, pa.string()),
+            "column": pa.array(cols, pa.string()),
+            "detail": pa.array(details, pa.string()),
+            "source": pa.array(["trace"] * sib.size, pa.string()),
+            "values": pa.array(values, pa.string()),
+        }, schema=REJECT_SCHEMA)
+        if strict:
+            raise RejectedRowError(tbl.slice(0, 1).to_pylist()[0])
+        if rejects is not None:
+            rejects.append(tbl)
+    keep = np.flatnonzero(~rej_row)
+    rows = rows.take(keep)
+    return rows, groups_of_grouped(rows.batch_id)
+

@@ -1,0 +1,243 @@
+"""Handlers for the attention-plus-MLP families (graph-derivation.md §3–§7).
+
+A handler returns ``(layer_kinds, stack)``. Uniform models get one kind and a repeat; per-layer
+vectors are expanded and compressed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import Config, DeriveError, Node
+from .nodes import (
+    DRAFT_KIND,
+    TP,
+    attention,
+    attention_block,
+    collective,
+    compress,
+    dense_tail,
+    gemm,
+    indexed_layers,
+    kind,
+    lightning_indexer,
+    moe_tail,
+    norm,
+    scorer,
+)
+
+Result = tuple[list[dict[str, Any]], dict[str, Any]]
+
+
+def _window(c: Config) -> int | None:
+    window = c.pick("sliding_window")
+    if window and c.get("use_sliding_window") is False:
+        return None  # a declared window that is switched off (Qwen2.5, MiMo)
+    return int(window) if window else None
+
+
+def handler_dense(c: Config) -> Result:
+    """Llama, Mistral, Qwen2/3 (and the Qwen3-VL text decoder): GQA and a dense MLP."""
+    hidden = int(c.require("hidden_size"))
+    nodes = attention_block(c, hidden, window=_window(c)) + dense_tail(c, hidden)
+    return [kind("dense", nodes)], {"pattern": ["dense"], "repeat": int(c.require("num_layers"))}
+
+
+def handler_moe(c: Config) -> Result:
+    """Attention plus routed experts: Mixtral, Qwen3-MoE, DeepSeek-V2/V3(.2), GLM DSA, gpt-oss,
+    Kimi-K2.x; dense prologues, per-layer window vectors and partial indexers expanded."""
+    hidden = int(c.require("hidden_size"))
+    layers = int(c.require("num_layers"))
+    window = _window(c)
+    index_map = indexed_layers(c, layers)
+    indexed_any = index_map is not None and any(index_map)
+    split = indexed_any and not all(index_map or [])
+
+    def attn(win: int | None, index: bool | None) -> list[Node]:
+        use = indexed_any if index is None else index
+        nodes = attention_block(c, hidden, window=win, indexed=use)
+        return lightning_indexer(c, hidden, nodes) if use else nodes
+
+    def sparse(win: int | None = None, index: bool | None = None) -> list[Node]:
+        return attn(win, index) + moe_tail(c, hidden)
+
+    def dense(win: int | None = None, index: bool | None = None) -> list[Node]:
+        return attn(win, index) + dense_tail(c, hidden)
+
+    def suffix(index: bool) -> str:
+        return ("_indexed" if index else "_noindex") if split else ""
+
+    def declare_draft(kinds: list[dict[str, Any]]) -> None:
+        # vLLM builds the MTP layer's indexer whatever the skip rule says.
+        if split and int(c.pick("num_spec_tokens") or 0):
+            kinds.append(kind(DRAFT_KIND, sparse(window, True)))
+
+    types = c.get("layer_types")
+    if types and window:
+        _check_vector(c, "layer_types", types, layers, {"sliding_attention", "full_attention"})
+        if split:
+            raise DeriveError(f"{c.model}: a per-layer attention vector and a partial indexer "
+                              f"pattern together are not supported")
+        kinds: list[dict[str, Any]] = [kind("swa_moe", sparse(window)),
+                                       kind("full_moe", sparse(None))]
+        return kinds, compress(["swa_moe" if t == "sliding_attention" else "full_moe"
+                                for t in types])
+    local = c.get("local_layer_ids")
+    if local and window:
+        if split:
+            raise DeriveError(f"{c.model}: a local-layer list and a partial indexer pattern "
+                              f"together are not supported")
+        ids = {int(i) for i in local}
+        kinds = [kind("swa_moe", sparse(window)), kind("full_moe", sparse(None))]
+        return kinds, compress(["swa_moe" if i in ids else "full_moe" for i in range(layers)])
+    mlp_types = c.get("mlp_layer_types")
+    if mlp_types:
+        if len(mlp_types) != layers:
+            raise DeriveError(f"{c.model}: mlp_layer_types has {len(mlp_types)} entries for "
+                              f"{layers} layers")
+        sequence = [("attn_moe" if t == "sparse" else "attn_dense")
+                    + suffix(True if index_map is None else index_map[i])
+                    for i, t in enumerate(mlp_types)]
+        kinds = []
+        for base, build in (("attn_dense", dense), ("attn_moe", sparse)):
+            for idx in (True, False):
+                kid = base + suffix(idx)
+                if kid in sequence and kid not in {k["id"] for k in kinds}:
+                    kinds.append(kind(kid, build(window, idx)))
+        declare_draft(kinds)
+        return kinds, compress(sequence)
+    first_dense = int(c.get("first_k_dense_replace") or 0)
+    if split and index_map is not None:
+        sequence = [("attn_dense" if i < first_dense else "attn_moe") + suffix(index_map[i])
+                    for i in range(layers)]
+        kinds = []
+        for kid in dict.fromkeys(sequence):
+            build = dense if kid.startswith("attn_dense") else sparse
+            kinds.append(kind(kid, build(window, kid.endswith("_indexed"))))
+        declare_draft(kinds)
+        return kinds, compress(sequence)
+    kinds = [kind("attn_moe", sparse(window))]
+    if first_dense:
+        kinds.insert(0, kind("attn_dense", dense(window)))
+        return kinds, {"prologue": ["attn_dense"] * first_dense, "pattern": ["attn_moe"],
+                       "repeat": layers - first_dense}
+    return kinds, {"pattern": ["attn_moe"], "repeat": layers}
+
+
+def _check_vector(c: Config, name: str, vector: list[Any], layers: int,
+                  allowed: set[str]) -> None:
+    if len(vector) != layers:
+        raise DeriveError(f"{c.model}: {name} has {len(vector)} entries for {layers} layers")
+    unknown = set(vector) - allowed
+    if unknown:
+        raise DeriveError(f"{c.model}: {name} names {sorted(unknown)}; this handler prices "
+                          f"{sorted(allowed)}")
+
+
+def handler_minimax_m2(c: Config) -> Result:
+    """MiniMax-M2: handler_moe, after checking the per-layer attention vector is uniform."""
+    types = c.get("attn_type_list")
+    if types:
+        layers = int(c.require("num_layers"))
+        if len(types) != layers:
+            raise DeriveError(f"{c.model}: attn_type_list has {len(types)} entries for "
+                              f"{layers} layers")
+        if len(set(types)) != 1:
+            raise DeriveError(f"{c.model}: attn_type_list mixes {sorted(set(types))}; only a "
+                              f"uniform stack is supported")
+    return handler_moe(c)
+
+
+def handler_deepseek_v4(c: Config) -> Result:
+    """DeepSeek-V4: compressed sparse latent attention at ratios 4 and 128, an indexer on the
+    ratio-4 layers, low-rank projections on both sides, routed experts, an uncompressed draft."""
+    hidden = int(c.require("hidden_size"))
+    layers = int(c.require("num_layers"))
+    ratios = c.get("compress_ratios")
+    if not ratios:
+        raise DeriveError(f"{c.model}: no compress_ratios vector")
+    draft_ratio = None
+    if len(ratios) == layers + 1:
+        ratios, draft_ratio = ratios[:layers], 1  # the trailing MTP entry: vLLM uses ratio 1
+    elif len(ratios) != layers:
+        raise DeriveError(f"{c.model}: compress_ratios has {len(ratios)} entries for {layers} "
+                          f"layers; expected {layers} or {layers + 1}")
+    # A 0 entry on a target layer (DeepSeek-V4-Flash layers 0-1) builds no compressor in vLLM:
+    # the layer reads its sliding window uncompressed, like the draft layer (decisions.md).
+    ratios = [1 if r == 0 else r for r in ratios]
+    unknown = sorted(set(ratios) - {1, 4, 128})
+    if unknown:
+        raise DeriveError(f"{c.model}: compress_ratios names {unknown}; vLLM's compressor "
+                          f"accepts 4 and 128 (0 meaning uncompressed)")
+    topk = int(c.key("index_topk"))
+    index_heads, index_dim = int(c.key("index_n_heads")), int(c.key("index_head_dim"))
+    rope, total = int(c.require("qk_rope_head_dim")), int(c.require("head_dim"))
+    if total <= rope:
+        raise DeriveError(f"{c.model}: head_dim {total} does not exceed qk_rope_head_dim {rope}")
+    window = int(c.require("sliding_window"))
+    q_lora, o_lora = int(c.key("q_lora_rank")), int(c.key("o_lora_rank"))
+    o_groups, nq = int(c.key("o_groups")), int(c.require("num_q_heads"))
+    if (nq * total) % o_groups:
+        raise DeriveError(f"{c.model}: o_groups {o_groups} does not divide {nq * total}")
+
+    def layer(ratio: int) -> list[Node]:
+        selects = ratio == 4
+        attn = attention(c, kind_="sparse_mla" if ratio > 1 else "mla", latent_width=total,
+                         window=window, compress_ratio=ratio if ratio > 1 else None,
+                         index_topk=topk if selects else None)
+        nodes = [norm("input_norm"), gemm("fused_wqa_wkv", q_lora + total, hidden),
+                 norm("q_norm"), gemm("wq_b", nq * total, q_lora)]
+        if ratio > 1:
+            nodes.append(gemm("compressor_fused_wkv_wgate", total + 1, hidden))
+        if selects:
+            nodes += [gemm("index_wq_proj", index_heads * index_dim, q_lora),
+                      gemm("index_weights_proj", index_heads, hidden),
+                      gemm("index_compressor_fused_wkv_wgate", index_dim + 1, hidden),
+                      scorer(index_heads, index_dim)]
+        nodes += [attn, gemm("wo_a", o_groups * o_lora, nq * total // o_groups),
+                  gemm("wo_b", hidden, o_groups * o_lora), collective("AllReduce", "attn_out", TP)]
+        return nodes + moe_tail(c, hidden)
+
+    kinds = [kind(f"csa{r}_moe", layer(r)) for r in sorted(set(ratios))]
+    if draft_ratio is not None:
+        kinds.append(kind(DRAFT_KIND, layer(draft_ratio)))
+    return kinds, compress([f"csa{r}_moe" for r in ratios])
+
+
+def handler_minimax_m3(c: Config) -> Result:
+    """MiniMax-M3: a dense prologue, then block-sparse attention (priced as a bounded window of
+    top-k + local + init blocks) with its own index scorer, over routed experts."""
+    hidden = int(c.require("hidden_size"))
+    layers = int(c.require("num_layers"))
+    sparse = c.get("sparse_attention_config")
+    if not sparse:
+        raise DeriveError(f"{c.model}: no sparse_attention_config")
+    if sparse.get("use_sparse_attention") is not True:
+        raise DeriveError(f"{c.model}: sparse_attention_config.use_sparse_attention is "
+                          f"{sparse.get('use_sparse_attention')!r}; only true is supported")
+    attn_freq, moe_freq = sparse.get("sparse_attention_freq"), c.get("moe_layer_freq")
+    if not attn_freq or not moe_freq:
+        raise DeriveError(f"{c.model}: needs sparse_attention_freq and moe_layer_freq")
+    for name, vec in (("sparse_attention_freq", attn_freq), ("moe_layer_freq", moe_freq)):
+        if len(vec) != layers:
+            raise DeriveError(f"{c.model}: {name} has {len(vec)} entries for {layers} layers")
+    if list(attn_freq) != list(moe_freq):
+        raise DeriveError(f"{c.model}: sparse_attention_freq and moe_layer_freq differ")
+    if set(attn_freq) - {0, 1}:
+        raise DeriveError(f"{c.model}: sparse_attention_freq names "
+                          f"{sorted(set(attn_freq) - {0, 1})}; allowed 0 and 1")
+    first = c.get("first_k_dense_replace")
+    if first is not None and [0] * int(first) + [1] * (layers - int(first)) != list(attn_freq):
+        raise DeriveError(f"{c.model}: first_k_dense_replace {first} disagrees with the "
+                          f"per-layer vector")
+    bound = (int(c.key("sparse_topk_blocks", sparse)) + int(sparse.get("sparse_local_block") or 0)
+             + int(sparse.get("sparse_init_block") or 0)) * int(c.key("sparse_block_size", sparse))
+    heads, dim = int(c.key("sparse_num_index_heads", sparse)), int(c.key("sparse_index_dim", sparse))
+    dense_nodes = attention_block(c, hidden) + dense_tail(c, hidden,
+                                                          int(c.key("dense_intermediate_size")))
+    block = attention_block(c, hidden, kind_="swa", window=bound)
+    at = next(i for i, n in enumerate(block) if n.get("op") == "Attention")
+    sparse_nodes = (block[:at] + [gemm("index_qk_proj", heads * dim + dim, hidden),
+                                  scorer(heads, dim)] + block[at:] + moe_tail(c, hidden))
+    kinds = [kind("dense", dense_nodes), kind("sparse_attn_moe", sparse_nodes)]
+    return kinds, compress(["sparse_attn_moe" if f else "dense" for f in attn_freq])
