@@ -44,6 +44,7 @@ _EXPORTS = {
     "PricedFile": "kernel.priced",
     "Stamp": "kernel.stamp",
     "read_stamp": "kernel.stamp",
+    "connect": "kernel.notebook",
 }
 
 __all__ = ["ENGINE_BEHAVIOUR_COMMIT", "ENGINE_BEHAVIOUR_VERSION", "KERNEL_ASSUMPTION_SET",

@@ -222,6 +222,7 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
                        "ORDER BY seq", args))
 
     resolved = ResolvedPool(
+        tables=_typed_tables(con, args),
         scenario=key, pool_index=pool, role=r["role"], chip_name=r["chip"],
         chip_sm_count=int(r["chip_sm_count"]), chip_memory_gib=float(r["chip_memory_gib"]),
         chip_nvfp4_tflops=float(r["chip_nvfp4_tflops"]), model_name=r["model"],
@@ -259,6 +260,21 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
         cascade_attention=resolved.cascade_attention,
         sequence_parallel_moe=layout.sequence_parallel_moe, overrides=overrides)
     return resolved, resolution
+
+
+def _typed_tables(con: duckdb.DuckDBPyConnection, args: list[Any]) -> dict[str, Any]:
+    """The pool's typed provenance and resolved row as Arrow tables (kept on the kernel for
+    ``provenance_frame()`` / ``resolved_frame()``; pricing never reads them)."""
+    def table(sql: str) -> Any:
+        return con.sql(sql, params=args).to_arrow_table()
+
+    return {
+        "provenance": table("SELECT * EXCLUDE (scenario, pool) FROM provenance "
+                            "WHERE scenario = ? AND pool = ? ORDER BY position"),
+        "resolved": table("SELECT * FROM resolved_pools WHERE scenario = ? AND pool = ?"),
+        "overrides": table("SELECT * EXCLUDE (scenario, pool) FROM pool_overrides "
+                           "WHERE scenario = ? AND pool = ? ORDER BY seq"),
+    }
 
 
 def _plan(con: duckdb.DuckDBPyConnection, args: list[Any], r: dict[str, Any]) -> Plan:
@@ -326,10 +342,16 @@ def new(inputs: Inputs, con: duckdb.DuckDBPyConnection | None = None) -> Kernel:
 
 
 def open(scenario: str | os.PathLike[str], repos: Repos | None = None,  # noqa: A001
-         pool: int = 0) -> Kernel:
+         pool: int = 0, *, calibration: Any = None, force_calibration: bool = False) -> Kernel:
     """Load a scenario and everything it names, and build a kernel for its first pool (or
-    for pool ``pool``: ``open(s, repos, i)`` is ``open_pool(s, repos, i)``)."""
-    return new(open_inputs(scenario, repos, pool))
+    for pool ``pool``: ``open(s, repos, i)`` is ``open_pool(s, repos, i)``).
+
+    ``calibration`` (a path, a document or a ``Calibration``) adds the calibrated estimate;
+    one made for another model or chip is refused unless ``force_calibration``."""
+    k = new(open_inputs(scenario, repos, pool))
+    if calibration is not None:
+        k = k.with_calibration(calibration, force_calibration)
+    return k
 
 
 def open_pool(scenario: str | os.PathLike[str], repos: Repos | None, i: int) -> Kernel:

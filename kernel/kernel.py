@@ -9,6 +9,7 @@ so a kernel is safe to share between threads.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
     from pipeline.documents import Pool
 
+    from .calibration.document import Calibration
     from .transfer import PDTransferDemand
     from .utilisation import Utilisation
 
@@ -42,20 +44,48 @@ class Kernel:
     """Prices one pool of one deployment. Build it with :func:`kernel.new` or :func:`kernel.open`."""
 
     def __init__(self, resolved: ResolvedPool, pool: Pool, resolution: Resolution,
-                 documents: Mapping[str, Mapping[str, str]] | None = None):
+                 documents: Mapping[str, Mapping[str, str]] | None = None,
+                 calibration: Calibration | None = None):
         self._r = resolved
         self._pool = pool
         self._resolution = resolution
         self._documents = {k: dict(v) for k, v in (documents or {}).items()}
+        self._cal = calibration
 
     # -- pricing a step ----------------------------------------------------------------
     def step_time(self, batch: Batch) -> StepEstimate:
-        """One forward pass over ``batch``: Overlap, NoOverlap, bottleneck and breakdown."""
-        return step.step_time_into(self._r, batch, {})
+        """One forward pass over ``batch``: Overlap, NoOverlap, bottleneck and breakdown
+        (and ``calibrated`` when the kernel carries a calibration)."""
+        return self.step_time_into(batch, {})
 
     def step_time_into(self, batch: Batch, per: dict[Resource, int] | None) -> StepEstimate:
         """:meth:`step_time`, clearing and filling the caller's ``per`` dict (None: no map)."""
-        return step.step_time_into(self._r, batch, per)
+        if self._cal is None:
+            return step.step_time_into(self._r, batch, per)
+        from .calibration.law import TERMS, calibrated_ns
+
+        s = step.summarise(self._r, batch)
+        mine: dict[Resource, int] = {} if per is None else per
+        est = step.finish(step.compose(self._r, s), mine)
+        terms = tuple(mine.get(Resource(t), 0) for t in TERMS)
+        cal = calibrated_ns(self._cal.law, terms, int(s.prefill_requests),
+                            int(s.decode_requests))
+        return dataclasses.replace(est, per_resource=per, calibrated=cal)
+
+    # -- calibration -------------------------------------------------------------------
+    @property
+    def calibration(self) -> Calibration | None:
+        """The calibration this kernel applies (None: the reference's two estimates only)."""
+        return self._cal
+
+    def with_calibration(self, calibration: Any, force: bool = False) -> Kernel:
+        """This kernel with a calibration (a :class:`Calibration`, a path or a document);
+        one made for another model or chip is refused unless ``force``."""
+        from .calibration.document import as_calibration, check_applies
+
+        cal = as_calibration(calibration)
+        check_applies(cal, self._r.model_name, self._r.chip_name, force)
+        return Kernel(self._r, self._pool, self._resolution, self._documents, cal)
 
     def utilisation(self, batch: Batch) -> Utilisation:
         """Per-rank FLOPs, HBM and network bytes of one step as its terms count them, and
@@ -101,7 +131,12 @@ class Kernel:
         """Price every batch of a trace as columns; see :func:`kernel.bulk.price`."""
         from .bulk import price
 
-        return price(self, trace, **options)
+        out = price(self, trace, **options)
+        if self._cal is not None:
+            from .calibration.apply import with_calibrated
+
+            out = with_calibrated(out, self._cal.law)
+        return out
 
     # -- transfers and host ------------------------------------------------------------
     def tier_time(self, tier: str, direction: Direction | str, nbytes: int, depth: int) -> int:
@@ -138,8 +173,13 @@ class Kernel:
 
     # -- provenance ---------------------------------------------------------------------
     def provenance(self) -> list[CoefficientOrigin]:
-        """Every coefficient in scope (name order), then the kernel's own assumptions."""
-        return list(self._r.provenance)
+        """Every coefficient in scope (name order), then the kernel's own assumptions, then
+        the calibration's entries (method ``fitted``) when there is one."""
+        if self._cal is None:
+            return list(self._r.provenance)
+        from .calibration.apply import provenance_entries
+
+        return [*self._r.provenance, *provenance_entries(self._cal)]
 
     def evidence(self) -> tuple[int, int, list[str]]:
         """(entries resting on evidence, all entries, names of assumed entries)."""
@@ -163,7 +203,41 @@ class Kernel:
         """The full resolution record pricing reads (read-only)."""
         return self._r
 
+    # -- notebooks --------------------------------------------------------------------
+    def provenance_frame(self) -> pl.DataFrame:
+        """:meth:`provenance` typed, as a polars frame: ``value`` float64 with ``units``,
+        ``method`` and ``scope_kind`` enums, ``scope_values`` lists, ``reason`` (the columns
+        of the SQL ``provenance`` view, docs/tables.md)."""
+        return self._frame("provenance")
+
+    def resolved_frame(self) -> pl.DataFrame:
+        """The pool's resolved configuration as a one-row polars frame (``resolved_pools``)."""
+        return self._frame("resolved")
+
+    def overrides_frame(self) -> pl.DataFrame:
+        """The engine's overrides of stated settings (``pool_overrides``)."""
+        return self._frame("overrides")
+
+    def _frame(self, name: str) -> pl.DataFrame:
+        import polars as pl
+
+        table = self._r.tables.get(name)
+        if table is None:  # pragma: no cover - every kernel built by kernel.build has them
+            raise LookupError(f"this kernel carries no {name} table")
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        # A DuckDB ENUM arrives as an Arrow dictionary holding every member: keep it an enum.
+        enums = {f.name: pl.Enum(table.column(f.name).combine_chunks().dictionary.to_pylist())
+                 for f in table.schema if str(f.type).startswith("dictionary")}
+        return frame.with_columns(pl.col(n).cast(pl.String).cast(e) for n, e in enums.items())
+
+    def _repr_html_(self) -> str:
+        from .notebook import kernel_html
+
+        return kernel_html(self)
+
     def __repr__(self) -> str:
         r = self._r
+        cal = f", calibration={self._cal.name!r}" if self._cal is not None else ""
         return (f"Kernel({r.scenario!r}, pool={r.pool_index}, model={r.model_name!r}, "
-                f"chip={r.chip_name!r}, tp={r.layout.tp})")
+                f"chip={r.chip_name!r}, tp={r.layout.tp}{cal})")

@@ -8,7 +8,9 @@ frozen records; pricing (:mod:`kernel.step`, :mod:`kernel.memory`, :mod:`kernel.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 # Collective ops and groups (kernel-algorithm.md §1.8, §1.10).
 ALL_REDUCE = "all_reduce"
@@ -270,6 +272,9 @@ class ResolvedPool:
     tiers: dict[str, StorageTier]
     provenance: tuple[Origin, ...]
     overrides: tuple[Override, ...]
+    # Typed rows for notebooks and exports ("provenance", "resolved"; Arrow tables), not
+    # read by pricing and left out of equality and hashing.
+    tables: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     assumptions: tuple[Origin, ...] = field(default=())
     # The chip's catalog HBM bandwidth, not derated (MBU's denominator); 0 = not from a catalog.
     chip_hbm_peak_bps: float = 0.0

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import laws
+from . import laws, step_fast
 from .resolved import (
     ALL2ALL,
     ALL_GATHER,
@@ -198,6 +198,7 @@ class _Prepared:
     degenerate: bool
     eager_ns: int
     eps_max: float
+    fast: step_fast.FastPath | None
     full_ns: int
     head_dw_hbm: float
     head_flops: float
@@ -437,6 +438,7 @@ def _prepare(r: ResolvedPool) -> _Prepared:
     p.decode_sigs = tuple(sigs)
     p.windows = tuple(windows)
     p.ctx_runs = ctx_runs
+    p.fast = step_fast.build(p)
     return p
 
 
@@ -845,7 +847,17 @@ def finish(totals: StepTotals, per: dict[Resource, int] | None) -> StepEstimate:
 
 
 def step_time_into(r: ResolvedPool, batch: Batch, per: dict[Resource, int] | None) -> StepEstimate:
-    """StepTime (§2): walk, compose, summarize; fills and returns the caller's ``per``."""
+    """StepTime (§2): walk, compose, summarize; fills and returns the caller's ``per``.
+
+    An all-decode batch takes the bit-identical scalar fast path (:mod:`kernel.step_fast`).
+    """
+    p = prepared(r)
+    if p.fast is not None:
+        t = step_fast.totals(p, p.fast, batch)
+        if t is not None:
+            return step_fast.summarize(t, per)
+        # Not all-decode: summarise's own all-decode check would fail too; walk at once.
+        return finish(_compose(p, _walk(p, batch)), per)
     return finish(compose(r, summarise(r, batch)), per)
 
 

@@ -5,9 +5,12 @@ Durations are integer nanoseconds throughout.
 
 from __future__ import annotations
 
+import numbers
+import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .resolved import Origin as CoefficientOrigin
 from .resolved import Override
@@ -47,38 +50,116 @@ class Direction(StrEnum):
     FROM_TIER = "from_tier"  # fetch / read
 
 
-class Request(NamedTuple):
-    """One request's shape in a step.
-
-    ``scheduled``: tokens scheduled this step; ``computed``: tokens already computed;
-    ``prompt_len`` and ``cached_tokens`` are carried but not read by step pricing.
-    """
-
+class _RequestFields(NamedTuple):
     scheduled: int
     computed: int
     prompt_len: int = 0
     cached_tokens: int = 0
 
 
+def _count(v: object, what: str) -> int:
+    """An integral value as a Python int: int, numpy integers, anything with ``__index__``.
+
+    bool (and numpy.bool_) is refused although Python counts it as an integer: a flag passed
+    where a token count belongs is a bug, not a count of one.
+    """
+    if type(v) is int:
+        return v
+    if not isinstance(v, bool) and type(v).__name__ != "bool" and (
+            isinstance(v, numbers.Integral) or hasattr(type(v), "__index__")):
+        try:
+            return operator.index(v)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise ValueError(f"{what} must be an integer (int or an integral type such as "
+                     f"numpy.int64; not a float or bool), got {v!r}")
+
+
+class Request(_RequestFields):
+    """One request's shape in a step.
+
+    ``scheduled``: tokens scheduled this step; ``computed``: tokens already computed;
+    ``prompt_len`` and ``cached_tokens`` are carried but not read by step pricing. Each is a
+    non-negative integer of any integral type (int, numpy integers, ``__index__``), stored as
+    a Python int; floats and bools are refused. A Request is checked once, when it is made,
+    so a :class:`Batch` of Requests needs no per-field check.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, scheduled: int, computed: int, prompt_len: int = 0,
+                cached_tokens: int = 0) -> Request:
+        if (type(scheduled) is not int or type(computed) is not int
+                or type(prompt_len) is not int or type(cached_tokens) is not int
+                or (scheduled | computed | prompt_len | cached_tokens) < 0):
+            values = []
+            for name, v in zip(_FIELDS, (scheduled, computed, prompt_len, cached_tokens),
+                               strict=True):
+                n = _count(v, name)
+                if n < 0:
+                    raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+                values.append(n)
+            scheduled, computed, prompt_len, cached_tokens = values
+        return _tuple_new(cls, (scheduled, computed, prompt_len, cached_tokens))
+
+    @classmethod
+    def _make(cls, iterable: Iterable[Any]) -> Request:  # type: ignore[override]
+        return cls(*iterable)
+
+    def _replace(self, **changes: int) -> Request:
+        return Request(**{**self._asdict(), **changes})
+
+
+_FIELDS = _RequestFields._fields
+_tuple_new = tuple.__new__
+_ONLY_REQUEST = frozenset({Request})
+
+
+def _requests(reqs: tuple[object, ...]) -> tuple[Request, ...]:
+    """Requests from Request or (scheduled, computed[, prompt_len, cached_tokens]) tuples."""
+    out = []
+    for i, r in enumerate(reqs):
+        if isinstance(r, Request):
+            out.append(r)
+            continue
+        if type(r) is tuple and len(r) == 2:  # (scheduled, computed) of plain ints: no call
+            s, c = r
+            if type(s) is int and type(c) is int and (s | c) >= 0:
+                out.append(_tuple_new(Request, (s, c, 0, 0)))
+                continue
+        try:
+            out.append(Request(*r))  # type: ignore[misc]
+        except ValueError as exc:
+            raise ValueError(f"requests[{i}].{exc}") from None
+        except TypeError as exc:
+            raise ValueError(f"requests[{i}] must be a Request or a tuple (scheduled, "
+                             f"computed[, prompt_len, cached_tokens]), got {r!r}: {exc}"
+                             ) from None
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Batch:
-    """The requests of one step, the engine's decode threshold and the SMs available."""
+    """The requests of one step, the engine's decode threshold and the SMs available.
+
+    Counts may be any integral type (int, numpy integers, ``__index__``); they are stored as
+    Python ints. Floats and bools are refused.
+    """
 
     requests: tuple[Request, ...] = ()
     decode_threshold: int = 1
     sm_budget: int = 0
 
-    def __init__(self, requests: object = (), decode_threshold: int = 1, sm_budget: int = 0):
-        reqs = tuple(r if isinstance(r, Request) else Request(*r) for r in requests)  # type: ignore[attr-defined]
-        for i, r in enumerate(reqs):
-            for name in ("scheduled", "computed", "prompt_len", "cached_tokens"):
-                v = getattr(r, name)
-                if type(v) is not int or v < 0:
-                    raise ValueError(f"requests[{i}].{name} must be a non-negative integer, "
-                                     f"got {v!r}")
+    def __init__(self, requests: Iterable[Any] = (), decode_threshold: int = 1,
+                 sm_budget: int = 0):
+        reqs = requests if type(requests) is tuple else tuple(requests)
+        if reqs and set(map(type, reqs)) != _ONLY_REQUEST:  # every Request is already checked
+            reqs = _requests(reqs)
         if type(decode_threshold) is not int:
-            raise ValueError(f"decode_threshold must be an integer, got {decode_threshold!r}")
-        if type(sm_budget) is not int or sm_budget < 0:
+            decode_threshold = _count(decode_threshold, "decode_threshold")
+        if type(sm_budget) is not int:
+            sm_budget = _count(sm_budget, "sm_budget (0 = all SMs)")
+        if sm_budget < 0:
             raise ValueError(f"sm_budget must be a non-negative integer (0 = all SMs), "
                              f"got {sm_budget!r}")
         object.__setattr__(self, "requests", reqs)
@@ -96,12 +177,21 @@ class Batch:
 
 @dataclass(frozen=True)
 class StepEstimate:
-    """One step's price: both estimates, the binding resource and the per-resource totals."""
+    """One step's price: both estimates, the binding resource and the per-resource totals.
+
+    ``calibrated`` is the third estimate of a kernel opened with a calibration
+    (:mod:`kernel.calibration.law`), else None; it never changes the other two."""
 
     overlap: int
     no_overlap: int
     bottleneck: Resource
     per_resource: dict[Resource, int] | None = field(default=None)
+    calibrated: int | None = None
+
+    def _repr_html_(self) -> str:
+        from .notebook import step_html
+
+        return step_html(self)
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,17 @@ def rich_table(table: pa.Table, title: str = "", transpose: bool = False,
     return rich
 
 
+def protect_key(table: Table, index: int = 0) -> Table:
+    """Make column ``index`` of a built rich table (its key) unwrappable and wide enough for
+    its longest cell, so no console width can cut it."""
+    col = table.columns[index]
+    cells = [str(c) for c in col._cells]
+    col.no_wrap = True
+    col.overflow = "ignore"
+    col.min_width = max([len(str(col.header)), *(len(c) for c in cells)])
+    return table
+
+
 def _flat(table: pa.Table) -> pa.Table:
     """Nested columns (lists, structs) as text, for CSV."""
     cols = {}

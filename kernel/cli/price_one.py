@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernel.cli.common import make_repos, with_repos
+from kernel.cli.output import TEXT_FORMATS, emit_rows, format_options, resolve_format
 
 if TYPE_CHECKING:
     from kernel.kernel import Kernel
@@ -83,6 +84,23 @@ def _us(ns: int) -> str:
     return f"{ns / 1000:,.3f}"
 
 
+def memory_row(k: Kernel, pool: int) -> dict[str, Any]:
+    """Everything ``memory`` prints, as one flat row of integers (bytes) and floats."""
+    fb, cap = k.fixed_bytes(), k.kv_capacity()
+    return {
+        "scenario": k.resolved_pool.scenario, "pool": pool, "weights": fb.weights,
+        "activation_peak": fb.activation_peak, "cuda_graph": fb.cuda_graph,
+        "comm_buffers": fb.comm_buffers, "eplb_redundant": fb.eplb_redundant,
+        "fixed_total": fb.total(), "pre_snapshot": k.pre_snapshot_bytes(),
+        "sequence_fixed": k.sequence_fixed_bytes(),
+        "sequence_admission": k.sequence_admission_bytes(),
+        "kv_budget": cap.budget_bytes, "kv_page": cap.page_bytes, "kv_blocks": cap.num_blocks,
+        "kv_tokens": cap.tokens, "max_concurrency": cap.max_concurrency,
+        "gpu_memory_utilization": cap.utilization,
+        "gpu_memory_utilization_assumed": cap.utilization_assumed,
+    }
+
+
 def register(group: click.Group) -> None:
     @group.command("step")
     @click.argument("scenario")
@@ -95,9 +113,10 @@ def register(group: click.Group) -> None:
                   help="A request scheduling more tokens than this is a prefill.")
     @click.option("--sm-budget", default=0, show_default=True, type=click.IntRange(0),
                   help="SMs available to the step (0 = all).")
+    @format_options(TEXT_FORMATS, output=False)
     @with_repos
     def step_cmd(scenario: str, spec: str, pool: int, decode_threshold: int, sm_budget: int,
-                 scenarios_root: str | None, catalog_root: str | None,
+                 fmt: str | None, scenarios_root: str | None, catalog_root: str | None,
                  registry_root: str | None) -> None:
         """Price one forward pass of SCENARIO over the batch SPEC."""
         from kernel import step
@@ -107,9 +126,19 @@ def register(group: click.Group) -> None:
         k = _open(scenario, pool, make_repos(scenarios_root, catalog_root, registry_root))
         batch = Batch(reqs, decode_threshold=decode_threshold, sm_budget=sm_budget)
         est = k.step_time(batch)
-        console = Console()
         n_pre = sum(1 for q in reqs if q.scheduled > decode_threshold
                     and q.scheduled + q.computed > 0)
+        if resolve_format(fmt, None, TEXT_FORMATS) != "table":
+            emit_rows([{
+                "scenario": k.resolved_pool.scenario, "pool": pool, "requests": len(reqs),
+                "prefill_requests": n_pre, "tokens": batch.tokens(),
+                "decode_threshold": decode_threshold, "sm_budget": sm_budget,
+                "overlap_ns": est.overlap, "no_overlap_ns": est.no_overlap,
+                "bottleneck": est.bottleneck.value,
+                **{f"{res.value}_ns": ns for res, ns in (est.per_resource or {}).items()}}],
+                fmt, None)
+            return
+        console = Console()
         console.print(f"[bold]{k!r}[/bold]")
         console.print(f"batch: {len(reqs)} requests ({n_pre} prefill), {batch.tokens()} tokens, "
                       f"decode threshold {decode_threshold}, SM budget {sm_budget or 'all'}")
@@ -150,13 +179,17 @@ def register(group: click.Group) -> None:
     @click.argument("scenario")
     @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
                   help="Pool index of a disaggregated deployment.")
+    @format_options(TEXT_FORMATS, output=False)
     @with_repos
-    def memory_cmd(scenario: str, pool: int, scenarios_root: str | None,
+    def memory_cmd(scenario: str, pool: int, fmt: str | None, scenarios_root: str | None,
                    catalog_root: str | None, registry_root: str | None) -> None:
         """Per-rank memory of SCENARIO: fixed bytes, pre-snapshot bytes, KV per request."""
 
         k = _open(scenario, pool, make_repos(scenarios_root, catalog_root, registry_root))
         r = k.resolved_pool
+        if resolve_format(fmt, None, TEXT_FORMATS) != "table":
+            emit_rows([memory_row(k, pool)], fmt, None)
+            return
         console = Console()
         console.print(f"[bold]{k!r}[/bold]")
         fb = k.fixed_bytes()

@@ -21,10 +21,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from kernel.cli.common import make_repos, with_repos
+from kernel.cli.output import (
+    TEXT_FORMATS,
+    emit_rows,
+    format_options,
+    protect_key,
+    resolve_format,
+)
+from kernel.cli.output import console as output_console
 
 if TYPE_CHECKING:
     import polars as pl
@@ -146,6 +153,26 @@ def compare_lines(summaries: list[TraceSummary], names: list[str]) -> list[str]:
     return out
 
 
+def compare_rows(summaries: list[TraceSummary], names: list[str]) -> list[dict[str, Any]]:
+    """One row per deployment, machine-readable (``--format json|csv``): integer ns."""
+    base = summaries[0]
+    out = []
+    for s, name in zip(summaries, names, strict=True):
+        shares = s.bottleneck_share("time")
+        out.append({
+            "scenario": name, "batches": s.batches,
+            "total_no_overlap_ns": s.total_no_overlap_ns,
+            "total_overlap_ns": s.total_overlap_ns,
+            "total_vs_base": (s.total_no_overlap_ns / base.total_no_overlap_ns - 1
+                              if base.total_no_overlap_ns else 0.0),
+            "p50_no_overlap_ns": s.p50_no_overlap_ns, "p99_no_overlap_ns": s.p99_no_overlap_ns,
+            "p99_vs_base": (s.p99_no_overlap_ns / base.p99_no_overlap_ns - 1
+                            if base.p99_no_overlap_ns else 0.0),
+            **{f"share_{r}": shares.get(r, 0.0) for r in ("sm", "hbm", "nvlink", "nic", "host")},
+        })
+    return out
+
+
 def compare_summaries(trace: Any, scenarios: Sequence[str | Kernel], repos: Repos | None = None,
                       decode_threshold: int | None = None
                       ) -> tuple[list[TraceSummary], list[pl.DataFrame]]:
@@ -197,24 +224,27 @@ def register(group: click.Group) -> None:
     @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
                   help="Output file: .html (the report) or .png/.svg/.pdf (the distribution).")
     @click.option("--scenario", default=None,
-                  help="The scenario the trace was priced on: adds the anatomy, bottleneck "
-                       "map, resolved configuration and provenance.")
+                  help="The scenario the trace was priced on (default: the one the file's "
+                       "stamp names; a different one is refused): adds the anatomy, "
+                       "bottleneck map, resolved configuration and provenance.")
     @with_repos
     def report(priced: str, output: str, scenario: str | None, scenarios_root: str | None,
                catalog_root: str | None, registry_root: str | None) -> None:
         """Report on a priced trace (PRICED.parquet from `blis-kernel price`)."""
+        from kernel.cli.stamped import kernel_for
+        from kernel.priced import read_priced
         from kernel.report import charts, html
         from kernel.report.summary import summarise
 
         _check_output(output, (*CHART_SUFFIXES, ".html"))
-        frame = read_table(priced)
+        pf = read_priced(priced)
+        frame = pf.frame
         missing = {"batch_id", "overlap_ns", "no_overlap_ns", "bottleneck"} - set(frame.columns)
         if missing:
             raise click.BadParameter(f"{priced} is not a priced trace: missing "
                                      f"{', '.join(sorted(missing))}", param_hint="PRICED")
-        k = (open_for_cli(scenario, make_repos(scenarios_root, catalog_root, registry_root))
-             if scenario else None)
-        summary = summarise(frame, k, scenario=scenario)
+        k = kernel_for(pf, scenario, make_repos(scenarios_root, catalog_root, registry_root))
+        summary = summarise(frame, k, scenario=scenario or pf.scenario)
         if _suffix(output) == ".html":
             html.write(html.trace_report(frame, k, summary=summary,
                                          title=f"blis-kernel: {Path(priced).name}"), output)
@@ -227,35 +257,55 @@ def register(group: click.Group) -> None:
         click.echo(f"wrote {output}")
 
     @group.command("compare")
-    @click.argument("trace", type=click.Path(exists=True, dir_okay=False))
-    @click.option("--scenario", "scenarios", multiple=True, required=True,
-                  help="A deployment to price the trace on (repeat; the first is the base).")
+    @click.argument("traces", nargs=-1, required=True,
+                    type=click.Path(exists=True, dir_okay=False))
+    @click.option("--scenario", "scenarios", multiple=True,
+                  help="A deployment to price the trace on (repeat; the first is the base). "
+                       "Priced files name their own; given for them, each must agree.")
     @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
                   help="Also write the comparison: .png/.svg/.pdf (chart) or .html (page).")
     @click.option("--decode-threshold", default=None, type=click.IntRange(0),
                   help="scheduled > threshold is a prefill (default: each scenario's "
                        "decode width).")
+    @format_options(TEXT_FORMATS, output=False)
     @with_repos
-    def compare(trace: str, scenarios: tuple[str, ...], output: str | None,
-                decode_threshold: int | None, scenarios_root: str | None,
+    def compare(traces: tuple[str, ...], scenarios: tuple[str, ...], output: str | None,
+                decode_threshold: int | None, fmt: str | None, scenarios_root: str | None,
                 catalog_root: str | None, registry_root: str | None) -> None:
-        """Price one TRACE under several deployments and show the differences."""
+        """Price one TRACE under several deployments and show the differences; or compare
+        priced files (from `price` or a sweep), each on the scenario its stamp names."""
+        from kernel.cli.stamped import is_priced, priced_files
         from kernel.report import charts, html
+        from kernel.report.summary import summarise
 
         if output is not None:
             _check_output(output, (*CHART_SUFFIXES, ".html"))
         repos = make_repos(scenarios_root, catalog_root, registry_root)
-        names = list(scenarios)
-        kernels = [open_for_cli(n, repos) for n in names]
-        summaries, _ = compare_summaries(Path(trace), kernels, repos, decode_threshold)
-        summaries = [dataclasses.replace(s, scenario=n) for s, n in zip(summaries, names,
-                                                                          strict=True)]
-        console = Console()
-        if not console.is_terminal:  # piped or captured: do not squeeze the table into 80
-            console = Console(width=max(console.width, 120))
-        console.print(_compare_table(summaries, names))
-        for line in compare_lines(summaries, names):
-            click.echo(line)
+        trace = traces[0]
+        priced = [is_priced(t) for t in traces]
+        if all(priced):
+            files, kernels_, names = priced_files(list(traces), list(scenarios), repos)
+            summaries = [dataclasses.replace(summarise(pf.frame, k), scenario=n)
+                         for pf, k, n in zip(files, kernels_, names, strict=True)]
+        elif len(traces) > 1:
+            raise click.UsageError("give one trace to price, or priced files only: "
+                                   f"{', '.join(t for t, p in zip(traces, priced, strict=True) if not p)} "
+                                   "carry no priced stamp")
+        else:
+            if not scenarios:
+                raise click.UsageError(f"{trace} is a trace, not a priced file: give "
+                                       "--scenario (repeat) to price it on")
+            names = list(scenarios)
+            kernels = [open_for_cli(n, repos) for n in names]
+            summaries, _ = compare_summaries(Path(trace), kernels, repos, decode_threshold)
+            summaries = [dataclasses.replace(s, scenario=n) for s, n in zip(summaries, names,
+                                                                              strict=True)]
+        if resolve_format(fmt, None, TEXT_FORMATS) != "table":
+            emit_rows(compare_rows(summaries, names), fmt, None)
+        else:
+            output_console().print(protect_key(_compare_table(summaries, names)))
+            for line in compare_lines(summaries, names):
+                click.echo(line)
         if output is None:
             return
         fig = charts.compare_figure(summaries, names, title=f"{Path(trace).name} on "

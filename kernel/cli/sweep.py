@@ -7,12 +7,13 @@ from pathlib import Path
 
 import click
 import polars as pl
-from rich.console import Console
 from rich.table import Table
 
 from pipeline.load import Repos
 
 from .common import make_repos, with_repos
+from .output import TEXT_FORMATS, emit, format_options, protect_key, resolve_format
+from .output import console as output_console
 
 
 def match_scenarios(patterns: tuple[str, ...], repos: Repos) -> list[str]:
@@ -57,10 +58,11 @@ def register(group: click.Group) -> None:
     @click.option("--cluster", default="local:2", show_default=True,
                   help="Dask scheduler ADDRESS, or local[:N] for N local worker processes.")
     @click.option("--decode-threshold", default=1, show_default=True)
+    @format_options(TEXT_FORMATS, output=False)
     @with_repos
     def sweep(trace: str, patterns: tuple[str, ...], out: str, pool: int, cluster: str,
-              decode_threshold: int, scenarios_root: str | None, catalog_root: str | None,
-              registry_root: str | None) -> None:
+              decode_threshold: int, fmt: str | None, scenarios_root: str | None,
+              catalog_root: str | None, registry_root: str | None) -> None:
         """Price TRACE (a parquet file or a directory of partitions) under every scenario."""
         from kernel.distributed import price_dataset
 
@@ -68,8 +70,11 @@ def register(group: click.Group) -> None:
         names = match_scenarios(patterns, repos)
         result = price_dataset(trace, out, names, cluster, pool=pool, repos=repos,
                                decode_threshold=decode_threshold)
-        console = Console()
-        console.print(summary_table(result.summary))
+        if resolve_format(fmt, None, TEXT_FORMATS) != "table":
+            emit(result.summary.to_arrow(), fmt, None)
+            return
+        console = output_console()
+        console.print(protect_key(summary_table(result.summary)))
         console.print(f"rows in {result.rows_in:,} = priced {result.rows_priced:,} + rejected "
                       f"{result.rows_rejected:,}; {len(result.tasks)} tasks in "
                       f"{result.seconds:.1f} s; summary in {Path(out) / 'summary.parquet'}")

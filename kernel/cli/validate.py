@@ -12,10 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from kernel.cli.common import make_repos, with_repos
+from kernel.cli.output import (
+    TEXT_FORMATS,
+    console,
+    emit_rows,
+    format_options,
+    protect_key,
+    resolve_format,
+)
 from pipeline.errors import DocumentError, Problem
 from pipeline.load import Repos, resolve_scenario_path
 from pipeline.validate_files import (
@@ -99,9 +106,10 @@ def print_problems(problems: list[Problem]) -> None:
 
 @click.command("validate")
 @click.argument("paths", nargs=-1)
+@format_options(TEXT_FORMATS, output=False)
 @with_repos
-def validate(paths: tuple[str, ...], scenarios_root: str | None, catalog_root: str | None,
-             registry_root: str | None) -> None:
+def validate(paths: tuple[str, ...], fmt: str | None, scenarios_root: str | None,
+             catalog_root: str | None, registry_root: str | None) -> None:
     """Validate scenarios, catalogs, registries or single documents; print every problem."""
     repos = make_repos(scenarios_root, catalog_root, registry_root)
     try:
@@ -113,10 +121,15 @@ def validate(paths: tuple[str, ...], scenarios_root: str | None, catalog_root: s
         raise click.UsageError(f"nothing to validate: {exc}") from exc
     if not checked:
         raise click.UsageError("nothing to validate")
+    n_errors = sum(len(c.errors()) for c in checked)
+    if resolve_format(fmt, None, TEXT_FORMATS) != "table":
+        emit_rows([{"kind": c.kind, "name": c.name, "errors": len(c.errors()),
+                    "warnings": len(c.warnings()), "problems": [str(p) for p in c.problems]}
+                   for c in checked], fmt, None)
+        raise SystemExit(1 if n_errors else 0)
     for c in checked:
         print_problems(c.problems)
-    Console(width=120).print(_summary(checked))
-    n_errors = sum(len(c.errors()) for c in checked)
+    console().print(protect_key(_summary(checked), 1))
     n_warnings = sum(len(c.warnings()) for c in checked)
     failed = sum(1 for c in checked if c.errors())
     click.echo(f"{len(checked)} checked, {failed} failed: {n_errors} error(s), "

@@ -1,0 +1,20 @@
+"""Calibration: how far the kernel's prices are from measured step times, and a small fitted
+correction of its per-resource terms (``docs/calibration.md``, ``docs/accuracy.md``).
+
+* :mod:`.law` — the pure law ``calibrated_ns`` (scalar and columns, bit-identical);
+* :mod:`.fit` — the robust, non-negative, cross-validated fit;
+* :mod:`.document` — the YAML document, strict reading, the model/chip refusal;
+* :mod:`.make` — :func:`calibrate`: price measured traces, fit, document;
+* :mod:`.accuracy` — relative errors and the accuracy table;
+* :mod:`.measured` — a measured column's units and bad values;
+* :mod:`.splitwise` — SplitwiseSim's profile as a measured trace.
+"""
+
+from __future__ import annotations
+
+from .document import Calibration, CalibrationError, load_calibration
+from .law import PHASES, TERMS, Law, PhaseCorrection, calibrated_ns
+from .make import calibrate
+
+__all__ = ["PHASES", "TERMS", "Calibration", "CalibrationError", "Law", "PhaseCorrection",
+           "calibrate", "calibrated_ns", "load_calibration"]
