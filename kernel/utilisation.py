@@ -28,16 +28,19 @@ from .step import BatchSummary, prepared, summarise
 from .types import Batch
 
 __all__ = [
+    "EXTRA_COLUMNS",
     "UTILISATION_COLUMNS",
     "Utilisation",
     "WorkCounts",
+    "batch_columns",
+    "column_producer",
     "peaks",
     "step_utilisation",
     "utilisation",
     "work_counts",
 ]
 
-# The optional per-batch columns bulk pricing adds (``utilisation=True``), in order.
+# The optional per-batch columns bulk pricing adds (``producers=[column_producer()]``).
 UTILISATION_COLUMNS: tuple[str, ...] = (
     "flops", "hbm_bytes", "nvlink_bytes", "nic_bytes", "mfu", "mbu")
 
@@ -221,3 +224,45 @@ def utilisation(r: Any, counts: WorkCounts, no_overlap_ns: Any) -> Utilisation:
 def step_utilisation(r: Any, batch: Batch, no_overlap_ns: int) -> Utilisation:
     """The scalar path: one batch's counts and MFU/MBU given its NoOverlap time."""
     return utilisation(r, work_counts(r, summarise(r, batch)), no_overlap_ns)
+
+
+# -- bulk: the optional utilisation columns -------------------------------------------------
+
+# Beside the six utilisation columns, the two the report's throughput and KV sections read.
+EXTRA_COLUMNS: tuple[str, ...] = ("prefill_tokens", "kv_blocks")
+
+
+def batch_columns(ctx: Any) -> dict[str, np.ndarray]:
+    """The utilisation columns of a priced chunk (a ``kernel.bulk.columns.BatchContext``):
+    flops, hbm_bytes, nvlink_bytes, nic_bytes, mfu, mbu — each element what
+    :func:`step_utilisation` gives for that batch — then prefill_tokens (scheduled tokens of
+    the prefill requests) and kv_blocks (Σ ⌈(computed + scheduled) / (block_size × DCP
+    shards)⌉ over the batch's requests)."""
+    r, s = ctx.pool, ctx.summary
+    n = ctx.n
+    u = utilisation(r, work_counts(r, s), np.asarray(ctx.priced["no_overlap_ns"], np.int64))
+    out = {name: np.broadcast_to(np.asarray(v, np.float64), (n,))
+           for name, v in zip(UTILISATION_COLUMNS, u, strict=True)}
+    out["prefill_tokens"] = np.asarray(s.tokens_all - s.decode_tokens, np.int64)
+    rows, groups = ctx.rows, ctx.groups
+    if rows is None or groups is None:
+        raise ValueError("the utilisation columns need the request rows of the batches")
+    # A request holds ⌈context / (block_size × DCP shards)⌉ blocks, as the deployment-limit
+    # check counts them.
+    shard = r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers else 1
+    block = max(int(r.block_size), 1) * shard
+    held = -(-(rows.computed + rows.scheduled) // block)
+    out["kv_blocks"] = (np.add.reduceat(held, groups.starts) if held.size
+                        else np.zeros(n, np.int64))
+    return out
+
+
+def column_producer() -> Any:
+    """The bulk column producer of the utilisation columns (``price(..., producers=[…])``)."""
+    import pyarrow as pa
+
+    from .bulk.columns import ColumnProducer
+
+    fields = tuple(pa.field(c, pa.float64()) for c in UTILISATION_COLUMNS) + tuple(
+        pa.field(c, pa.int64()) for c in EXTRA_COLUMNS)
+    return ColumnProducer("utilisation", fields, batch_columns)

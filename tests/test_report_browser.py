@@ -19,7 +19,7 @@ DS3 = "deepseek-v3-h200-fp8-sglang-tp8"
 CHARTS = ("anatomy", "bottleneck_map", "step_time", "by_bottleneck")
 # The trace sections' charts (issue 17).
 SECTION_CHARTS = ("chart-throughput", "chart-step-timeline", "chart-step-vs-tokens",
-                  "chart-layer-kinds")
+                  "chart-utilisation", "chart-kv-occupancy", "chart-layer-kinds")
 
 
 def _chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -36,10 +36,11 @@ def _report(tmp: Path) -> Path:
     import kernel
     from kernel import bulk
     from kernel.synth import synth
+    from kernel.utilisation import column_producer
 
     k = kernel.open(DS3)
     trace = synth(400, requests_per_batch=32, seed=5)
-    priced = bulk.price(k, trace)
+    priced = bulk.price(k, trace, producers=[column_producer()])
     svg = html.write(html.trace_report(priced, k, title="browser test", trace=trace),
                      tmp / "report.html")
     html.write(html.trace_report(priced, None, embed="png", title="png embed"),
@@ -64,6 +65,8 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
         assert f'id="{section}"' in text, section
     for cid in SECTION_CHARTS:
         assert f'<svg id="{cid}"' in text, f"chart {cid} missing from the rendered DOM"
+    assert 'class="missing"' not in text  # every section had the data it needs
+    assert "steps break a deployment limit" in text and "prefill tokens/s" in text
 
     shot = tmp_path / "shot.png"
     r = _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,2000", url)

@@ -126,7 +126,7 @@ def test_a_registered_section_is_placed_on_the_page() -> None:
 
 
 def test_report_size_does_not_grow_with_the_trace() -> None:
-    # Past the caps (1,000 windows, 40,000 scatter points) three times the steps draw the same
+    # Past the caps (500 windows, 40,000 scatter points) three times the steps draw the same
     # number of points: the page stays within a few percent, and far under a megabyte.
     small = len(html.trace_report(_full_frame(50_000), None))
     big = len(html.trace_report(_full_frame(150_000), None))
@@ -173,3 +173,43 @@ def test_sweep_reports_shares_of_time_as_compare_does(tmp_path: Path) -> None:
     want = summarise(df).bottleneck_share("time")
     for r in ("sm", "hbm", "nvlink", "nic", "host"):
         assert got[f"share_{r}"] == pytest.approx(want.get(r, 0.0), abs=1e-12), r
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31), n=st.integers(1, 300))
+def test_median_step_is_the_stable_sorts_middle(seed: int, n: int) -> None:
+    rng = np.random.default_rng(seed)
+    df = pl.DataFrame({"no_overlap_ns": rng.integers(1, 6, n),  # many ties
+                       "prefill_requests": rng.integers(0, 2, n),
+                       "tokens": rng.integers(0, 3, n)})
+    for prefill in (False, True):
+        pre = df["prefill_requests"].to_numpy() > 0
+        idx = np.flatnonzero((pre if prefill else ~pre) & (df["tokens"].to_numpy() > 0))
+        got = trace_stats.median_step(df, prefill)
+        if idx.size == 0:
+            assert got is None
+            continue
+        order = np.argsort(df["no_overlap_ns"].to_numpy()[idx], kind="stable")
+        assert got == idx[order[math.ceil(0.5 * idx.size) - 1]]
+
+
+def test_cli_price_utilisation_then_report_with_trace(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kernel.cli import cli
+    from kernel.synth import write_synth
+
+    trace = tmp_path / "trace.parquet"
+    write_synth(trace, 300, requests_per_batch=24, seed=3)
+    ds3 = "deepseek-v3-h200-fp8-sglang-tp8"
+    r = CliRunner().invoke(cli, ["price", str(trace), "--scenario", ds3, "--utilisation",
+                                 "--no-progress", "-o", str(tmp_path / "p.parquet")])
+    assert r.exit_code == 0, r.output
+    priced = pl.read_parquet(tmp_path / "p.parquet")
+    assert {"flops", "mfu", "mbu", "kv_blocks", "prefill_tokens"} <= set(priced.columns)
+    r = CliRunner().invoke(cli, ["report", str(tmp_path / "p.parquet"), "--scenario", ds3,
+                                 "--trace", str(trace), "-o", str(tmp_path / "r.html")])
+    assert r.exit_code == 0, r.output
+    ids = parse((tmp_path / "r.html").read_text()).ids
+    for cid in ("chart-utilisation", "chart-kv-occupancy", "chart-layer-kinds"):
+        assert cid in ids, cid

@@ -152,3 +152,39 @@ def test_kernel_utilisation_on_an_embedded_scenario() -> None:
     est = k.step_time(batch)
     assert u == utilisation.step_utilisation(r, batch, est.no_overlap)
     assert 0 < u.mfu < 1 and 0 < u.mbu < 1
+
+
+@pytest.mark.parametrize("scenario", ["llama-3.1-8b-h100-tp1", "deepseek-v3-h200-fp8-sglang-tp8",
+                                      "glm5-h200-tp8-dcp4", "deepseek-v3-h200-tp8-pcp2",
+                                      "gpt-oss-120b-h200-fp4-vllm-tp8"])
+def test_bulk_columns_equal_the_scalar_path_bit_for_bit(scenario: str) -> None:
+    import polars as pl
+
+    import kernel
+    from kernel import bulk
+
+    from .test_bulk import random_trace
+
+    k = kernel.open(scenario)
+    r = k.resolved_pool
+    df = random_trace(150, seed=17)
+    got = bulk.price(k, df, producers=[utilisation.column_producer()])
+    assert got.columns[-8:] == [*utilisation.UTILISATION_COLUMNS, *utilisation.EXTRA_COLUMNS]
+    by_id = {b: g for (b,), g in df.group_by("batch_id", maintain_order=True)}
+    for row in got.iter_rows(named=True):
+        g = by_id[row["batch_id"]]
+        s, c = g["scheduled"].to_list(), g["computed"].to_list()
+        batch = Batch(list(zip(s, c, strict=True)), decode_threshold=int(g["decode_threshold"][0]),
+                      sm_budget=int(g["sm_budget"][0]))
+        est = step.step_time_into(r, batch, None)
+        assert est.no_overlap == row["no_overlap_ns"]
+        one = utilisation.step_utilisation(r, batch, est.no_overlap)
+        for name in utilisation.UTILISATION_COLUMNS:
+            want = np.float64(getattr(one, name)).tobytes()
+            assert want == np.float64(row[name]).tobytes(), (scenario, row["batch_id"], name)
+        summ = step.summarise(r, batch)
+        assert row["prefill_tokens"] == summ.tokens_all - summ.decode_tokens
+        shard = r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers else 1
+        assert row["kv_blocks"] == sum(-(-(x + y) // (r.block_size * shard))
+                                       for x, y in zip(s, c, strict=True))
+    assert isinstance(got, pl.DataFrame)

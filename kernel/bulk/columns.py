@@ -12,6 +12,7 @@ function that computes them for a whole set of batches at once::
         # ctx.totals   step.StepTotals of arrays (compose's result, before finish)
         # ctx.priced   the base columns as numpy arrays (overlap_ns, sm_ns, tokens, ...)
         # ctx.inputs   the trace columns named in ``inputs``, one value per batch (its first row)
+        # ctx.rows, ctx.groups  the request rows (grouped by batch) and the batch boundaries
         return {"limits": ...}  # one entry per field, each of length ctx.n
 
     register_columns(ColumnProducer("limits", (pa.field("limits", pa.string()),), produce))
@@ -80,6 +81,8 @@ class BatchContext:
     totals: step.StepTotals
     priced: Mapping[str, np.ndarray]
     inputs: Mapping[str, pa.Array]
+    rows: Rows | None = None  # the chunk's request rows, grouped by batch
+    groups: Groups | None = None  # their batch boundaries (``groups.starts``)
 
     @property
     def n(self) -> int:
@@ -185,7 +188,7 @@ def price_grouped(r: ResolvedPool, rows: Rows, g: Groups, decode_threshold: int 
     extra = rows.extra or {}
     if spec.producers:
         inputs = {n: extra[n].take(pa.array(first)) for n in spec.inputs}
-        ctx = BatchContext(r, summary, totals, cols, inputs)
+        ctx = BatchContext(r, summary, totals, cols, inputs, rows, g)
         for p in spec.producers:
             got = p.produce(ctx)
             for f in p.fields:

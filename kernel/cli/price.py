@@ -115,6 +115,10 @@ def register(group: click.Group) -> None:
                   help="Rows read per chunk (memory bound).")
     @click.option("--db", type=click.Path(dir_okay=False),
                   help="Also store the priced table in this DuckDB file, beside provenance.")
+    @click.option("--utilisation", is_flag=True,
+                  help="Add per-step flops, hbm_bytes, nvlink_bytes, nic_bytes, mfu, mbu, "
+                       "prefill_tokens and kv_blocks (the report's utilisation, throughput "
+                       "and KV sections read them).")
     @click.option("--no-progress", is_flag=True, help="No progress bar.")
     @click.option("--cluster", default=None,
                   help="Price on a Dask cluster (ADDRESS, or local[:N]); TRACE may then be a "
@@ -123,18 +127,20 @@ def register(group: click.Group) -> None:
     def price_cmd(trace: str, scenario: str, pool: int, output: str, rejects: str | None,
                   strict: bool, decode_threshold: int, sm_budget: int,
                   batches_path: str | None, column_map: tuple[str, ...], chunk_rows: int,
-                  db: str | None, no_progress: bool, cluster: str | None,
+                  db: str | None, utilisation: bool, no_progress: bool, cluster: str | None,
                   scenarios_root: str | None, catalog_root: str | None,
                   registry_root: str | None) -> None:
         """Price every batch of a recorded TRACE into parquet (docs/traces.md)."""
         from kernel.bulk import price_file
         from kernel.trace import RejectedRowError, TraceError
+        from kernel.utilisation import column_producer
 
         repos = make_repos(scenarios_root, catalog_root, registry_root)
         if cluster is not None:
             unsupported = [name for name, given in (
                 ("--rejects", rejects), ("--strict", strict), ("--sm-budget", sm_budget),
-                ("--batches", batches_path), ("--column", column_map), ("--db", db)) if given]
+                ("--batches", batches_path), ("--column", column_map), ("--db", db),
+                ("--utilisation", utilisation)) if given]
             if unsupported:
                 raise click.UsageError(f"{', '.join(unsupported)} cannot be combined with "
                                        "--cluster (rejects go to OUTPUT/rejects/)")
@@ -149,7 +155,8 @@ def register(group: click.Group) -> None:
             counts = price_file(k, trace, out, rejects=rej, strict=strict,
                                 chunk_rows=chunk_rows, progress=not no_progress,
                                 decode_threshold=decode_threshold, sm_budget=sm_budget,
-                                columns=_columns(column_map), batches=batches_path)
+                                columns=_columns(column_map), batches=batches_path,
+                                producers=[column_producer()] if utilisation else None)
         except RejectedRowError as exc:
             raise click.ClickException(f"--strict: {exc}") from None
         except TraceError as exc:

@@ -226,9 +226,15 @@ def register(group: click.Group) -> None:
     @click.option("--scenario", default=None,
                   help="The scenario the trace was priced on (default: the one the file's "
                        "stamp names; a different one is refused): adds the anatomy, "
-                       "bottleneck map, resolved configuration and provenance.")
+                       "bottleneck map, KV capacity, limits, resolved configuration and "
+                       "provenance.")
+    @click.option("--trace", "trace_path", default=None,
+                  type=click.Path(exists=True, dir_okay=False),
+                  help="The request-level trace that was priced: adds the per-layer-kind "
+                       "breakdown of the median decode and prefill steps.")
     @with_repos
-    def report(priced: str, output: str, scenario: str | None, scenarios_root: str | None,
+    def report(priced: str, output: str, scenario: str | None, trace_path: str | None,
+               scenarios_root: str | None,
                catalog_root: str | None, registry_root: str | None) -> None:
         """Report on a priced trace (PRICED.parquet from `blis-kernel price`)."""
         from kernel.cli.stamped import kernel_for
@@ -246,7 +252,7 @@ def register(group: click.Group) -> None:
         k = kernel_for(pf, scenario, make_repos(scenarios_root, catalog_root, registry_root))
         summary = summarise(frame, k, scenario=scenario or pf.scenario)
         if _suffix(output) == ".html":
-            html.write(html.trace_report(frame, k, summary=summary,
+            html.write(html.trace_report(frame, k, summary=summary, trace=trace_path,
                                          title=f"blis-kernel: {Path(priced).name}"), output)
         else:
             mask = frame["prefill_requests"] > 0 if "prefill_requests" in frame.columns else None

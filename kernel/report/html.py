@@ -316,7 +316,8 @@ def trace_charts(priced: pl.DataFrame, summary: TraceSummary, *, embed: str = "s
         charts.save(fig, png_dir / "step_time.png")
     fig = charts.time_by_bottleneck_figure(summary)
     out.append(Chart.of(fig, CHART_IDS["by_bottleneck"], "Time by bottleneck",
-                        "Total NoOverlap time of the batches each resource binds.", embed))
+                        "Wall time (Σ NoOverlap) of the steps each resource binds: the shares "
+                        "of time that compare and sweep report.", embed))
     if png_dir is not None:
         charts.save(fig, png_dir / "by_bottleneck.png")
     return out

@@ -20,7 +20,7 @@ import polars as pl
 
 from . import trace_figures as tf
 from . import trace_stats as ts
-from .summary import TraceSummary, fmt_duration
+from .summary import TraceSummary, fmt_duration, fmt_si
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -193,8 +193,9 @@ def tokens_section(ctx: ReportContext) -> Section | None:
     toks = ctx.column("tokens")
     keep = np.flatnonzero(toks > 0)
     pick = keep[ts.sample_rows(keep.size, SCATTER_POINTS)]
-    fig = tf.step_time_vs_tokens_figure(toks[pick], ctx.column("no_overlap_ns")[pick],
-                                        ctx.priced["bottleneck"].to_numpy()[pick], keep.size)
+    bott = ctx.priced["bottleneck"].gather(pick).cast(pl.String).to_numpy()
+    fig = tf.step_time_vs_tokens_figure(toks[pick], ctx.column("no_overlap_ns")[pick], bott,
+                                        keep.size)
     return Section(SECTION_IDS["tokens"], "Step time against batch tokens",
                    "Where the binding resource changes with the batch: each point is a step "
                    "with tokens (empty steps are left out), coloured by its bottleneck.",
@@ -220,8 +221,8 @@ def utilisation_section(ctx: ReportContext) -> Section | None:
     hbm = float(ctx.column("hbm_bytes").sum())
     net = sum(float(ctx.column(c).sum()) for c in ("nvlink_bytes", "nic_bytes") if ctx.has(c))
     rows = [("MFU (whole trace)", f"{whole_mfu:.1%}"), ("MBU (whole trace)", f"{whole_mbu:.1%}"),
-            ("FLOPs per rank", f"{flops:.4g}"), ("HBM bytes per rank", f"{hbm:.4g}"),
-            ("network bytes per rank (NVLink + NIC)", f"{net:.4g}")]
+            ("FLOPs per rank", fmt_si(flops, "FLOP")), ("HBM bytes per rank", fmt_si(hbm, "B")),
+            ("network bytes per rank (NVLink + NIC)", fmt_si(net, "B"))]
     table = ("<table class='utilisation'><tbody>" + "".join(
         f"<tr><th>{escape(k)}</th><td class='n'>{escape(v)}</td></tr>" for k, v in rows)
         + "</tbody></table>")
@@ -325,10 +326,10 @@ def layers_section(ctx: ReportContext) -> Section | None:
                         + "".join(f"<td class='n'>{escape(fmt_duration(v * 1e9))}</td>"
                                   for v in terms.values())
                         + f"<td class='n'>{sum(terms.values()) * 1e9 / ns:.1%}</td>"
-                        f"<td>{escape(str(lr['dominant']))}</td></tr>")
+                        f"<td>{escape(max(terms, key=lambda t: terms[t]))}</td></tr>")
     table = ("<table class='layer-kinds'><thead><tr><th>step</th><th>kind</th><th>layers</th>"
              "<th>SM</th><th>HBM</th><th>NVLink</th><th>NIC</th><th>share of step</th>"
-             "<th>wins the layer's stage max</th></tr></thead><tbody>" + "".join(body)
+             "<th>largest resource</th></tr></thead><tbody>" + "".join(body)
              + "</tbody></table>")
     return Section(sid, title,
                    "The median decode-only step and the median step with prefill work "

@@ -35,6 +35,7 @@ __all__ = [
     "decode_batch",
     "fmt_duration",
     "fmt_long",
+    "fmt_si",
     "fmt_span",
     "gpus_of_pool",
     "nearest_rank",
@@ -69,6 +70,17 @@ def fmt_duration(ns: float) -> str:
     return f"{round(secs, 4 - digits):,.0f} s"
 
 
+_SI = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def fmt_si(value: float, unit: str) -> str:
+    """A count with an SI prefix and three significant digits: 1.06 EFLOP, 4.08 PB."""
+    for scale, prefix in _SI:
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
 _SPANS = (("d", 86_400), ("h", 3_600), ("min", 60), ("s", 1))
 
 
@@ -98,12 +110,14 @@ def fmt_long(ns: float) -> str:
 
 
 def nearest_rank(values: Sequence[int] | np.ndarray, q: float) -> int:
-    """The nearest-rank ``q`` quantile (0 < q <= 1) of ``values``: an observed value."""
-    arr = np.sort(np.asarray(values, dtype=np.int64))
+    """The nearest-rank ``q`` quantile (0 < q <= 1) of ``values``: an observed value.
+
+    A selection (``np.partition``), not a sort: linear in the number of values."""
+    arr = np.asarray(values, dtype=np.int64)
     if arr.size == 0:
         return 0
-    rank = max(math.ceil(q * arr.size), 1)
-    return int(arr[min(rank, arr.size) - 1])
+    rank = min(max(math.ceil(q * arr.size), 1), arr.size) - 1
+    return int(np.partition(arr, rank)[rank])
 
 
 # -- sweeps over a kernel ---------------------------------------------------------------------
@@ -285,7 +299,7 @@ class TraceSummary:
         ]
         gpu = self.gpu_ns()
         if gpu is not None:
-            out.insert(-3, f"GPU time        {gpu / 1e9:,.0f} GPU-s NoOverlap "
+            out.insert(-2, f"GPU time        {gpu / 1e9:,.0f} GPU-s NoOverlap "
                        f"(wall time × {self.gpus} GPUs of the pool)")
         if self.evidence is not None:
             ev, total = self.evidence
