@@ -45,6 +45,12 @@ _EXPORTS = {
     "Stamp": "kernel.stamp",
     "read_stamp": "kernel.stamp",
     "connect": "kernel.notebook",
+    # errors: every one a ValueError, so one `except ValueError` catches them all
+    "DocumentError": "pipeline.errors",
+    "RefusalError": "pipeline.errors",
+    "Problem": "pipeline.errors",
+    "TraceError": "kernel.trace",
+    "RejectedRowError": "kernel.trace",
 }
 
 __all__ = ["ENGINE_BEHAVIOUR_COMMIT", "ENGINE_BEHAVIOUR_VERSION", "KERNEL_ASSUMPTION_SET",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -20,6 +21,7 @@ from pipeline import db
 from pipeline.errors import DocumentError, RefusalError
 from pipeline.load import Inputs, Repos, open_inputs
 
+from . import caches as cache_model
 from .resolved import (
     Coefficients,
     CollectiveKey,
@@ -251,6 +253,9 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
         cascade_attention=bool(r["cascade_attention"]), memory=memory, tiers=tiers,
         provenance=provenance, overrides=overrides, assumptions=assumptions,
         chip_hbm_peak_bps=float(r["chip_hbm_peak_bps"]))
+    resolved = replace(resolved, caches=cache_model.state_caches(
+        plan, resolved.kv_bytes_per_token, resolved.kv_layers, resolved.block_size,
+        resolved.recurrent_cache_mode, layout.tp))
 
     resolution = Resolution(
         tensor_parallel_width=max(layout.tp, 1), data_parallel_width=max(layout.dp, 1),

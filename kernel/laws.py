@@ -691,6 +691,31 @@ def snap_collective_width(
     )
 
 
+def assumed_collective_figure(part: str, width: int, w1: int, v1: float, w0: int,
+                              v0: float) -> float:
+    """A collective figure at an unmeasured `width` from the two widest measured ones.
+
+    The assumed width extension (docs/decisions.md, issue 18); `w1` is the widest measured
+    width with figure `v1`, `w0` the next narrower (equal to `w1` when only one is measured).
+
+    * ``floor``: a ring collective takes one more step per rank (all-reduce two), so the floor
+      grows linearly in the width at the measured per-rank slope ``(v1 - v0) / (w1 - w0)``,
+      never negative; with one measured width it is carried unchanged.
+    * ``peak_rate`` / ``transition_rate``: a ring (or a pairwise all-to-all) moves
+      ``(w - 1) / w`` of the payload per rank (all-reduce twice that), so at the link's bus
+      bandwidth the algorithm rate scales by ``((w1 - 1) / w1) / ((w - 1) / w)``.
+    """
+    if width <= 1 or w1 <= 1:
+        raise ValueError(f"assumed collective widths need widths above 1, got {width} from {w1}")
+    if part == "floor":
+        slope = (v1 - v0) / (w1 - w0) if w1 > w0 else 0.0
+        return v1 + max(0.0, slope) * (width - w1)
+    if part in ("peak_rate", "transition_rate"):
+        return v1 * ((w1 - 1) / w1) / ((width - 1) / width)
+    raise ValueError(f"unknown collective figure {part!r}; expected floor, peak_rate or "
+                     "transition_rate")
+
+
 def measured_collective_widths(
     names: Iterable[str], op: str, chip: str, dtype: str = "fp16"
 ) -> list[int]:

@@ -7,8 +7,10 @@ Decisions (the lead's, resolving the old goldens against the seed API):
   vLLM measures its ``gpu_memory_utilization`` budget. The old golden "total 83.9 GiB"
   (case 96) is ``fixed.total() + pre_snapshot_bytes``.
 * EPLB redundant experts are moved out of the weights (``W -= eplb``, §3.1).
-* Every embedded graph is a *legacy* graph (no stated caches), so SequenceFixed, Admission,
-  Bounded and BoundedAt all equal the legacy SequenceFixedBytes (recurrent state only).
+* A pool whose graph has a sliding-window ring or recurrent state *states its caches*
+  (:mod:`kernel.caches`, issue 15): pages are whole pool blocks of vLLM's hybrid allocator and
+  window rings are bounded. Other pools keep the legacy formulas, where SequenceFixed,
+  Admission, Bounded and BoundedAt all equal the legacy SequenceFixedBytes (recurrent state).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import laws
+from . import caches, laws
 from .resolved import ResolvedPool
 from .types import MemoryBreakdown
 
@@ -66,8 +68,9 @@ def fixed_bytes(r: ResolvedPool) -> MemoryBreakdown:
         weights=int(w),
         activation_peak=int(act),
         cuda_graph=int(mem.capture_bytes),
-        comm_buffers=0,  # the communicator and workspace are pre-snapshot (seed §6)
+        comm_buffers=0,  # the communicator and workspace are pre-snapshot (seed §6) ...
         eplb_redundant=int(eplb),
+        pre_snapshot=pre_snapshot_bytes(r),  # ... and shown here, outside total()
     )
 
 
@@ -80,10 +83,17 @@ def _spec(r: ResolvedPool) -> int:
     return max(r.num_spec_tokens, 0)
 
 
+def _shard(r: ResolvedPool) -> int:
+    """The DCP width a request's full KV is striped over (legacy: when every KV layer shards)."""
+    return r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers else 1
+
+
 def sequence_variable_bytes(r: ResolvedPool, tokens: int) -> int:
     """One request's KV at ``tokens`` tokens in whole pages (§3.2, legacy path)."""
     if tokens <= 0:
         return 0
+    if r.caches is not None:
+        return caches.variable_bytes(r.caches, tokens, _shard(r))
     dcp = r.layout.dcp
     # Known divergence (behaviour §8.4): one non-sharding KV layer kind leaves capacity
     # unsharded, while the decode read is sharded per kind.
@@ -101,6 +111,8 @@ def sequence_variable_bytes(r: ResolvedPool, tokens: int) -> int:
 
 def sequence_fixed_bytes(r: ResolvedPool) -> int:
     """Length-independent per-request bytes: recurrent state (§3.3, legacy path)."""
+    if r.caches is not None:
+        return caches.bounded_bytes(r.caches, 1 + _spec(r), _spec(r), r.max_model_len)
     mode = r.recurrent_cache_mode
     if mode == "all":
         return 0
@@ -115,17 +127,25 @@ def sequence_fixed_bytes(r: ResolvedPool) -> int:
 
 
 def sequence_admission_bytes(r: ResolvedPool) -> int:
-    """What admission reserves whatever the length; legacy graphs have no rings (seed §3)."""
+    """What admission reserves whatever the length: rings at max_num_batched_tokens (seed §3);
+    legacy graphs have no rings."""
+    if r.caches is not None:
+        return sequence_bounded_bytes(r, r.max_num_batched_tokens)
     return sequence_fixed_bytes(r)
 
 
 def sequence_bounded_bytes(r: ResolvedPool, in_flight: int) -> int:
     """Bounded state at ``in_flight`` tokens; legacy: SequenceFixedBytes for every f (seed §4)."""
+    if r.caches is not None:
+        return caches.bounded_bytes(r.caches, max(in_flight, 0), _spec(r), r.max_model_len)
     return sequence_fixed_bytes(r)
 
 
 def sequence_bounded_bytes_at(r: ResolvedPool, computed: int, in_flight: int) -> int:
     """Bounded state after ``computed`` tokens; legacy: SequenceFixedBytes (seed §5)."""
+    if r.caches is not None:
+        return caches.bounded_bytes_at(r.caches, max(computed, 0), max(in_flight, 0), _spec(r),
+                                       r.max_model_len)
     return sequence_fixed_bytes(r)
 
 
@@ -134,7 +154,7 @@ class KVCapacity:
     """The KV budget per rank and what it holds (vLLM's startup report)."""
 
     budget_bytes: int  # MemoryGiB·2^30·utilization − FixedBytes().Total()
-    page_bytes: int  # SequenceVariableBytes(block_size): one block of every KV layer
+    page_bytes: int  # legacy: SVB(block_size); stated caches: one pool block G·P
     num_blocks: int
     tokens: int  # num_blocks·block_size (×DCP when every KV layer shards)
     # num_blocks·page / (SVB(max_model_len) + SequenceAdmissionBytes); None when the pool states
@@ -155,13 +175,21 @@ def kv_capacity(r: ResolvedPool, fixed: MemoryBreakdown,
     util = DEFAULT_GPU_MEMORY_UTILIZATION if assumed else float(utilization)  # type: ignore[arg-type]
     budget = int(r.chip_memory_gib * GIB * util) - fixed.total()
     block = max(r.block_size, 1)
-    page = sequence_variable_bytes(r, block)
-    blocks = budget // page if page > 0 and budget > 0 else 0
-    shard = r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers else 1
+    shard = _shard(r)
+    if r.caches is not None:
+        # vLLM: G shared tensors of P x num_blocks, num_blocks = available // P // G; the
+        # reported size is num_blocks // num_groups blocks of B tokens (seed §3).
+        block, page = r.caches.block, r.caches.pool_block_bytes
+        blocks = budget // page if budget > 0 else 0
+        held = blocks // max(r.caches.groups, 1) * block * shard
+    else:
+        page = sequence_variable_bytes(r, block)
+        blocks = budget // page if page > 0 and budget > 0 else 0
+        held = blocks * block * shard
     per_request = sequence_variable_bytes(r, r.max_model_len) + sequence_admission_bytes(r)
     concurrency: float | None = None
     if r.max_model_len > 0:
         concurrency = (blocks * page / per_request) if per_request > 0 else math.inf
     return KVCapacity(budget_bytes=budget, page_bytes=page, num_blocks=blocks,
-                      tokens=blocks * block * shard, max_concurrency=concurrency,
+                      tokens=held, max_concurrency=concurrency,
                       utilization=util, utilization_assumed=assumed)

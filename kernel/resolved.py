@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .caches import StatedCaches
 
 # Collective ops and groups (kernel-algorithm.md §1.8, §1.10).
 ALL_REDUCE = "all_reduce"
@@ -276,5 +279,8 @@ class ResolvedPool:
     # read by pricing and left out of equality and hashing.
     tables: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     assumptions: tuple[Origin, ...] = field(default=())
+    # The caches this pool states (windowed or hybrid graphs, kernel/caches.py); None keeps the
+    # legacy per-token formulas.
+    caches: StatedCaches | None = None
     # The chip's catalog HBM bandwidth, not derated (MBU's denominator); 0 = not from a catalog.
     chip_hbm_peak_bps: float = 0.0

@@ -14,8 +14,8 @@ decode_threshold   no        per-batch: ``scheduled > threshold`` is a prefill
 sm_budget          no        per-batch: SMs the step may use (0 = all)
 =================  ========  =========================================================
 
-Column names are configurable (``columns={"scheduled": "num_scheduled", ...}``). Sources:
-parquet, Arrow IPC (file or stream), CSV, or an in-memory polars / Arrow table.
+Column names are configurable (``columns={"scheduled": "num_scheduled", ...}``). Sources
+(files, directories, globs, datasets, tables, streams) are opened by :mod:`kernel.sources`.
 
 Validation is in two stages. :func:`coerce` checks each row on its own (nulls, non-integers,
 int64 overflow, negatives, ``computed + scheduled`` overflow) and records rejects with the
@@ -28,9 +28,8 @@ in the rejects table: ``rows in = rows priced + rows rejected``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,9 +46,7 @@ __all__ = [
     "RejectedRowError",
     "Rows",
     "TraceError",
-    "TraceSource",
     "coerce",
-    "open_trace",
     "reject_frame",
 ]
 
@@ -93,228 +90,6 @@ class RejectedRowError(TraceError):
         self.reject = dict(reject)
         super().__init__(f"row {reject['row']} (batch {reject['batch_id']}) rejected: "
                          f"{reject['reason']}: {reject['detail']}")
-
-
-# -- sources ------------------------------------------------------------------------------
-
-def _resolve_names(schema_names: list[str], columns: Mapping[str, str] | None,
-                   required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, str]:
-    columns = dict(columns or {})
-    unknown = set(columns) - set(CANONICAL)
-    if unknown:
-        raise TraceError(f"unknown trace column(s) in the column map: {sorted(unknown)}; "
-                         f"known: {list(CANONICAL)}")
-    names: dict[str, str] = {}
-    have = set(schema_names)
-    missing = []
-    for canon in required:
-        src = columns.get(canon, canon)
-        if src not in have:
-            missing.append(f"{src!r}" + (f" (mapped from {canon!r})" if src != canon else ""))
-        names[canon] = src
-    if missing:
-        raise TraceError(f"missing column{'s' if len(missing) > 1 else ''} "
-                         f"{', '.join(missing)}: the trace needs {', '.join(required)}; "
-                         f"it has {', '.join(schema_names)}")
-    for canon in optional:
-        src = columns.get(canon, canon)
-        if src in have:
-            names[canon] = src
-        elif canon in columns:
-            raise TraceError(f"missing column {src!r} (mapped from {canon!r})")
-    return names
-
-
-@dataclass
-class TraceSource:
-    """A trace opened for batched reading; chunks come renamed to the canonical names."""
-
-    names: dict[str, str]  # canonical -> column in the source
-    num_rows: int | None
-    _iter: Any
-    label: str = "<table>"
-    extra: tuple[str, ...] = ()  # other columns carried along, as ``keep:<name>``
-    schema: pa.Schema | None = None  # the source's schema, where known
-
-    def chunks(self) -> Iterator[pa.Table]:
-        canon = list(self.names)
-        for part in self._iter():
-            if isinstance(part, pa.RecordBatch):
-                part = pa.Table.from_batches([part])
-            have = set(part.column_names)
-            cols = [part.column(self.names[c]) for c in canon if self.names[c] in have]
-            out = [c for c in canon if self.names[c] in have]
-            cols += [part.column(x) for x in self.extra]
-            yield pa.table(cols, names=out + [KEEP_PREFIX + x for x in self.extra])
-
-    def columns_to_read(self) -> list[str]:
-        return list(dict.fromkeys([*self.names.values(), *self.extra]))
-
-
-def _as_arrow(src: Any) -> pa.Table | None:
-    if isinstance(src, pl.LazyFrame):
-        src = src.collect()
-    if isinstance(src, pl.DataFrame):
-        return src.to_arrow()
-    if isinstance(src, pa.RecordBatch):
-        return pa.Table.from_batches([src])
-    if isinstance(src, pa.Table):
-        return src
-    return None
-
-
-def open_trace(src: Any, *, columns: Mapping[str, str] | None = None,
-               chunk_rows: int = 1 << 20, required: tuple[str, ...] = REQUIRED,
-               optional: tuple[str, ...] = OPTIONAL,
-               extra: tuple[str, ...] = ()) -> TraceSource:
-    """Open ``src`` (a path or an in-memory polars / Arrow table) for batched reading.
-
-    ``extra`` names other columns to carry along unvalidated (``keep=``, column producers'
-    inputs); each must exist."""
-    ts = _open(src, columns, max(int(chunk_rows), 1), required, optional, tuple(extra))
-    if extra:
-        have = ts.schema.names if ts.schema is not None else []
-        missing = [x for x in extra if x not in have]
-        if missing:
-            raise TraceError(f"{ts.label}: no column {', '.join(map(repr, missing))} to carry "
-                             f"to the output; the trace has {', '.join(have)}")
-        ts.extra = tuple(extra)
-    return ts
-
-
-def _open(src: Any, columns: Mapping[str, str] | None, chunk_rows: int,
-          required: tuple[str, ...], optional: tuple[str, ...],
-          extra: tuple[str, ...]) -> TraceSource:
-    table = _as_arrow(src)
-    if table is not None:
-        names = _resolve_names(table.column_names, columns, required, optional)
-        keep = [x for x in extra if x in table.column_names]
-        tbl = table.select(list(dict.fromkeys([*names.values(), *keep])))
-
-        def it_table() -> Iterator[pa.Table]:
-            for off in range(0, tbl.num_rows, chunk_rows):
-                yield tbl.slice(off, chunk_rows)
-        return TraceSource(names, tbl.num_rows, it_table, schema=table.schema)
-    if isinstance(src, pa.RecordBatchReader):
-        names = _resolve_names(src.schema.names, columns, required, optional)
-        return TraceSource(names, None, lambda: iter(src), schema=src.schema)
-    if not isinstance(src, str | Path):
-        raise TraceError(f"cannot read a trace from {type(src).__name__}")
-    path = Path(src)
-    if not path.exists():
-        raise TraceError(f"no such trace file: {path}")
-    suffixes = [s.lower() for s in path.suffixes]
-    try:
-        if ".csv" in suffixes or ".tsv" in suffixes:
-            return _open_csv(path, columns, chunk_rows, required, optional, extra)
-        if suffixes and suffixes[-1] in (".arrow", ".ipc", ".feather", ".arrows"):
-            return _open_ipc(path, columns, chunk_rows, required, optional)
-        return _open_parquet(path, columns, chunk_rows, required, optional, extra)
-    except TraceError:
-        raise
-    except (pa.ArrowException, OSError) as e:
-        raise TraceError(f"cannot read trace {path}: {e}") from e
-
-
-def _open_parquet(path: Path, columns: Mapping[str, str] | None, chunk_rows: int,
-                  required: tuple[str, ...], optional: tuple[str, ...],
-                  extra: tuple[str, ...]) -> TraceSource:
-    import pyarrow.parquet as pq
-
-    pf = pq.ParquetFile(str(path))
-    names = _resolve_names(pf.schema_arrow.names, columns, required, optional)
-    read = [n for canon, n in names.items()
-            if not (canon in _CHECK_ONLY and _stats_prove_valid(pf, n))]
-    read = list(dict.fromkeys([*read, *(x for x in extra if x in pf.schema_arrow.names)]))
-
-    md = pf.metadata
-    groups = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
-    whole_groups = bool(groups) and max(groups) <= 2 * chunk_rows
-
-    def it() -> Iterator[pa.RecordBatch | pa.Table]:
-        f = pq.ParquetFile(str(path))
-        if not whole_groups:
-            yield from f.iter_batches(batch_size=chunk_rows, columns=read)
-            return
-        for i in range(len(groups)):  # whole row groups decode fastest (columns in parallel)
-            t = f.read_row_group(i, columns=read)
-            for off in range(0, t.num_rows, chunk_rows):
-                yield t.slice(off, chunk_rows)
-    return TraceSource(names, md.num_rows, it, str(path), schema=pf.schema_arrow)
-
-
-def _stats_prove_valid(pf: Any, column: str) -> bool:
-    """Whether every row group's statistics show a validated-only column (``prompt_len``,
-    ``cached_tokens``) to be a non-null, non-negative integer: then it need not be read."""
-    field = pf.schema_arrow.field(column)
-    if not pa.types.is_integer(field.type) or pa.types.is_uint64(field.type):
-        return False
-    md = pf.metadata
-    try:
-        idx = pf.schema_arrow.get_field_index(column)
-        for rg in range(md.num_row_groups):
-            st = md.row_group(rg).column(idx).statistics
-            if st is None or not st.has_min_max or st.null_count is None or st.null_count:
-                return False
-            if st.min < 0:
-                return False
-    except (KeyError, IndexError, TypeError, pa.ArrowException):
-        return False
-    return True
-
-
-def _open_ipc(path: Path, columns: Mapping[str, str] | None, chunk_rows: int,
-              required: tuple[str, ...], optional: tuple[str, ...]) -> TraceSource:
-    try:
-        with pa.memory_map(str(path)) as mm:
-            reader = pa.ipc.open_file(mm)
-            schema, total = reader.schema, sum(reader.get_batch(i).num_rows
-                                               for i in range(reader.num_record_batches))
-        file_format = True
-    except pa.ArrowInvalid:
-        with pa.OSFile(str(path)) as f:
-            schema = pa.ipc.open_stream(f).schema
-        total, file_format = None, False
-    names = _resolve_names(schema.names, columns, required, optional)
-
-    def it() -> Iterator[pa.Table]:
-        with pa.memory_map(str(path)) as mm:
-            if file_format:
-                r = pa.ipc.open_file(mm)
-                parts = (r.get_batch(i) for i in range(r.num_record_batches))
-            else:
-                parts = iter(pa.ipc.open_stream(mm))
-            for rb in parts:  # re-slice so chunks stay near chunk_rows
-                for off in range(0, rb.num_rows, chunk_rows):
-                    yield pa.Table.from_batches([rb.slice(off, chunk_rows)])
-    return TraceSource(names, total, it, str(path), schema=schema)
-
-
-def _open_csv(path: Path, columns: Mapping[str, str] | None, chunk_rows: int,
-              required: tuple[str, ...], optional: tuple[str, ...],
-              extra: tuple[str, ...]) -> TraceSource:
-    import pyarrow.csv as pcsv
-
-    delimiter = "\t" if ".tsv" in [s.lower() for s in path.suffixes] else ","
-    parse = pcsv.ParseOptions(delimiter=delimiter)
-    with pcsv.open_csv(str(path), parse_options=parse) as r:
-        header_schema = r.schema
-        header = header_schema.names
-    names = _resolve_names(header, columns, required, optional)
-    # Strings, so that a bad value anywhere in the file is a rejected row, not a read error.
-    keep = [x for x in extra if x in header and x not in names.values()]
-    convert = pcsv.ConvertOptions(include_columns=[*names.values(), *keep],
-                                  column_types={n: pa.string() for n in names.values()},
-                                  strings_can_be_null=True)
-    block = max(1 << 16, min(chunk_rows * 24, 1 << 26))  # ~bytes per chunk_rows rows
-
-    def it() -> Iterator[pa.RecordBatch]:
-        with pcsv.open_csv(str(path), parse_options=parse, convert_options=convert,
-                           read_options=pcsv.ReadOptions(block_size=block)) as rd:
-            for rb in rd:
-                for off in range(0, rb.num_rows, chunk_rows):
-                    yield rb.slice(off, chunk_rows)
-    return TraceSource(names, None, it, str(path), schema=header_schema)
 
 
 # -- validated rows -----------------------------------------------------------------------
@@ -556,3 +331,12 @@ def reject_frame(parts: list[pa.Table]) -> pl.DataFrame:
     if not parts:
         return pl.from_arrow(REJECT_SCHEMA.empty_table())  # type: ignore[return-value]
     return pl.from_arrow(pa.concat_tables(parts))  # type: ignore[return-value]
+
+
+def __getattr__(name: str) -> Any:
+    # the sources moved to kernel.sources (which imports this module)
+    if name in ("open_trace", "TraceSource"):
+        from . import sources
+
+        return getattr(sources, name)
+    raise AttributeError(f"module 'kernel.trace' has no attribute {name!r}")

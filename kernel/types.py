@@ -196,17 +196,31 @@ class StepEstimate:
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Per-rank bytes held before any request (schemas.md §8.2)."""
+    """Per-rank bytes held before any request (schemas.md §8.2).
+
+    ``total()`` is what sits inside vLLM's ``gpu_memory_utilization`` budget. The NCCL
+    communicator reservation and the engine workspace are allocated before vLLM takes its
+    memory snapshot (seed-methods.md §6), so they are not in ``comm_buffers`` (always 0 here)
+    but in ``pre_snapshot``, which ``total()`` leaves out. ``with_pre_snapshot()`` adds them
+    back: that is the figure the reference's older example prints (DeepSeek-V3 on 8 × H200:
+    ``total()`` 80.0 GiB, ``with_pre_snapshot()`` 83.9 GiB).
+    """
 
     weights: int
     activation_peak: int
     cuda_graph: int
     comm_buffers: int
     eplb_redundant: int
+    pre_snapshot: int = 0  # communicator + workspace, outside the budget (not in total())
 
     def total(self) -> int:
+        """Bytes inside the budget: weights, activations, graphs, comm buffers, EPLB."""
         return (self.weights + self.activation_peak + self.cuda_graph + self.comm_buffers
                 + self.eplb_redundant)
+
+    def with_pre_snapshot(self) -> int:
+        """``total()`` plus the pre-snapshot communicator and workspace: every fixed byte."""
+        return self.total() + self.pre_snapshot
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,8 @@ def register(con: duckdb.DuckDBPyConnection, inputs: Inputs) -> str:
              where.file if where else "<memory>")
     _add(con, "rules", rules.version, rules, lambda: {"rules": nz.rules_table(rules)},
          "<rules pack>")
-    scen_tables = nz.scenario_tables(key, file, inputs.scenario, inputs.deployment, graph, rules)
+    scen_tables = nz.scenario_tables(key, file, inputs.scenario, inputs.deployment, graph, rules,
+                                     assumed_collective_widths=inputs.assumed_collective_widths)
     _add(con, "scenario", key, scen_tables, lambda: scen_tables, file)
     return key
 
@@ -195,6 +196,9 @@ _LAWS: dict[str, tuple[Callable[..., Any], list[str], str]] = {
     "ring_span": (laws.ring_span, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
     "all2all_span": (laws.all2all_span, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
     "us_to_ns": (laws.us_to_duration_ns, ["DOUBLE"], "BIGINT"),
+    "assumed_collective_figure": (laws.assumed_collective_figure,
+                                  ["VARCHAR", "BIGINT", "BIGINT", "DOUBLE", "BIGINT", "DOUBLE"],
+                                  "DOUBLE"),
     "mla_context_chunk": (laws.mla_context_chunk,
                           ["BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT"], "BIGINT"),
 }

@@ -30,11 +30,18 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Repos:
-    """The three roots a scenario's names resolve against. Unset means the embedded default."""
+    """The three roots a scenario's names resolve against. Unset means the embedded default.
+
+    ``assumed_collective_widths`` (default on) lets a collective group of 16 ranks or more
+    that the registry never measured be priced from figures derived from the widest
+    measurement, each marked ``assumed`` in provenance (docs/decisions.md, issue 18); off, such
+    a group is refused as the reference refuses it.
+    """
 
     scenarios: str | os.PathLike[str] | None = None
     catalog: str | os.PathLike[str] | None = None
     registry: str | os.PathLike[str] | None = None
+    assumed_collective_widths: bool = True
 
     def scenarios_root(self) -> Path:
         return Path(self.scenarios) if self.scenarios else data_dir() / "scenarios"
@@ -80,6 +87,8 @@ class Inputs:
     coefficients: tuple[CoefficientSet, ...]
     rules: RulesPack
     sources: dict[str, Loaded] = field(default_factory=dict, compare=False, repr=False)
+    # the assumed extension for unmeasured collective widths (see Repos)
+    assumed_collective_widths: bool = True
 
     @property
     def pool(self) -> Pool:
@@ -289,7 +298,8 @@ def open_inputs(scenario: str | os.PathLike[str], repos: Repos | None = None,
         raise DocumentError(Problem(file, "engine_version", f"no rules pack for engine version "
                                     f"{scen.engine_version!r}; published packs: {sorted(PACKS)}",
                                     line=s_line("engine_version", 0)))
-    return Inputs(scen, dep, pool, graph, chip, fabric, devices, tuple(sets), rules, sources)
+    return Inputs(scen, dep, pool, graph, chip, fabric, devices, tuple(sets), rules, sources,
+                  assumed_collective_widths=repos.assumed_collective_widths)
 
 
 def load_identity(path: str | Path) -> tuple[ModelIdentity, Loaded]:

@@ -43,6 +43,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("workload_shape", _S),
     ]),
     "scenario_coefficient_sets": pa.schema([("scenario", _S), ("position", _I), ("set", _S)]),
+    # how the scenario was opened (Repos options), not a document field
+    "scenario_options": pa.schema([("scenario", _S), ("assumed_collective_widths", _B)]),
     "scenario_storage": pa.schema([("scenario", _S), ("position", _I), ("tier", _S)]),
     "offload_tiers": pa.schema([("scenario", _S), ("position", _I), ("tier", _S),
                                 ("bytes", _I)]),
@@ -107,6 +109,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 # The key columns that identify one document's rows in each table (for dedupe/conflicts).
 DOCUMENT_KEYS: dict[str, str] = {
     "scenarios": "scenario", "scenario_coefficient_sets": "scenario",
+    "scenario_options": "scenario",
     "scenario_storage": "scenario", "offload_tiers": "scenario", "pools": "scenario",
     "models": "model", "graph_layer_kinds": "model", "graph_nodes": "model",
     "graph_stack": "model", "chips": "chip", "fabrics": "fabric",
@@ -120,7 +123,8 @@ def _table(name: str, rows: list[dict[str, Any]]) -> pa.Table:
 
 
 def scenario_tables(key: str, file: str, scen: Scenario, dep: Deployment, graph: Graph,
-                    rules: RulesPack) -> dict[str, pa.Table]:
+                    rules: RulesPack, *, assumed_collective_widths: bool = True
+                    ) -> dict[str, pa.Table]:
     """The scenario-level tables for one scenario (named ``key``)."""
     off = dep.offload
     rows = [{
@@ -183,6 +187,8 @@ def scenario_tables(key: str, file: str, scen: Scenario, dep: Deployment, graph:
         "scenario_storage": _table("scenario_storage", storage),
         "offload_tiers": _table("offload_tiers", tiers),
         "pools": _table("pools", pools),
+        "scenario_options": _table("scenario_options", [
+            {"scenario": key, "assumed_collective_widths": assumed_collective_widths}]),
     }
 
 

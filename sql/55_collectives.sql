@@ -42,6 +42,85 @@ WHERE m.part <> '' AND CAST(m.w AS BIGINT) >= 1
 GROUP BY scenario, pool, m.op, m.chip, m.w
 HAVING count(DISTINCT m.part) = 3;
 
+-- The assumed extension for unmeasured widths (docs/decisions.md, issue 18). Where a key's
+-- group is 16 ranks or wider and the width rule below would refuse it (no measurement at that
+-- width, none wider, and not past the clamp), and the scenario was opened with the extension
+-- on, its floor/peak/transition triple is derived from the two widest measured widths of the
+-- same op and chip by kernel.laws.assumed_collective_figure:
+--   floor(w) = f1 + max(0, (f1 - f0) / (w1 - w0)) * (w - w1)   (ring: a step per rank)
+--   rate(w) = rate(w1) * ((w1 - 1) / w1) / ((w - 1) / w)      (ring bus-bandwidth factor)
+-- The figures describe the group on one NVLink domain; where it spans nodes the kernel's
+-- span (§2.7) prices the inter-node fabric on top, as it does for every crossing group.
+CREATE OR REPLACE VIEW collective_width_extension AS
+WITH k AS (
+    SELECT DISTINCT k.scenario, k.pool, k.coefficient_op, k.chip_key, k.chip, k.width,
+           (SELECT list(w.width ORDER BY w.width) FROM pool_measured_widths w
+            WHERE w.scenario = k.scenario AND w.pool = k.pool
+              AND w.coefficient_op = k.coefficient_op AND w.chip_key = k.chip_key) AS measured
+    FROM pool_collective_keys k
+    LEFT JOIN scenario_options o USING (scenario)
+    WHERE coalesce(o.assumed_collective_widths, true)
+), need AS (
+    SELECT *, measured[-1] AS w1,
+           CASE WHEN len(measured) >= 2 THEN measured[-2] ELSE measured[-1] END AS w0
+    FROM k
+    WHERE coalesce(len(measured), 0) > 0 AND width >= 16 AND width > measured[1]
+      AND NOT list_contains(measured, width) AND width <= 16
+), src AS (
+    SELECT n.*, part,
+           'collective_' || part || '_' || coefficient_op || '_fp16_' || w1 || 'rank_' || chip_key
+               AS name1,
+           'collective_' || part || '_' || coefficient_op || '_fp16_' || w0 || 'rank_' || chip_key
+               AS name0
+    FROM need n, (VALUES ('floor'), ('peak_rate'), ('transition_rate')) AS p(part)
+), v AS (
+    SELECT s.*, c1.value AS v1, c0.value AS v0, c1.units,
+           assumed_collective_figure(s.part, s.width, s.w1, c1.value, s.w0, c0.value) AS value
+    FROM src s
+    JOIN coefficients_in_scope c1
+        ON c1.scenario = s.scenario AND c1.pool = s.pool AND c1.name = s.name1
+    JOIN coefficients_in_scope c0
+        ON c0.scenario = s.scenario AND c0.pool = s.pool AND c0.name = s.name0
+)
+SELECT scenario, pool, coefficient_op, chip_key, chip, width, part,
+       'collective_' || part || '_' || coefficient_op || '_fp16_' || width || 'rank_' || chip_key
+           AS name,
+       'assumed-collective-widths' AS set, value, units, 'assumed' AS method,
+       'hardware: ' || chip AS provenance_scope,
+       CASE WHEN part = 'floor' THEN CAST(us_to_ns(value) AS DOUBLE) ELSE value * 1e6 END
+           AS si_value,
+       CASE WHEN part = 'floor' THEN us_to_ns(value) ELSE NULL END AS ns_value,
+       name1 AS derived_from,
+       CASE WHEN part = 'floor' THEN
+                'no ' || width || '-rank measurement: the ' || w1 || '-rank floor (' || v1
+                || ' us) plus the measured per-rank step latency ' || w0 || ' -> ' || w1
+                || ' ranks (' || v0 || ' -> ' || v1 || ' us) for each of the ' || (width - w1)
+                || ' further ranks, as a ring adds a step per rank (never negative)'
+            ELSE 'no ' || width || '-rank measurement: the ' || w1 || '-rank rate (' || v1
+                || ' bytes/us) times the ring bus-bandwidth factor ((' || w1 || '-1)/' || w1
+                || ') / ((' || width || '-1)/' || width || ')'
+            END || '; where the group spans nodes the kernel''s span adds the inter-node fabric'
+           AS rationale
+FROM v;
+
+-- Every coefficient provenance lists: the registry's in scope, then the assumed extension.
+CREATE OR REPLACE VIEW provenance_coefficients AS
+-- (`reason` carries the extension's rule, so provenance shows why each figure is what it is.)
+SELECT scenario, pool, name, set, method, provenance_scope, provenance_scope_kind,
+       provenance_scope_values, value, units, CAST(NULL AS VARCHAR) AS reason
+FROM coefficients_in_scope
+UNION ALL
+SELECT scenario, pool, name, set, method, provenance_scope, 'hardware', [chip], value, units,
+       rationale
+FROM collective_width_extension;
+
+-- Lifted collective figures: the registry's, then the assumed extension's (disjoint names).
+CREATE OR REPLACE VIEW collective_coefficients AS
+SELECT scenario, pool, name, si_value, ns_value FROM coefficients_lifted
+WHERE name LIKE 'collective_%'
+UNION ALL
+SELECT scenario, pool, name, si_value, ns_value FROM collective_width_extension;
+
 CREATE OR REPLACE VIEW collective_keys AS
 WITH g AS (
     SELECT k.*,
@@ -57,7 +136,13 @@ WITH g AS (
                 ELSE true END AS crosses_nodes,
            (SELECT list(w.width ORDER BY w.width) FROM pool_measured_widths w
             WHERE w.scenario = g.scenario AND w.pool = g.pool
-              AND w.coefficient_op = g.coefficient_op AND w.chip_key = g.chip_key) AS measured
+              AND w.coefficient_op = g.coefficient_op AND w.chip_key = g.chip_key) AS measured,
+           EXISTS (SELECT 1 FROM collective_width_extension a
+                   WHERE a.scenario = g.scenario AND a.pool = g.pool
+                     AND a.coefficient_op = g.coefficient_op AND a.chip_key = g.chip_key
+                     AND a.width = g.width) AS assumed,
+           coalesce((SELECT o.assumed_collective_widths FROM scenario_options o
+                     WHERE o.scenario = g.scenario), true) AS extension_on
     FROM g
 ), s AS (
     SELECT x.*,
@@ -65,6 +150,7 @@ WITH g AS (
                 WHEN width <= measured[1] THEN measured[1]
                 WHEN list_contains(measured, width) THEN width
                 WHEN width > 16 THEN measured[-1]
+                WHEN assumed THEN width
                 ELSE NULL END AS ranks,
            CASE WHEN NOT crosses_nodes THEN CAST(1 AS DOUBLE)
                 WHEN op = 'all2all' AND ("group" <> 'expert' OR routed_all2all)
@@ -76,7 +162,7 @@ WITH g AS (
 )
 SELECT t.scenario, t.pool, t.key_order, t.op, t."group", t.coefficient_op, t.chip, t.width,
        t.stride, least(t.per_node, t.width) AS ranks_per_node, t.per_node, t.crosses_nodes,
-       t.span, t.measured, t.ranks, t.stem,
+       t.span, t.measured, t.ranks, t.assumed, t.stem,
        f.ns_value AS floor_ns, pk.si_value AS peak_bps, tr.si_value AS transition_bps,
        CASE WHEN coalesce(len(t.measured), 0) = 0 THEN
                 'no measured ' || t.coefficient_op || ' widths at all for the ' || t."group"
@@ -87,6 +173,9 @@ SELECT t.scenario, t.pool, t.key_order, t.op, t."group", t.coefficient_op, t.chi
                 'no ' || t.width || '-rank ' || t.coefficient_op || ' measurement for ' || t.chip
                 || ': the registry carries ' || go_int_list(t.measured)
                 || '-rank figures, and a width is never borrowed from a narrower measurement'
+                || CASE WHEN t.width >= 16 AND NOT t.extension_on
+                        THEN ' (the assumed extension for unmeasured widths is turned off)'
+                        ELSE '' END
             WHEN f.ns_value IS NULL THEN 'no measured floor for a ' || t.ranks || '-rank '
                 || t.coefficient_op || ' on ' || t.chip || ' (collective_floor_' || t.stem || ')'
             WHEN pk.si_value IS NULL THEN 'no measured rate for a ' || t.ranks || '-rank '
@@ -96,10 +185,10 @@ SELECT t.scenario, t.pool, t.key_order, t.op, t."group", t.coefficient_op, t.chi
                 || ' (collective_transition_rate_' || t.stem || ')'
             ELSE NULL END AS refusal
 FROM stem t
-LEFT JOIN coefficients_lifted f
+LEFT JOIN collective_coefficients f
     ON f.scenario = t.scenario AND f.pool = t.pool AND f.name = 'collective_floor_' || t.stem
-LEFT JOIN coefficients_lifted pk
+LEFT JOIN collective_coefficients pk
     ON pk.scenario = t.scenario AND pk.pool = t.pool AND pk.name = 'collective_peak_rate_' || t.stem
-LEFT JOIN coefficients_lifted tr
+LEFT JOIN collective_coefficients tr
     ON tr.scenario = t.scenario AND tr.pool = t.pool
    AND tr.name = 'collective_transition_rate_' || t.stem;

@@ -17,8 +17,8 @@ FROM (
            provenance_scope AS scope, 'coefficient' AS kind, CAST(value AS DOUBLE) AS value,
            units, CAST(value AS VARCHAR) AS value_text,
            provenance_scope_kind AS scope_kind, provenance_scope_values AS scope_values,
-           CAST(NULL AS VARCHAR) AS reason
-    FROM coefficients_in_scope
+           reason
+    FROM provenance_coefficients
     UNION ALL
     SELECT scenario, pool, 1, seq, name, 'blis-latency-kernel', 'assumed',
            value || ': ' || reason, 'assumption', TRY_CAST(value AS DOUBLE), CAST(NULL AS VARCHAR),

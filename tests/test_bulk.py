@@ -309,7 +309,7 @@ def test_streaming_with_tiny_chunks_equals_in_memory(tmp_path: Path, fmt: str) -
     whole = bulk.price(r, df)
     dst = tmp_path / "o.parquet"
     counts = bulk.price_file(r, src, dst, chunk_rows=7, progress=False)  # batches span chunks
-    assert counts.mode == "contiguous" and counts.batches_priced == whole.height
+    assert counts.mode in ("grouped", "sorted") and counts.batches_priced == whole.height
     assert pl.read_parquet(dst).equals(whole)
 
 
@@ -326,7 +326,7 @@ def test_a_batch_longer_than_many_chunks(tmp_path: Path) -> None:
     assert_bulk_equals_scalar(r, df)
 
 
-def test_non_contiguous_ids_fall_back_to_partitions(tmp_path: Path) -> None:
+def test_non_contiguous_ids_are_sorted_through_duckdb(tmp_path: Path) -> None:
     r = pool(**VARIANTS["window-pcp2"])
     df = random_trace(300, seed=8)
     # scatter the rows of every batch across the file, each batch keeping its request order
@@ -339,12 +339,12 @@ def test_non_contiguous_ids_fall_back_to_partitions(tmp_path: Path) -> None:
     trace.write_parquet(src)
     dst, rej = tmp_path / "o.parquet", tmp_path / "rej.parquet"
     counts = bulk.price_file(r, src, dst, rejects=rej, chunk_rows=50, progress=False)
-    assert counts.mode == "partitioned"
+    assert counts.mode == "sorted"
     got = pl.read_parquet(dst)
     assert got.sort("batch_id").equals(whole.sort("batch_id"))
     assert_bulk_equals_scalar(r, trace)
     assert pl.read_parquet(rej).height == 0
-    assert not list(tmp_path.glob(".blis-price-*"))  # temporary buckets are gone
+    assert not list(tmp_path.glob(".blis-sort-*"))  # the sort's spill directory is gone
 
 
 def test_streaming_rejects_and_identity(tmp_path: Path) -> None:

@@ -90,3 +90,196 @@ def test_metadata_bottleneck_type_and_row_groups(tmp_path: Path) -> None:
     back = pl.read_parquet(dst)
     assert back.schema["bottleneck"] == pl.Enum(list(bulk.RESOURCE_NAMES))
     assert bulk.price(pool(), df).schema["bottleneck"] == back.schema["bottleneck"]
+
+
+# -- any row order ---------------------------------------------------------------------------
+
+def _orders(df: pl.DataFrame, seed: int) -> dict[str, pl.DataFrame]:
+    """The same rows in other orders, each batch keeping its requests in order."""
+    rng = np.random.default_rng(seed)
+    ix = df.with_row_index("i")
+    key = pl.Series("k", rng.random(df.height))
+    shuffled = (ix.with_columns(key).with_columns(pl.col("k").sort().over("batch_id"))
+                .sort("k").drop("k", "i"))
+    # request-major: the j-th request of every batch, then the (j+1)-th, ...
+    major = (ix.with_columns(pl.int_range(pl.len()).over("batch_id").alias("j"))
+             .sort("j", "i").drop("j", "i"))
+    late = ix.with_columns(pl.when(pl.col("batch_id") == df["batch_id"][0])
+                           .then(pl.lit(10**9)).otherwise(pl.col("i")).alias("k"))
+    return {"reversed": ix.sort("batch_id", "i", descending=[True, False]).drop("i"),
+            "request-major": major, "shuffled": shuffled,
+            "late": late.sort("k").drop("k", "i")}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_any_row_order_prices_bit_for_bit_like_the_sorted_trace(tmp_path: Path,
+                                                                seed: int) -> None:
+    r = pool(**VARIANTS["window-pcp2"])
+    df = random_trace(400, seed)
+    want = bulk.price(r, df)  # sorted input
+    for name, other in _orders(df, seed).items():
+        assert not other.equals(df)
+        src = tmp_path / f"{name}.parquet"
+        other.write_parquet(src, row_group_size=97)
+        dst = tmp_path / f"{name}.out.parquet"
+        counts = bulk.price_file(r, src, dst, chunk_rows=50, progress=False)
+        got = pl.read_parquet(dst)
+        if name == "reversed":  # row groups whose id ranges do not overlap: trace order
+            assert counts.mode == "grouped"
+            assert got["batch_id"].to_list() == sorted(want["batch_id"].to_list(),
+                                                       reverse=True)
+        else:  # sorted through DuckDB: batch_id order, recorded in the file
+            assert counts.mode == "sorted"
+            assert got["batch_id"].is_sorted()
+            cols = pq.ParquetFile(dst).metadata.row_group(0).sorting_columns
+            assert cols and cols[0].column_index == 0
+        assert got.sort("batch_id").equals(want), name
+        mem = bulk.price(r, other)  # in memory: grouped whole, first-row order
+        assert mem.sort("batch_id").equals(want), name
+    assert not list(tmp_path.glob(".blis-sort-*"))
+
+
+def test_internal_disorder_inside_row_groups_stays_grouped(tmp_path: Path) -> None:
+    r = pool(**VARIANTS["dcp4-ctxgather"])
+    df = random_trace(300, 7)
+    # rows shuffled only inside each 100-row block (batches keep their request order)
+    blocks = df.with_columns((pl.col("batch_id").rank("dense") // 20).alias("blk"))
+    key = np.random.default_rng(0).random(df.height)
+    mixed = (blocks.with_columns(pl.Series("k", key))
+             .with_columns(pl.col("k").sort().over("batch_id"))
+             .sort("blk", "k").drop("k", "blk"))
+    src = tmp_path / "t.parquet"
+    sizes = mixed.group_by((pl.col("batch_id").rank("dense") // 20).alias("b"),
+                           maintain_order=True).len()["len"].to_list()
+    with pq.ParquetWriter(src, mixed.to_arrow().schema) as w:
+        off = 0
+        for n in sizes:  # one row group per block
+            w.write_table(mixed.slice(off, n).to_arrow())
+            off += n
+    dst = tmp_path / "o.parquet"
+    counts = bulk.price_file(r, src, dst, chunk_rows=64, progress=False)
+    assert counts.mode == "grouped"
+    got = pl.read_parquet(dst)
+    assert got["batch_id"].is_sorted() and got.equals(bulk.price(r, df))
+
+
+# -- any Arrow source ------------------------------------------------------------------------
+
+def _reference(tmp_path: Path) -> tuple[pl.DataFrame, pl.DataFrame, Path]:
+    df = _tagged(300, 5).with_columns((pl.col("batch_id") % 3).alias("part"))
+    src = tmp_path / "t.parquet"
+    df.write_parquet(src, row_group_size=200)
+    want = bulk.price(pool(), src, keep=["replica"])
+    return df, want, src
+
+
+def test_duckdb_relation_dataset_glob_and_lazyframe_price_like_the_file(tmp_path: Path) -> None:
+    import duckdb
+    import pyarrow.dataset as ds
+
+    df, want, src = _reference(tmp_path)
+    hive = tmp_path / "hive"
+    pq.write_to_dataset(df.to_arrow(), hive, partition_cols=["part"])
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for i, off in enumerate(range(0, df.height, 1000)):
+        df.slice(off, 1000).write_parquet(parts / f"p{i:02d}.parquet")
+    con = duckdb.connect()
+    sources = {
+        "duckdb": con.sql(f"SELECT * FROM read_parquet('{src}')"),
+        "dataset": ds.dataset(hive, format="parquet", partitioning="hive"),
+        "hive dir": hive,
+        "glob": str(parts / "p*.parquet"),
+        "lazyframe": pl.scan_parquet(src),
+        "scanner": ds.dataset(src).scanner(),
+    }
+    for name, s in sources.items():
+        got = bulk.price(pool(), s, keep=["replica"])
+        assert got.sort("batch_id").equals(want.sort("batch_id")), name
+        dst = tmp_path / "o.parquet"
+        counts = bulk.price_file(pool(), s if name != "duckdb" else con.sql(
+            f"SELECT * FROM read_parquet('{src}')"), dst, progress=False, keep=["replica"])
+        assert counts.rows_in == df.height, name
+        assert pl.read_parquet(dst).sort("batch_id").equals(want.sort("batch_id")), name
+
+
+def test_a_lazyframe_is_streamed_not_collected(monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    df, want, src = _reference(tmp_path)
+
+    def no_collect(*a: object, **k: object) -> None:
+        raise AssertionError("the LazyFrame was collected whole")
+    monkeypatch.setattr(pl.LazyFrame, "collect", no_collect)
+    got = bulk.price_result(pool(), pl.scan_parquet(src), keep=["replica"], chunk_rows=64)
+    assert got.priced.sort("batch_id").equals(want.sort("batch_id"))
+
+
+LAZY_RSS = """
+import resource, sys
+import numpy as np, polars as pl
+from kernel import bulk
+from tests.bulk_pools import pool
+n = 8_000_000
+df = pl.DataFrame({"batch_id": np.arange(n) // 64, "scheduled": np.ones(n, np.int64),
+                   "computed": np.arange(n) % 3000, "prompt_len": np.ones(n, np.int64)})
+df.write_parquet(sys.argv[1], row_group_size=1 << 16)  # polars decodes groups ahead
+size = df.estimated_size()
+del df
+r = pool()
+bulk.price_result(r, pl.LazyFrame({"batch_id": [0], "scheduled": [1], "computed": [0],
+                            "prompt_len": [1]}), tmp_dir=sys.argv[2])  # warm up (DuckDB)
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+res = bulk.price_result(r, pl.scan_parquet(sys.argv[1]), chunk_rows=1 << 16,
+                        sort_memory="64MB", tmp_dir=sys.argv[2])
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(res.counts.rows_in, size, peak - base)
+"""
+
+
+def test_a_lazyframe_prices_in_bounded_memory(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", LAZY_RSS, str(tmp_path / "t.parquet"),
+                          str(tmp_path)], capture_output=True, text=True, cwd=root, check=True)
+    rows, size, grew = (int(x) for x in out.stdout.splitlines()[-1].split())
+    assert rows == 8_000_000
+    # collecting the frame alone would take `size` bytes (256 MB); streaming takes far less
+    assert grew < size / 2, (grew, size)
+
+
+# -- rejects in memory -------------------------------------------------------------------------
+
+def test_on_reject_modes_and_counts() -> None:
+    from kernel.trace import RejectedRowError
+
+    from .test_bulk import _bad_trace
+
+    with pytest.warns(bulk.RejectedRowsWarning, match="11 of 14 trace rows rejected"):
+        res = bulk.price_result(pool(), _bad_trace())
+    assert res.rejects.height == 11
+    assert res.counts.rows_in == res.counts.rows_priced + res.counts.rows_rejected
+    with pytest.raises(RejectedRowError, match="row 2 .*negative"):
+        bulk.price(pool(), _bad_trace(), on_reject="raise")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet = bulk.price(pool(), _bad_trace(), on_reject="ignore")
+    assert quiet.equals(res.priced)
+    with pytest.raises(ValueError, match="on_reject must be one of"):
+        bulk.price(pool(), _bad_trace(), on_reject="drop")
+
+
+def test_rows_in_equal_priced_plus_rejected_in_every_mode(tmp_path: Path) -> None:
+    from .test_bulk import _bad_trace
+
+    t = pl.from_arrow(_bad_trace())
+    assert isinstance(t, pl.DataFrame)
+    shuffled = t.sample(fraction=1.0, shuffle=True, seed=3)
+    for name, src in {"grouped": t, "sorted": shuffled, "stream": shuffled.lazy()}.items():
+        dst, rej = tmp_path / f"{name}.parquet", tmp_path / f"{name}.rej.parquet"
+        c = bulk.price_file(pool(), src, dst, rejects=rej, chunk_rows=3, progress=False)
+        assert (c.rows_in, c.rows_priced, c.rows_rejected) == (14, 3, 11), name
+        assert pl.read_parquet(rej).height == 11 and pl.read_parquet(dst).height == 2

@@ -9,7 +9,8 @@ import pytest
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (["step", "minimax-m25-h200-ep16", "--batch", "4x1@100"], "no 16-rank all_reduce"),
+    (["step", "minimax-m25-h200-ep16", "--batch", "4x1@100", "--no-assumed-widths"],
+     "no 16-rank all_reduce"),
     (["memory", "no-such-scenario"], "no scenario named 'no-such-scenario'"),
 ])
 def test_errors_are_messages_not_tracebacks(args: list[str], says: str) -> None:

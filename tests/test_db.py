@@ -131,5 +131,5 @@ def test_cli_sql_and_exports(tmp_path):
     assert table.exit_code == 0 and "blis-latency-kernel" in table.output
     bad = runner.invoke(cli, ["sql", "SELECT nope FROM nowhere", "--scenario", DS3])
     assert bad.exit_code != 0
-    refused = runner.invoke(cli, ["resolved", "minimax-m25-h200-ep16"])
+    refused = runner.invoke(cli, ["resolved", "minimax-m25-h200-ep16", "--no-assumed-widths"])
     assert refused.exit_code == 1 and "no 16-rank all_reduce measurement" in refused.output

@@ -155,13 +155,17 @@ def test_collective_width_snapping():
     ds3 = inputs(DS3)
     con = batch({
         "tp32": on(ds3, 8, 4, tp=32),         # case 84: clamp to the widest measured
-        "tp16": on(ds3, 8, 2, tp=16),         # case 85: inside the sweep, unmeasured
+        "tp16": on(ds3, 8, 2, tp=16),         # case 85: inside the sweep, unmeasured ...
+        "tp16-off": replace(on(ds3, 8, 2, tp=16), assumed_collective_widths=False),
         "tp4": on(ds3, 8, tp=4),              # case 86
         "tp1": on(ds3, 8, tp=1),              # narrower than measured → the narrowest
         "a2a": on(inputs(MM25), 8, tp=2, dp=4, enable_expert_parallel=True),  # case 87
     })
     assert _ranks(con, "tp32")["ranks"] == 8
+    # ... priced at 16 ranks from assumed figures, or refused with the extension turned off
     row = _ranks(con, "tp16")
+    assert row["ranks"] == 16 and row["refusal"] is None
+    row = _ranks(con, "tp16-off")
     assert row["ranks"] is None and "no 16-rank all_reduce measurement for h200" in row["refusal"]
     assert _ranks(con, "tp4")["ranks"] == 4
     assert _ranks(con, "tp1")["ranks"] == 2

@@ -28,8 +28,10 @@ def test_fixed_bytes_dense_by_hand() -> None:
     fb = memory.fixed_bytes(tiny_dense())
     assert fb == MemoryBreakdown(weights=4 * 5_242_880 + 65_536_000 + 65_536_000,
                                  activation_peak=10 * 8192 * 1024 * 2,
-                                 cuda_graph=100_000_000, comm_buffers=0, eplb_redundant=0)
+                                 cuda_graph=100_000_000, comm_buffers=0, eplb_redundant=0,
+                                 pre_snapshot=536_870_912)
     assert memory.pre_snapshot_bytes(tiny_dense()) == 536_870_912  # tp 1: workspace only
+    assert fb.with_pre_snapshot() == fb.total() + 536_870_912
 
 
 def test_fixed_bytes_moe_by_hand() -> None:

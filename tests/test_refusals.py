@@ -296,8 +296,10 @@ def test_missing_memory_set():  # case 114
 
 
 def test_collective_width_inside_sweep():  # cases 85, 144 (h200 sweep is [2 4 8])
-    refuses(inputs(MM25_EP16), "collective_width", "no 16-rank all_reduce measurement for h200",
-            "[2 4 8]")
+    off = replace(inputs(MM25_EP16), assumed_collective_widths=False)
+    refuses(off, "collective_width", "no 16-rank all_reduce measurement for h200", "[2 4 8]",
+            "turned off")
+    starts(inputs(MM25_EP16))  # the assumed extension (on by default) prices it
 
 
 def test_no_collective_widths_at_all():

@@ -360,7 +360,7 @@ def test_compare_prices_one_trace_on_each_deployment(tmp_path: Path, k: Any,
 def test_cli_reports_a_refused_scenario_in_one_line(tmp_path: Path) -> None:
     from kernel.cli import cli
 
-    r = CliRunner().invoke(cli, ["anatomy", "minimax-m25-h200-ep16", "-o",
-                                 str(tmp_path / "a.png")])
+    r = CliRunner().invoke(cli, ["anatomy", "minimax-m25-h200-ep16", "--no-assumed-widths",
+                                 "-o", str(tmp_path / "a.png")])
     assert r.exit_code == 1 and "Error: minimax-m25-h200-ep16:" in r.output
     assert "Traceback" not in r.output and not (tmp_path / "a.png").exists()

@@ -28,7 +28,7 @@ from kernel.kernel import Kernel
 from kernel.resolved import ResolvedPool
 from kernel.types import Batch, Placement, Resource
 from pipeline.load import open_inputs
-from tests.embedded import BUILDABLE, REFUSED
+from tests.embedded import ASSUMED_WIDTHS, BUILDABLE
 
 GIB = 2**30
 DS3 = "deepseek-v3-h200-fp8-sglang-tp8"
@@ -98,6 +98,10 @@ def test_case_96_fixed_bytes_gib() -> None:
     assert pre / GIB == pytest.approx(3.9, abs=0.05)
     assert fb.eplb_redundant / GIB == pytest.approx(0.0, abs=0.05)
     assert (fb.total() + pre) / GIB == pytest.approx(83.9, abs=0.05)
+    # where the communicator went is visible on the breakdown itself
+    assert fb.pre_snapshot == pre
+    assert fb.with_pre_snapshot() / GIB == pytest.approx(83.9, abs=0.05)
+    assert fb.total() / GIB == pytest.approx(80.0, abs=0.05)
 
 
 def test_case_97_99_sequence_variable_bytes() -> None:
@@ -201,13 +205,14 @@ def test_case_108_host_by_graph_mode() -> None:
 
 
 def test_case_115_context_growth_is_kv_over_attention_rate() -> None:
-    """Nemotron-3-Ultra: HBM(decode ctx 8192) − HBM(ctx 4096) = (SVB(8192) − SVB(4096)) /
-    attention rate (2e-9 s): the per-layer share is κ/kv_layers, not κ/total_layers."""
+    """Nemotron-3-Ultra: HBM(decode ctx 8192) − HBM(ctx 4096) = 4096·κ / attention rate
+    (2e-9 s): the per-layer share is κ/kv_layers, not κ/total_layers. (κ is the KV read per
+    token; SVB is the allocation, in whole pool blocks once the hybrid states its caches.)"""
     k = open_k(NEMOTRON)
     r = rpool(k)
     a = totals(r, decode_batch(1, 1, 4096))
     b = totals(r, decode_batch(1, 1, 8192))
-    growth = k.sequence_variable_bytes(8192) - k.sequence_variable_bytes(4096)
+    growth = (8192 - 4096) * r.kv_bytes_per_token
     kinds = {layer.attn_kind for layer in r.plan.layers if layer.attn_q_heads > 0}
     rates = {r.coefficients.attention_by_kind.get(kd, (0, r.coefficients.attention_rate_bps))[1]
              for kd in kinds}
@@ -222,7 +227,7 @@ def test_case_116_without_decode_rate_growth_at_hbm_bandwidth() -> None:
         r0.coefficients, attention_rate_bps=0.0, attention_by_kind={}))
     a = totals(r, decode_batch(1, 1, 4096))
     b = totals(r, decode_batch(1, 1, 8192))
-    growth = k.sequence_variable_bytes(8192) - k.sequence_variable_bytes(4096)
+    growth = (8192 - 4096) * r.kv_bytes_per_token  # KV read, not the block allocation
     assert b.hbm_s - a.hbm_s == pytest.approx(growth / r.coefficients.hbm_bps, abs=2e-9)
 
 
@@ -363,13 +368,31 @@ def _pools(name: str) -> list[Kernel]:
     return [kernel.open(name) if i == 0 else kernel.open_pool(name, None, i) for i in range(n)]
 
 
-@pytest.mark.parametrize(("name", "why"), sorted(REFUSED.items()))
-def test_exactly_these_embedded_scenarios_are_refused(name: str, why: str) -> None:
-    from pipeline.errors import RefusalError
+@pytest.mark.parametrize(("name", "why"), sorted(ASSUMED_WIDTHS.items()))
+def test_16_wide_scenarios_refused_with_the_assumed_extension_off(name: str, why: str) -> None:
+    """Case 85 for the embedded 16-wide deployments: no 16-rank measurement, extension off."""
+    with pytest.raises(kernel.RefusalError) as err:
+        kernel.open(name, kernel.Repos(assumed_collective_widths=False))
+    assert why in str(err.value) and "[2 4 8]" in str(err.value)
+    assert "assumed extension for unmeasured widths is turned off" in str(err.value)
 
-    with pytest.raises(RefusalError) as err:
-        kernel.open(name)
-    assert why in str(err.value)
+
+@pytest.mark.parametrize("name", sorted(ASSUMED_WIDTHS))
+def test_16_wide_scenarios_price_on_assumed_entries(name: str) -> None:
+    """With the extension on, the 16-wide keys are priced at 16 ranks from assumed entries
+    that provenance and evidence list; nothing else in provenance changes."""
+    k = kernel.open(name)
+    wide = {key: c for key, c in rpool(k).collectives.items() if c.width == 16}
+    assert wide and all(c.ranks == 16 for c in wide.values())
+    extension = [o for o in k.provenance() if o.set == "assumed-collective-widths"]
+    assert len(extension) == 3 * len({(c.op, c.group) for c in wide.values()})
+    assert all(o.method == "assumed" and "16rank_h200" in o.name and o.scope == "hardware: h200"
+               for o in extension)
+    _, total, assumed = k.evidence()
+    assert {o.name for o in extension} <= set(assumed)
+    assert total == len(k.provenance())
+    est = k.step_time(decode_batch(32, 1, 4096))
+    assert 0 < est.overlap <= est.no_overlap < 10**9
 
 
 BATCHES = [Batch([]), decode_batch(1, 1, 4096), decode_batch(32, 1, 4096),
@@ -424,8 +447,9 @@ def test_seed_12_identities_every_scenario(name: str) -> None:
         else:
             assert per_req > 0
             assert cap.max_concurrency == cap.num_blocks * cap.page_bytes / per_req
-        # one page covers B tokens per rank, B·dcp tokens of the request when KV shards
-        B = r.block_size * (r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers
+        # one page covers B tokens per rank, B·dcp tokens of the request when KV shards (B is
+        # the hybrid allocator's raised block when the pool states its caches)
+        B = (r.caches.block if r.caches else r.block_size) * (r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers
                             else 1)
         if r.recurrent_cache_mode != "all":
             assert k.sequence_variable_bytes(1) == k.sequence_variable_bytes(B)

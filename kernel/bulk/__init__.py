@@ -24,7 +24,7 @@ output's key-value metadata.
 
 from __future__ import annotations
 
-from .api import price, price_result
+from .api import ON_REJECT, RejectedRowsWarning, price, price_result
 from .columns import (
     BOTTLENECK_TYPE,
     PRICED_SCHEMA,
@@ -42,6 +42,7 @@ from .walk import RESOURCE_NAMES, finish_columns, summarise_columns
 
 __all__ = [
     "BOTTLENECK_TYPE",
+    "ON_REJECT",
     "PRICED_SCHEMA",
     "RESOURCE_NAMES",
     "ROW_GROUP_ROWS",
@@ -49,6 +50,7 @@ __all__ = [
     "ColumnProducer",
     "PriceCounts",
     "PricedResult",
+    "RejectedRowsWarning",
     "finish_columns",
     "price",
     "price_file",

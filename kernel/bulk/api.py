@@ -1,9 +1,23 @@
-"""In-memory pricing: :func:`price` and :func:`price_result`."""
+"""In-memory pricing: :func:`price` and :func:`price_result`.
+
+The trace streams through the same pipeline as :func:`kernel.bulk.price_file` (workers,
+bounded memory, any source), only the priced rows are kept in memory. An in-memory table
+whose batches are not contiguous is grouped whole instead (batches in order of their first
+row); streams that are not known to be grouped are sorted through DuckDB (batch_id order).
+
+Rejected rows are never dropped silently: ``on_reject="warn"`` (the default) warns with
+their count, ``"raise"`` raises :class:`kernel.trace.RejectedRowError` at the first one,
+``"ignore"`` keeps quiet; :func:`price_result` returns them either way.
+"""
 
 from __future__ import annotations
 
+import tempfile
 import time
+import warnings
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -13,28 +27,42 @@ from ..trace import REJECT_SCHEMA, Rows
 from .batch_table import BatchTable
 from .columns import ColumnProducer
 from .engine import Engine, PricedResult, open_priced_trace, resolved
+from .stream import SORT_MEMORY, _workers, priced_stream
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
     from ..resolved import ResolvedPool
 
-__all__ = ["price", "price_result"]
+__all__ = ["ON_REJECT", "RejectedRowsWarning", "price", "price_result"]
+
+ON_REJECT = ("warn", "raise", "ignore")
+
+
+class RejectedRowsWarning(UserWarning):
+    """Some trace rows were set aside (``price_result(...).rejects`` has them)."""
 
 
 def price_result(k: Kernel | ResolvedPool, trace: Any, *, decode_threshold: int = 1,
                  sm_budget: int = 0, columns: Mapping[str, str] | None = None,
                  batches: Any = None, strict: bool = False,
                  keep: Iterable[str] | None = None,
-                 producers: Iterable[ColumnProducer] | None = None) -> PricedResult:
-    """Price an in-memory trace (or a file, read whole): priced rows, rejects and counts.
+                 producers: Iterable[ColumnProducer] | None = None,
+                 on_reject: str = "warn", workers: int | None = None,
+                 chunk_rows: int = 1 << 20, tmp_dir: str | Path | None = None,
+                 sort_memory: str = SORT_MEMORY) -> PricedResult:
+    """Price a trace (any source :func:`kernel.sources.open_trace` takes): priced rows,
+    rejects and counts, in memory.
 
-    Batches come out in order of their first row. ``batches`` is an optional per-batch table
-    (``batch_id`` + ``decode_threshold`` and/or ``sm_budget``). ``keep`` passes trace columns
-    through (each batch takes its first row's value); ``producers`` add computed columns
-    (:mod:`kernel.bulk.columns`).
+    ``batches`` is an optional per-batch table (``batch_id`` + ``decode_threshold`` and/or
+    ``sm_budget``). ``keep`` passes trace columns through (each batch takes its first row's
+    value); ``producers`` add computed columns (:mod:`kernel.bulk.columns`). ``strict`` is
+    ``on_reject="raise"``. Order: module docstring.
     """
+    if on_reject not in ON_REJECT:
+        raise ValueError(f"on_reject must be one of {ON_REJECT}, not {on_reject!r}")
+    strict = strict or on_reject == "raise"
     t0 = time.perf_counter()
-    src, spec = open_priced_trace(trace, columns=columns, chunk_rows=1 << 62,
+    src, spec = open_priced_trace(trace, columns=columns, chunk_rows=chunk_rows,
                                   producers=producers, keep=keep)
     priced: list[pa.Table] = []
     rejects: list[pa.Table] = []
@@ -45,8 +73,20 @@ def price_result(k: Kernel | ResolvedPool, trace: Any, *, decode_threshold: int 
                  sm_budget=sm_budget, strict=strict, batch_table=bt,
                  on_priced=priced.append, on_rejects=rejects.append, spec=spec)
     eng.emit_rejects(bt_rej)
-    parts = [eng.coerce(raw, 0) for raw in src.chunks()]
-    eng.price(Rows.concat(parts) if parts else Rows.empty())
+    if src.layout != "batches" and src.in_memory:
+        # an in-memory table in no known order: grouped whole, first-seen order
+        parts = [eng.coerce(raw, 0) for raw in src.chunks()]
+        eng.price(Rows.concat(parts) if parts else Rows.empty())
+        eng.counts.mode = "in-memory"
+    else:
+        n = _workers(workers)
+        with ThreadPoolExecutor(n, thread_name_prefix="blis-price") as pool:
+            st = priced_stream(eng, src, pool, workers=n, chunk_rows=chunk_rows,
+                               tmp_parent=Path(tmp_dir or tempfile.gettempdir()),
+                               sort_memory=sort_memory)
+            for p in st.results:
+                eng.take_priced(p)
+        eng.counts.mode = st.mode
     eng.finish()
     counts = eng.counts
     counts.seconds = time.perf_counter() - t0
@@ -58,19 +98,26 @@ def price_result(k: Kernel | ResolvedPool, trace: Any, *, decode_threshold: int 
     rframe = rframe.sort("source", "row", descending=[True, False])
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
+    if on_reject == "warn" and (counts.rows_rejected or counts.batch_table_rows_rejected):
+        warnings.warn(f"{counts.rows_rejected:,} of {counts.rows_in:,} trace rows rejected"
+                      + (f" and {counts.batch_table_rows_rejected:,} per-batch table rows"
+                         if counts.batch_table_rows_rejected else "")
+                      + "; price_result(...).rejects has them with their reasons "
+                      "(on_reject='ignore' silences this)", RejectedRowsWarning, stacklevel=3)
     return PricedResult(frame, rframe, counts)
 
 
 def price(k: Kernel | ResolvedPool, trace: Any, *, decode_threshold: int = 1,
           sm_budget: int = 0, columns: Mapping[str, str] | None = None, batches: Any = None,
           strict: bool = False, keep: Iterable[str] | None = None,
-          producers: Iterable[ColumnProducer] | None = None) -> pl.DataFrame:
+          producers: Iterable[ColumnProducer] | None = None, on_reject: str = "warn",
+          workers: int | None = None) -> pl.DataFrame:
     """One row per batch: batch_id, overlap_ns, no_overlap_ns, bottleneck, <resource>_ns,
     tokens, requests, prefill_requests, decode_requests — equal to ``k.step_time`` per batch
     — then any producers' and kept columns.
 
-    Bad rows are set aside (see :func:`price_result` to get them); ``strict`` raises instead.
+    Bad rows are set aside with a warning (``on_reject``; :func:`price_result` returns them).
     """
     return price_result(k, trace, decode_threshold=decode_threshold, sm_budget=sm_budget,
                         columns=columns, batches=batches, strict=strict, keep=keep,
-                        producers=producers).priced
+                        producers=producers, on_reject=on_reject, workers=workers).priced

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..sources import open_trace
 from ..trace import (
     BATCH_COLUMNS,
     BATCH_REJECTED,
@@ -22,7 +23,6 @@ from ..trace import (
     RejectedRowError,
     Rows,
     coerce,
-    open_trace,
 )
 
 __all__ = ["BatchTable"]

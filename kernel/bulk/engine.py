@@ -16,7 +16,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from ..trace import BATCH_COLUMNS, Rows, TraceError, coerce, open_trace
+from ..sources import TraceSource, open_trace
+from ..trace import BATCH_COLUMNS, Rows, TraceError, coerce
 from .batch_table import BatchTable
 from .columns import OutputSpec, price_grouped
 from .groups import batch_checks, group, groups_from_starts
@@ -37,7 +38,7 @@ class PriceCounts:
     rows_rejected: int = 0
     batches_priced: int = 0
     batch_table_rows_rejected: int = 0  # rows of the per-batch table set aside
-    mode: str = "in-memory"  # in-memory | contiguous | partitioned
+    mode: str = "in-memory"  # in-memory | grouped | sorted (docs/traces.md)
     seconds: float = 0.0
 
     def check(self) -> None:
@@ -61,6 +62,21 @@ class PricedResult:
     priced: pl.DataFrame
     rejects: pl.DataFrame
     counts: PriceCounts = field(default_factory=PriceCounts)
+
+
+@dataclass
+class Coerced:
+    rows: Rows
+    rejects: list[pa.Table]
+    n_raw: int
+
+
+@dataclass
+class Priced:
+    table: pa.Table | None
+    rejects: list[pa.Table]
+    rows: int
+    batches: int
 
 
 class Engine:
@@ -92,33 +108,52 @@ class Engine:
                     self.counts.rows_rejected += t.num_rows
                 self.on_rejects(t)
 
-    def coerce(self, raw: pa.Table, offset: int) -> Rows:
+    # Tasks run on worker threads and touch no shared state but the per-batch table's
+    # "seen" marks (idempotent); the take_* methods run on the calling thread, in order.
+    def coerce_task(self, raw: pa.Table, offset: int) -> Coerced:
         rej: list[pa.Table] = []
-        self.counts.rows_in += raw.num_rows
         rows = coerce(raw, offset, rejects=rej, strict=self.strict)
         if self.bt is not None:
             self.bt.apply(rows, rej, self.strict)
-        self.emit_rejects(rej)
-        return rows
+        return Coerced(rows, rej, raw.num_rows)
 
-    def price(self, rows: Rows, starts: np.ndarray | None = None) -> None:
+    def take_coerced(self, c: Coerced) -> Rows:
+        self.counts.rows_in += c.n_raw
+        self.emit_rejects(c.rejects)
+        return c.rows
+
+    def price_task(self, rows: Rows, starts: np.ndarray | None = None,
+                   sort_output: bool = False) -> Priced:
         """Price rows holding every row of each batch they touch (``starts``: the first row
-        of each batch when the rows are already grouped)."""
+        of each batch when the rows are already grouped); ``sort_output`` orders the priced
+        rows by batch id."""
         if len(rows) == 0:
-            return
+            return Priced(None, [], 0, 0)
         if starts is None:
             rows, g = group(rows)
         else:
             g = groups_from_starts(rows.batch_id, starts)
         rej: list[pa.Table] = []
         rows, g = batch_checks(rows, g, self.inline, rej, self.strict)
-        self.emit_rejects(rej)
         if g.n == 0:
-            return
+            return Priced(None, rej, 0, 0)
         out = price_grouped(self.r, rows, g, **self.defaults, spec=self.spec)
-        self.counts.rows_priced += len(rows)
-        self.counts.batches_priced += g.n
-        self.on_priced(out)
+        if sort_output and g.n > 1 and not bool(np.all(g.ids[1:] > g.ids[:-1])):
+            out = out.take(pa.array(np.argsort(g.ids, kind="stable")))
+        return Priced(out, rej, len(rows), g.n)
+
+    def take_priced(self, p: Priced) -> None:
+        self.emit_rejects(p.rejects)
+        if p.table is not None:
+            self.counts.rows_priced += p.rows
+            self.counts.batches_priced += p.batches
+            self.on_priced(p.table)
+
+    def coerce(self, raw: pa.Table, offset: int) -> Rows:
+        return self.take_coerced(self.coerce_task(raw, offset))
+
+    def price(self, rows: Rows, starts: np.ndarray | None = None) -> None:
+        self.take_priced(self.price_task(rows, starts))
 
     def finish(self) -> None:
         if self.bt is not None:
@@ -141,7 +176,8 @@ def resolved(k: Kernel | ResolvedPool) -> ResolvedPool:
 
 
 def open_priced_trace(trace: Any, *, columns: Mapping[str, str] | None, chunk_rows: int,
-                      producers: Any = None, keep: Any = None) -> tuple[Any, OutputSpec]:
+                      producers: Any = None, keep: Any = None
+                      ) -> tuple[TraceSource, OutputSpec]:
     """Open ``trace`` carrying the columns the output needs; the run's output spec."""
     spec = OutputSpec.make(producers, keep)
     ts = open_trace(trace, columns=columns, chunk_rows=chunk_rows, extra=spec.inputs)

@@ -1,138 +1,286 @@
-"""Streaming: price a trace of any size from files or streams into parquet, bounded memory.
+"""Streaming: price a trace of any size, in any row order, with bounded memory.
 
-See ``docs/traces.md`` "Streaming". Batched reads, a tail batch carried into the next chunk
-while batch ids run in increasing order, and otherwise a fallback that hash-partitions rows by
-batch id into temporary Arrow files and prices them bucket by bucket.
+A run is a pipeline (``docs/traces.md`` "Streaming"):
+
+1. **read**: :mod:`kernel.sources` yields Arrow chunks (pyarrow.dataset's scanner reads ahead
+   on its own threads);
+2. **validate**: each chunk is checked row by row on a worker thread;
+3. **group**: how depends on the source's layout, known before the first row is priced, so
+   nothing is ever read twice:
+
+   * ``grouped`` — the source's chunks split no batch (but one carried id, held back and
+     prepended to the next chunk): each chunk is grouped on its own;
+   * ``sorted`` — anything else: validated rows go through DuckDB's external sort (``ORDER BY
+     batch_id, row``, spilling to a temporary directory beyond ``sort_memory``) and come back
+     grouped, batch ids increasing.
+4. **price**: groups of whole batches are priced on a thread pool (numpy releases the GIL in
+   the heavy loops), results taken in order;
+5. **write**: a ``ParquetWriter`` on the calling thread (Arrow encodes without the GIL), row
+   groups of at least :data:`ROW_GROUP_ROWS` rows, to a temporary name renamed at the end.
+
+Output order: batch_id order in ``sorted`` mode and in ``grouped`` mode when batch ids rise
+from chunk to chunk (then the parquet records ``sorting_columns``); trace order otherwise.
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import sys
 import tempfile
-import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..sources import TraceSource
 from ..trace import REJECT_SCHEMA, Rows
 from .batch_table import BatchTable
 from .columns import ColumnProducer
-from .engine import Engine, PriceCounts, open_priced_trace, resolved
+from .engine import Engine, PriceCounts, Priced, open_priced_trace, resolved
 from .groups import runs
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
     from ..resolved import ResolvedPool
 
-__all__ = ["ROW_GROUP_ROWS", "price_file"]
+__all__ = ["ROW_GROUP_ROWS", "SORT_MEMORY", "price_file", "priced_stream"]
 
 ROW_GROUP_ROWS = 1 << 18  # priced rows per parquet row group (DuckDB scans like >= 128k)
+SORT_MEMORY = "1GB"  # DuckDB's memory limit for the external sort (it spills beyond)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
-class _NotContiguous(Exception):
-    pass
+def _ordered(pool: ThreadPoolExecutor, fn: Callable[[T], R], items: Iterable[T],
+             depth: int) -> Iterator[R]:
+    """``map(fn, items)`` on ``pool``, up to ``depth`` items ahead, results in order."""
+    pending: deque[Future[R]] = deque()
+    try:
+        for x in items:
+            pending.append(pool.submit(fn, x))
+            while len(pending) > depth or (pending and pending[0].done()):
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()
 
+
+def _workers(n: int | None) -> int:
+    return max(1, n if n is not None else min(os.cpu_count() or 1, 8))
+
+
+# -- grouping the rows ---------------------------------------------------------------------
+
+def _offsets(parts: Iterable[Any]) -> Iterator[tuple[Any, int]]:
+    offset = 0
+    for p in parts:
+        t = p[0] if isinstance(p, tuple) else p
+        yield p, offset
+        offset += t.num_rows
+
+
+def _grouped_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor
+                   ) -> Iterator[tuple[Rows, np.ndarray | None, bool]]:
+    """Chunks of whole batches: each unit's carry id is held back for the next."""
+    def task(item: tuple[tuple[pa.Table, Any], int]) -> tuple[Any, Any]:
+        (t, carry), offset = item
+        return eng.coerce_task(t, offset), carry
+
+    held = Rows.empty()
+    for c, carry in _ordered(pool, task, _offsets(ts.units()), 2):
+        rows = eng.take_coerced(c)
+        if len(held):
+            rows, held = Rows.concat([held, rows]), Rows.empty()
+        if carry is not None and len(rows):
+            rows, held = _split_off(rows, rows.batch_id == carry)
+        if len(rows):
+            yield rows, None, ts.sorted_ids
+    if len(held):
+        yield held, None, ts.sorted_ids
+
+
+def _split_off(rows: Rows, mask: np.ndarray) -> tuple[Rows, Rows]:
+    """(rows not in mask, rows in mask), both in input order; the second copied so the
+    chunk's memory can go."""
+    idx = np.flatnonzero(mask)
+    n = len(rows)
+    if idx.size == 0:
+        return rows, Rows.empty()
+    if idx[0] == n - idx.size:  # a suffix (the usual case)
+        lo = int(idx[0])
+        return rows.slice(0, lo), rows.take(np.arange(lo, n))
+    return rows.take(np.flatnonzero(~mask)), rows.take(idx)
+
+
+def _rows_schema(rows: Rows) -> pa.Schema:
+    return rows.to_arrow().schema
+
+
+def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_rows: int,
+                  tmp_parent: Path, sort_memory: str
+                  ) -> Iterator[tuple[Rows, np.ndarray | None, bool]]:
+    """Every validated row through DuckDB's external sort by (batch_id, row)."""
+    import duckdb
+
+    def task(item: tuple[pa.Table, int]) -> Any:
+        return eng.coerce_task(item[0], item[1])
+
+    failure: list[BaseException] = []
+
+    def validated() -> Iterator[Rows]:
+        try:
+            for c in _ordered(pool, task, _offsets(ts.chunks()), 2):
+                rows = eng.take_coerced(c)
+                if len(rows):
+                    yield rows
+        except BaseException as e:  # DuckDB would wrap it: keep the original
+            failure.append(e)
+            raise
+
+    parts = validated()
+    first = next(parts, None)
+    if first is None:
+        return
+    schema = _rows_schema(first)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        yield from first.to_arrow().cast(schema).to_batches()
+        for rows in parts:
+            yield from rows.to_arrow().cast(schema).to_batches()
+
+    tmp_parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".blis-sort-", dir=str(tmp_parent)))
+    con = duckdb.connect(config={"temp_directory": str(tmp), "memory_limit": sort_memory,
+                                 "preserve_insertion_order": False})
+    con.execute("SET enable_progress_bar = false")
+    try:
+        con.register("blis_rows", pa.RecordBatchReader.from_batches(schema, batches()))
+        try:
+            out: Any = con.sql('SELECT * FROM blis_rows ORDER BY batch_id, "row"'
+                               ).to_arrow_reader(chunk_rows)
+        except duckdb.Error:
+            if failure:
+                raise failure[0] from None
+            raise
+        held = Rows.empty()
+        for b in out:
+            rows = Rows.from_arrow(pa.Table.from_batches([b]).cast(schema))
+            if len(held):
+                rows, held = Rows.concat([held, rows]), Rows.empty()
+            ids = rows.batch_id
+            cut = int(np.searchsorted(ids, ids[-1], "left"))  # the last batch may go on
+            rows, held = rows.slice(0, cut), rows.take(np.arange(cut, len(rows)))
+            if len(rows):
+                yield rows, runs(rows.batch_id), False
+        if len(held):
+            yield held, runs(held.batch_id), False
+    finally:
+        con.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass
+class Stream:
+    """A run's priced results, in output order; ``mode`` is grouped or sorted, ``sorted_ids``
+    whether the output is in batch_id order."""
+
+    mode: str
+    sorted_ids: bool
+    results: Iterator[Priced]
+
+
+def priced_stream(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, *, workers: int,
+                  chunk_rows: int, tmp_parent: Path, sort_memory: str = SORT_MEMORY,
+                  order: str = "auto") -> Stream:
+    """The pipeline of the module docstring, up to the priced tables."""
+    if order not in ("auto", "sort"):
+        raise ValueError(f"order must be 'auto' or 'sort', not {order!r}")
+    if ts.layout == "batches" and order == "auto":
+        units = _grouped_units(eng, ts, pool)
+        mode, sorted_ids = "grouped", ts.sorted_ids
+    else:
+        units = _sorted_units(eng, ts, pool, chunk_rows, tmp_parent, sort_memory)
+        mode, sorted_ids = "sorted", True
+
+    def task(u: tuple[Rows, np.ndarray | None, bool]) -> Priced:
+        return eng.price_task(*u)
+    return Stream(mode, sorted_ids, _ordered(pool, task, units, workers))
+
+
+# -- writing -------------------------------------------------------------------------------
 
 class _Sink:
-    """A parquet (or CSV) file written incrementally to a temporary name, then renamed.
+    """A parquet (or CSV) file written to a temporary name, then renamed.
 
-    Writes happen on a background thread (Arrow releases the GIL while encoding), with at
-    most ``depth`` tables queued, so encoding overlaps pricing on a second core. Tables are
-    gathered into row groups of at least ``row_group_rows`` rows (the last may be smaller).
-    ``metadata`` goes into the file's key-value metadata.
+    Tables are gathered into row groups of at least ``row_group_rows`` rows (the last may be
+    smaller); ``metadata`` goes into the file's key-value metadata; ``sorted_by`` columns are
+    recorded as the row groups' ``sorting_columns``.
     """
 
     def __init__(self, path: Path, schema: pa.Schema, *, compression: str = "lz4",
-                 depth: int = 2, row_group_rows: int = ROW_GROUP_ROWS,
-                 metadata: Mapping[str, str | bytes] | None = None):
+                 row_group_rows: int = ROW_GROUP_ROWS,
+                 metadata: Mapping[str, str | bytes] | None = None,
+                 sorted_by: tuple[str, ...] = ()):
         self.path = path
         self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         if metadata:
             schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
         self.schema = schema
-        self.row_group_rows = max(int(row_group_rows), 1)
-        self.pending: list[pa.Table] = []
-        self.pending_rows = 0
         self.csv = path.suffix.lower() == ".csv"
         self.compression = compression
+        self.row_group_rows = max(int(row_group_rows), 1)
+        self.sorted_by = sorted_by
+        self.pending: list[pa.Table] = []
+        self.pending_rows = 0
         self.w: Any = None
-        self.q: queue.Queue[pa.Table | None] = queue.Queue(maxsize=depth)
-        self.error: BaseException | None = None
-        self.thread: threading.Thread | None = None
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.csv:
             import pyarrow.csv as pcsv
             self.w = pcsv.CSVWriter(str(self.tmp), _plain(self.schema))
-        else:
-            dict_cols = [f.name for f in self.schema
-                         if pa.types.is_string(f.type) or pa.types.is_dictionary(f.type)]
-            self.w = pq.ParquetWriter(str(self.tmp), self.schema, compression=self.compression,
-                                      use_dictionary=dict_cols)
-
-    def _loop(self) -> None:
-        while True:
-            t = self.q.get()
-            if t is None:
-                return
-            if self.error is None:
-                try:
-                    if self.csv:
-                        t = t.cast(_plain(t.schema))
-                    self.w.write_table(t, row_group_size=max(t.num_rows, 1))
-                except BaseException as e:  # reported on the caller's thread
-                    self.error = e
+            return
+        dict_cols = [f.name for f in self.schema
+                     if pa.types.is_string(f.type) or pa.types.is_dictionary(f.type)]
+        sorting = [pq.SortingColumn(self.schema.get_field_index(c)) for c in self.sorted_by]
+        self.w = pq.ParquetWriter(str(self.tmp), self.schema, compression=self.compression,
+                                  use_dictionary=dict_cols, sorting_columns=sorting or None)
 
     def write(self, t: pa.Table) -> None:
-        if self.error is not None:
-            raise self.error
         self.pending.append(t)
         self.pending_rows += t.num_rows
         if self.pending_rows >= self.row_group_rows:
             self._flush()
 
     def _flush(self) -> None:
+        if self.w is None:
+            self._open()
         if not self.pending:
             return
         t = pa.concat_tables(self.pending).replace_schema_metadata(self.schema.metadata)
         self.pending, self.pending_rows = [], 0
-        if self.thread is None:
-            self._open()
-            self.thread = threading.Thread(target=self._loop, name="blis-sink", daemon=True)
-            self.thread.start()
-        self.q.put(t)
-
-    def _drain(self) -> None:
-        if self.thread is not None:
-            self.q.put(None)
-            self.thread.join()
-            self.thread = None
+        if self.csv:
+            t = t.cast(_plain(t.schema))
+        self.w.write_table(t, row_group_size=max(t.num_rows, 1))
 
     def close(self) -> None:
         self._flush()
-        if self.w is None:
-            self._open()
-            w: Any = self.w
-            w.write_table(self.schema.empty_table())
-        self._drain()
         self.w.close()
-        if self.error is not None:
-            self.tmp.unlink(missing_ok=True)
-            raise self.error
         os.replace(self.tmp, self.path)
 
     def abort(self) -> None:
         self.pending = []
-        self._drain()
         if self.w is not None:
             self.w.close()
             self.w = None
@@ -143,42 +291,6 @@ def _plain(schema: pa.Schema) -> pa.Schema:
     """Dictionary columns as their values (for CSV)."""
     return pa.schema([pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type)
                       else f for f in schema], metadata=schema.metadata)
-
-
-def _prefetch(it: Iterator[Any], depth: int = 2) -> Iterator[Any]:
-    """Run ``it`` on a background thread, ``depth`` items ahead (Arrow decodes without the
-    GIL, so reading overlaps pricing)."""
-    q: queue.Queue[tuple[int, Any]] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def run() -> None:
-        try:
-            for x in it:
-                if stop.is_set():
-                    return
-                q.put((0, x))
-            q.put((1, None))
-        except BaseException as e:
-            q.put((2, e))
-
-    th = threading.Thread(target=run, name="blis-read", daemon=True)
-    th.start()
-    try:
-        while True:
-            kind, x = q.get()
-            if kind == 1:
-                return
-            if kind == 2:
-                raise x
-            yield x
-    finally:
-        stop.set()
-        while th.is_alive():  # unblock a producer waiting on a full queue
-            try:
-                q.get(timeout=0.05)
-            except queue.Empty:
-                pass
-        th.join()
 
 
 def _progress(total: int | None, enabled: bool) -> Any:
@@ -207,10 +319,10 @@ def _tune_malloc() -> None:
     """Keep glibc from handing every freed chunk-sized array back to the kernel.
 
     Streaming allocates and frees arrays of a few MiB per chunk; by default glibc serves
-    each from a fresh mmap, so every chunk pays page faults for all its memory (measured:
-    ~5x slower allocation-heavy numpy). Raising the mmap and trim thresholds lets freed
-    chunks be reused from the heap. Process-wide and idempotent; Linux/glibc only; set
-    ``BLIS_KEEP_MALLOC=1`` to leave malloc alone.
+    each from a fresh mmap, so every chunk pays page faults for all its memory. Raising the
+    mmap and trim thresholds lets freed chunks be reused from the heap. Process-wide, so only
+    on request (``price_file(tune_malloc=True)``, the command line); Linux/glibc only;
+    ``BLIS_KEEP_MALLOC=1`` vetoes it.
     """
     global _MALLOC_TUNED
     if _MALLOC_TUNED or not sys.platform.startswith("linux") or os.environ.get(
@@ -227,6 +339,8 @@ def _tune_malloc() -> None:
         pass
 
 
+# -- the entry point -------------------------------------------------------------------------
+
 def price_file(k: Kernel | ResolvedPool, src: Any, dst: str | Path, *,
                rejects: str | Path | None = None, strict: bool = False,
                chunk_rows: int = 1 << 20, progress: bool = True, decode_threshold: int = 1,
@@ -235,181 +349,70 @@ def price_file(k: Kernel | ResolvedPool, src: Any, dst: str | Path, *,
                keep: Iterable[str] | None = None,
                producers: Iterable[ColumnProducer] | None = None,
                metadata: Mapping[str, str | bytes] | None = None,
-               rejects_metadata: Mapping[str, str | bytes] | None = None) -> PriceCounts:
-    """Stream ``src`` (a trace file or table of any size) into parquet at ``dst``.
+               rejects_metadata: Mapping[str, str | bytes] | None = None,
+               workers: int | None = None, order: str = "auto",
+               sort_memory: str = SORT_MEMORY, tune_malloc: bool = False) -> PriceCounts:
+    """Stream ``src`` (any source :func:`kernel.sources.open_trace` takes) into parquet at
+    ``dst``, in bounded memory, whatever the row order (module docstring).
 
-    Memory stays bounded by ``chunk_rows`` (plus the largest batch, and the per-batch table if
-    given). While batch ids increase from batch to batch the tail batch of each chunk is
-    carried into the next, so a batch split across chunks is priced whole, and output rows
-    are in trace order. On the first batch id that is not larger than the one before it, the
-    run restarts in partitioned mode: rows are hash-partitioned by batch id into temporary
-    Arrow files and priced bucket by bucket (output ordered by bucket, then first row).
     ``rejects`` (parquet, or CSV by suffix) receives the rejected rows; ``strict`` raises
-    :class:`RejectedRowError` at the first one. Returns the counts
-    (``rows_in == rows_priced + rows_rejected``). ``keep`` and ``producers`` add columns
+    :class:`RejectedRowError` at the first one. ``keep`` and ``producers`` add columns
     (:mod:`kernel.bulk.columns`); ``metadata`` (``rejects_metadata``) is written into the
-    output's (the rejects file's) key-value metadata.
+    output's (the rejects file's) key-value metadata. ``workers`` threads price (default: the
+    cores); ``order="sort"`` sorts even a grouped source; the sort spills to ``tmp_dir``
+    (default: beside ``dst``) beyond ``sort_memory``. ``tune_malloc`` applies
+    :func:`_tune_malloc` (process-wide). Returns the counts
+    (``rows_in == rows_priced + rows_rejected``).
     """
     t0 = time.perf_counter()
-    _tune_malloc()
+    if tune_malloc:
+        _tune_malloc()
     r = resolved(k)
     dst = Path(dst)
-    opts = {"keep": keep, "producers": producers, "metadata": metadata,
-            "rejects_metadata": rejects_metadata}
+    n = _workers(workers)
+    ts, spec = open_priced_trace(src, columns=columns, chunk_rows=chunk_rows,
+                                 producers=producers, keep=keep)
+    bt_rej: list[pa.Table] = []
+    bt = (BatchTable(batches, columns, bt_rej, strict, decode_threshold, sm_budget)
+          if batches is not None else None)
+    rej_sink = (_Sink(Path(rejects), REJECT_SCHEMA, metadata=rejects_metadata)
+                if rejects is not None else None)
+    sinks: list[_Sink] = []
+    eng = Engine(r, ts.names, decode_threshold=decode_threshold, sm_budget=sm_budget,
+                 strict=strict, batch_table=bt, on_priced=lambda t: sinks[0].write(t),
+                 on_rejects=(rej_sink.write if rej_sink is not None else lambda t: None),
+                 spec=spec)
+    prog = _progress(ts.num_rows, progress)
+    pool = ThreadPoolExecutor(n, thread_name_prefix="blis-price")
     try:
-        counts = _stream(r, src, dst, rejects, strict, chunk_rows, progress, decode_threshold,
-                         sm_budget, columns, batches, tmp_dir, opts, partitioned=False)
-    except _NotContiguous:
-        counts = _stream(r, src, dst, rejects, strict, chunk_rows, progress, decode_threshold,
-                         sm_budget, columns, batches, tmp_dir, opts, partitioned=True)
+        eng.emit_rejects(bt_rej)
+        st = priced_stream(eng, ts, pool, workers=n, chunk_rows=chunk_rows,
+                           tmp_parent=Path(tmp_dir) if tmp_dir else dst.parent,
+                           sort_memory=sort_memory, order=order)
+        sinks.append(_Sink(dst, spec.schema(), metadata=metadata,
+                           sorted_by=("batch_id",) if st.sorted_ids else ()))
+        for p in st.results:
+            eng.take_priced(p)
+            if prog is not None:
+                el = max(time.perf_counter() - t0, 1e-9)
+                prog.update(prog.task_ids[0], completed=eng.counts.rows_in,
+                            rate=f"{eng.counts.rows_in / el:,.0f}")
+        eng.finish()
+        eng.counts.mode = st.mode
+        sinks[0].close()
+        if rej_sink is not None:
+            rej_sink.close()
+    except BaseException:
+        for s in (*sinks, rej_sink):
+            if s is not None:
+                s.abort()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        if prog is not None:
+            prog.stop()
+    counts = eng.counts
     counts.seconds = time.perf_counter() - t0
     counts.check()
     return counts
 
-
-def _stream(r: ResolvedPool, src: Any, dst: Path, rejects: str | Path | None, strict: bool,
-            chunk_rows: int, progress: bool, decode_threshold: int, sm_budget: int,
-            columns: Mapping[str, str] | None, batches: Any, tmp_dir: str | Path | None,
-            opts: dict[str, Any], *, partitioned: bool) -> PriceCounts:
-    ts, spec = open_priced_trace(src, columns=columns, chunk_rows=chunk_rows,
-                                 producers=opts["producers"], keep=opts["keep"])
-    out = _Sink(dst, spec.schema(), metadata=opts["metadata"])
-    rej_sink = (_Sink(Path(rejects), REJECT_SCHEMA, metadata=opts["rejects_metadata"])
-                if rejects is not None else None)
-    bt_rej: list[pa.Table] = []
-    bt = (BatchTable(batches, columns, bt_rej, strict, decode_threshold, sm_budget)
-          if batches is not None else None)
-    eng = Engine(r, ts.names, decode_threshold=decode_threshold, sm_budget=sm_budget,
-                 strict=strict, batch_table=bt, on_priced=out.write,
-                 on_rejects=(rej_sink.write if rej_sink is not None else lambda t: None),
-                 spec=spec)
-    prog = _progress(ts.num_rows, progress)
-    t0 = time.perf_counter()
-
-    def tick() -> None:
-        if prog is not None:
-            el = max(time.perf_counter() - t0, 1e-9)
-            prog.update(prog.task_ids[0], completed=eng.counts.rows_in,
-                        rate=f"{eng.counts.rows_in / el:,.0f}")
-
-    try:
-        eng.emit_rejects(bt_rej)
-        if partitioned:
-            _run_partitioned(eng, ts, chunk_rows, tmp_dir or dst.parent, tick)
-            eng.counts.mode = "partitioned"
-        else:
-            _run_contiguous(eng, ts, tick)
-            eng.counts.mode = "contiguous"
-        eng.finish()
-        out.close()
-        if rej_sink is not None:
-            rej_sink.close()
-    except BaseException:
-        out.abort()
-        if rej_sink is not None:
-            rej_sink.abort()
-        raise
-    finally:
-        if prog is not None:
-            tick()
-            prog.stop()
-    return eng.counts
-
-
-def _coerced_chunks(eng: Engine, ts: Any) -> Iterator[Rows]:
-    """The trace's chunks, read ahead on a thread, validated, empty ones dropped."""
-    offset = 0
-    for raw in _prefetch(ts.chunks()):
-        rows = eng.coerce(raw, offset)
-        offset += raw.num_rows
-        if len(rows):
-            yield rows
-
-
-def _run_contiguous(eng: Engine, ts: Any, tick: Callable[[], None]) -> None:
-    """Price chunk by chunk while batch ids increase; the last batch of each chunk is carried
-    into the next (completed there with the next chunk's first run, without copying the
-    chunk)."""
-    carry = Rows.empty()
-    last: int | None = None  # the largest batch id seen (the carried batch's, if any)
-    for rows in _coerced_chunks(eng, ts):
-        starts = runs(rows.batch_id)
-        run_ids = rows.batch_id[starts]
-        if run_ids.size > 1 and not bool(np.all(run_ids[1:] > run_ids[:-1])):
-            raise _NotContiguous
-        first = 0
-        if last is not None:
-            if len(carry) and run_ids[0] == last:  # the carried batch goes on
-                if starts.size == 1:
-                    carry = Rows.concat([carry, rows])
-                    tick()
-                    continue
-                eng.price(Rows.concat([carry, rows.slice(0, int(starts[1]))]))
-                carry = Rows.empty()
-                first = 1
-            elif run_ids[0] <= last:
-                raise _NotContiguous
-        if len(carry):
-            eng.price(carry)
-        tail = int(starts[-1])
-        if starts.size - 1 > first:
-            lo = int(starts[first])
-            eng.price(rows.slice(lo, tail), starts[first:-1] - lo)
-        carry = rows.slice(tail, len(rows)) if tail else rows
-        if tail:  # copy, so the chunk's memory can go
-            carry = carry.take(np.arange(len(carry)))
-        last = int(run_ids[-1])
-        tick()
-    eng.price(carry)
-    tick()
-
-
-def _bucket_of(ids: np.ndarray, nbuckets: int) -> np.ndarray:
-    h = ids.view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    return ((h >> np.uint64(33)) % np.uint64(nbuckets)).astype(np.int64)
-
-
-def _run_partitioned(eng: Engine, ts: Any, chunk_rows: int, tmp_parent: str | Path,
-                     tick: Callable[[], None]) -> None:
-    total = ts.num_rows
-    nb = 64 if total is None else max(1, min(256, -(-total // max(chunk_rows, 1))))
-    Path(tmp_parent).mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".blis-price-", dir=str(tmp_parent)))
-    writers: list[Any] = [None] * nb
-    try:
-        for rows in _coerced_chunks(eng, ts):
-            b = _bucket_of(rows.batch_id, nb).astype(np.uint8 if nb <= 256 else np.uint16)
-            order = np.argsort(b, kind="stable")  # a radix sort for 8/16-bit keys
-            bs = b[order]
-            cuts = np.flatnonzero(bs[1:] != bs[:-1]) + 1
-            table = rows.take(order).to_arrow()
-            for lo, hi in zip(np.concatenate(([0], cuts)), np.append(cuts, bs.size),
-                              strict=True):
-                k = int(bs[lo])
-                if writers[k] is None:
-                    writers[k] = pa.ipc.new_file(str(tmp / f"{k}.arrow"), table.schema)
-                writers[k].write_table(table.slice(int(lo), int(hi - lo)))
-            tick()
-        for w in writers:
-            if w is not None:
-                w.close()
-        for k in range(nb):
-            path = tmp / f"{k}.arrow"
-            if not path.exists():
-                continue
-            with pa.memory_map(str(path)) as mm:
-                t = pa.ipc.open_file(mm).read_all()
-            rows = Rows.from_arrow(t)
-            del t
-            # Input order inside a bucket is kept (chunks were appended in order).
-            eng.price(rows)
-            path.unlink()
-            tick()
-    finally:
-        for w in writers:
-            if w is not None:
-                try:
-                    w.close()
-                except Exception:
-                    pass
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -190,14 +190,15 @@ def calibrate(scenario: str | Path | Sequence[str | Path], trace: Any, measured:
         if trace_format == "fpm":
             from kernel.fpm import fpm_to_requests
 
-            req, batches = fpm_to_requests(tr)
+            req, batches, fpm_rej = fpm_to_requests(tr, columns=columns)
+            rejected += fpm_rej.height
             tr_rows, meas_src = req, batches
         elif trace_format == "requests":
             tr_rows, meas_src = tr, tr
         else:
             raise CalibrationError(f"trace format {trace_format!r} is not one of "
                                    "['requests', 'fpm']")
-        priced = price_result(k, tr_rows, columns=columns,
+        priced = price_result(k, tr_rows, columns=None if trace_format == "fpm" else columns,
                               decode_threshold=decode_threshold).priced
         good, bad = measured_frame(meas_src, measured, unit)
         rejected += bad.height

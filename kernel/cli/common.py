@@ -16,7 +16,15 @@ repos_options = [
                  help="Catalog root (default: the embedded catalog)."),
     click.option("--registry", "registry_root", type=click.Path(file_okay=False),
                  help="Registry root (default: the embedded registry)."),
+    # consumed by make_repos through the click context, so commands need no extra parameter
+    click.option("--no-assumed-widths", "no_assumed_widths", is_flag=True, expose_value=False,
+                 callback=lambda ctx, _param, value: ctx.meta.__setitem__(
+                     _NO_ASSUMED_WIDTHS, bool(value)),
+                 help="Refuse a collective group of 16+ ranks the registry never measured, "
+                      "instead of pricing it from assumed figures derived from the widest "
+                      "measured width."),
 ]
+_NO_ASSUMED_WIDTHS = "blis.no_assumed_widths"
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -31,4 +39,7 @@ def with_repos(func: F) -> F:
 
 def make_repos(scenarios_root: str | None, catalog_root: str | None,
                registry_root: str | None) -> Repos:
-    return Repos(scenarios=scenarios_root, catalog=catalog_root, registry=registry_root)
+    ctx = click.get_current_context(silent=True)
+    off = bool(ctx and ctx.meta.get(_NO_ASSUMED_WIDTHS))
+    return Repos(scenarios=scenarios_root, catalog=catalog_root, registry=registry_root,
+                 assumed_collective_widths=not off)

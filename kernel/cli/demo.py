@@ -123,7 +123,8 @@ def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
     t_synth = time.perf_counter()
     priced_path = out / "priced.parquet"
     counts = bulk.price_file(k, trace, priced_path, progress=False,
-                             decode_threshold=decode_width(k), producers=[column_producer()])
+                             decode_threshold=decode_width(k), tune_malloc=True,
+                             producers=[column_producer()])
     priced = pl.read_parquet(priced_path)
     t_price = time.perf_counter()
     summary = summarise(priced, k, scenario=scenario)

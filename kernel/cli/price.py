@@ -92,7 +92,7 @@ def _price_on_cluster(trace: str, scenario: str, pool: int, output: str, cluster
 
 def register(group: click.Group) -> None:
     @group.command("price")
-    @click.argument("trace", type=click.Path(exists=True))
+    @click.argument("trace")
     @click.option("--scenario", "-s", default=DEFAULT_SCENARIO, show_default=True,
                   help="Scenario name or path.")
     @click.option("--pool", default=0, show_default=True, help="Pool index.")
@@ -130,7 +130,8 @@ def register(group: click.Group) -> None:
                   db: str | None, utilisation: bool, no_progress: bool, cluster: str | None,
                   scenarios_root: str | None, catalog_root: str | None,
                   registry_root: str | None) -> None:
-        """Price every batch of a recorded TRACE into parquet (docs/traces.md)."""
+        """Price every batch of a recorded TRACE (a file, a directory, a glob) into parquet
+        (docs/traces.md)."""
         from kernel.bulk import price_file
         from kernel.trace import RejectedRowError, TraceError
         from kernel.utilisation import column_producer
@@ -146,8 +147,6 @@ def register(group: click.Group) -> None:
                                        "--cluster (rejects go to OUTPUT/rejects/)")
             _price_on_cluster(trace, scenario, pool, output, cluster, decode_threshold, repos)
             return
-        if Path(trace).is_dir():
-            raise click.UsageError("TRACE is a directory: give --cluster to price partitions")
         k = _open_kernel(scenario, pool, repos)
         out = Path(output)
         rej = Path(rejects) if rejects else out.with_name(out.stem + ".rejects.parquet")
@@ -156,6 +155,7 @@ def register(group: click.Group) -> None:
                                 chunk_rows=chunk_rows, progress=not no_progress,
                                 decode_threshold=decode_threshold, sm_budget=sm_budget,
                                 columns=_columns(column_map), batches=batches_path,
+                                tune_malloc=True,
                                 producers=[column_producer()] if utilisation else None)
         except RejectedRowError as exc:
             raise click.ClickException(f"--strict: {exc}") from None

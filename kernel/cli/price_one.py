@@ -203,8 +203,8 @@ def register(group: click.Group) -> None:
                         ("EPLB redundant", fb.eplb_redundant), ("total", fb.total())):
             t.add_row(name, f"{v:,}", f"{v / GIB:5.1f}")
         t.add_row("pre-snapshot (communicator + workspace)", f"{pre:,}", f"{pre / GIB:5.1f}")
-        t.add_row("total + pre-snapshot", f"{fb.total() + pre:,}",
-                  f"{(fb.total() + pre) / GIB:5.1f}")
+        t.add_row("total + pre-snapshot", f"{fb.with_pre_snapshot():,}",
+                  f"{fb.with_pre_snapshot() / GIB:5.1f}")
         console.print(t)
         s = Table(title="per request")
         s.add_column("tokens", justify="right")

@@ -1,0 +1,430 @@
+"""Trace sources: anything Arrow can stream, opened for batched reading.
+
+:func:`open_trace` accepts
+
+* paths: a parquet file, a directory of parquet files (hive-partitioned or not), a glob
+  (``"traces/*.parquet"``), a list of files; Arrow IPC (file or stream format); CSV/TSV;
+* in memory: a polars ``DataFrame``, an Arrow ``Table`` / ``RecordBatch``, a pandas
+  ``DataFrame``;
+* streams: a polars ``LazyFrame`` (collected in batches by polars' streaming engine), a
+  pyarrow ``Dataset`` or ``Scanner``, a ``RecordBatchReader``, and any object with the Arrow C
+  stream interface (``__arrow_c_stream__``: DuckDB relations, ...).
+
+Parquet goes through :mod:`pyarrow.dataset` (the scanner reads ahead on its own threads).
+
+Each source also says how its rows are laid out (:attr:`TraceSource.layout`), which decides
+how bulk pricing groups them without reading anything twice:
+
+``"batches"``
+    :meth:`TraceSource.units` yields chunks that never split a batch, except that rows of the
+    chunk's *carry* id may continue in the next chunk. Known for in-memory tables whose batches
+    are contiguous (checked on the ``batch_id`` column), and for parquet whose row-group
+    statistics show ``batch_id`` ranges that increase (or decrease) from group to group,
+    touching at most at one shared id — whatever the order inside each group.
+``"any"``
+    nothing is known (one-shot streams, CSV, overlapping row groups): bulk pricing sorts.
+"""
+
+from __future__ import annotations
+
+import glob as globlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from .trace import (
+    _CHECK_ONLY,
+    CANONICAL,
+    KEEP_PREFIX,
+    OPTIONAL,
+    REQUIRED,
+    TraceError,
+)
+
+__all__ = ["TraceSource", "open_trace"]
+
+_IPC = (".arrow", ".ipc", ".feather", ".arrows")
+ROW_GROUP_FACTOR = 4  # a row group up to this many chunks is read whole (layout "batches")
+
+
+def _resolve_names(schema_names: list[str], columns: Mapping[str, str] | None,
+                   required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, str]:
+    columns = dict(columns or {})
+    unknown = set(columns) - set(CANONICAL)
+    if unknown:
+        raise TraceError(f"unknown trace column(s) in the column map: {sorted(unknown)}; "
+                         f"known: {list(CANONICAL)}")
+    names: dict[str, str] = {}
+    have = set(schema_names)
+    missing = []
+    for canon in required:
+        src = columns.get(canon, canon)
+        if src not in have:
+            missing.append(f"{src!r}" + (f" (mapped from {canon!r})" if src != canon else ""))
+        names[canon] = src
+    if missing:
+        raise TraceError(f"missing column{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(missing)}: the trace needs {', '.join(required)}; "
+                         f"it has {', '.join(schema_names)}")
+    for canon in optional:
+        src = columns.get(canon, canon)
+        if src in have:
+            names[canon] = src
+        elif canon in columns:
+            raise TraceError(f"missing column {src!r} (mapped from {canon!r})")
+    return names
+
+
+Unit = tuple[pa.Table | pa.RecordBatch, Any]  # (rows, carry id or None)
+
+
+@dataclass
+class TraceSource:
+    """A trace opened for batched reading; chunks come renamed to the canonical names, with
+    carried columns as ``keep:<name>``."""
+
+    names: dict[str, str]  # canonical -> column in the source
+    num_rows: int | None
+    _iter: Callable[[], Iterator[Any]]
+    label: str = "<table>"
+    extra: tuple[str, ...] = ()  # other columns carried along, as ``keep:<name>``
+    schema: pa.Schema | None = None  # the source's schema, where known
+    layout: str = "any"  # "batches" or "any" (module docstring)
+    sorted_ids: bool = False  # layout "batches" with batch ids increasing chunk to chunk
+    in_memory: bool = False  # an Arrow table already in memory
+    _units: Callable[[], Iterator[Unit]] | None = None
+
+    def _canon(self, part: pa.Table | pa.RecordBatch) -> pa.Table:
+        if isinstance(part, pa.RecordBatch):
+            part = pa.Table.from_batches([part])
+        have = set(part.column_names)
+        canon = [c for c in self.names if self.names[c] in have]
+        cols = [part.column(self.names[c]) for c in canon]
+        cols += [part.column(x) for x in self.extra]
+        return pa.table(cols, names=canon + [KEEP_PREFIX + x for x in self.extra])
+
+    def chunks(self) -> Iterator[pa.Table]:
+        for part in self._iter():
+            yield self._canon(part)
+
+    def units(self) -> Iterator[tuple[pa.Table, Any]]:
+        """Layout "batches": chunks that split no batch but their carry id's."""
+        if self._units is None:
+            raise TypeError("units() needs layout 'batches'")
+        for part, carry in self._units():
+            yield self._canon(part), carry
+
+
+def open_trace(src: Any, *, columns: Mapping[str, str] | None = None,
+               chunk_rows: int = 1 << 20, required: tuple[str, ...] = REQUIRED,
+               optional: tuple[str, ...] = OPTIONAL,
+               extra: tuple[str, ...] = ()) -> TraceSource:
+    """Open ``src`` (module docstring) for batched reading of about ``chunk_rows`` rows.
+
+    ``extra`` names other columns to carry along unvalidated (``keep=``, column producers'
+    inputs); each must exist."""
+    ts = _open(src, columns, max(int(chunk_rows), 1), required, optional, tuple(extra))
+    if extra:
+        have = ts.schema.names if ts.schema is not None else []
+        missing = [x for x in extra if x not in have]
+        if missing:
+            raise TraceError(f"{ts.label}: no column {', '.join(map(repr, missing))} to carry "
+                             f"to the output; the trace has {', '.join(have)}")
+        ts.extra = tuple(extra)
+    return ts
+
+
+def _open(src: Any, columns: Mapping[str, str] | None, chunk_rows: int,
+          required: tuple[str, ...], optional: tuple[str, ...],
+          extra: tuple[str, ...]) -> TraceSource:
+    def names_of(schema: pa.Schema) -> dict[str, str]:
+        return _resolve_names(schema.names, columns, required, optional)
+
+    if isinstance(src, pl.DataFrame):
+        src = src.to_arrow()
+    elif isinstance(src, pa.RecordBatch):
+        src = pa.Table.from_batches([src])
+    elif type(src).__module__.split(".")[0] == "pandas" and hasattr(src, "columns"):
+        src = pa.Table.from_pandas(src, preserve_index=False)
+    if isinstance(src, pa.Table):
+        return _from_table(src, names_of(src.schema), chunk_rows, extra, "<table>")
+    if isinstance(src, pl.LazyFrame):
+        return _from_lazy(src, names_of(src.collect_schema().to_arrow()), chunk_rows, extra)
+    if isinstance(src, ds.Dataset):
+        return _from_dataset(src, names_of(src.schema), chunk_rows, extra, "<dataset>")
+    if isinstance(src, ds.Scanner):
+        src = src.to_reader()
+    if not isinstance(src, pa.RecordBatchReader) and hasattr(src, "__arrow_c_stream__"):
+        src = pa.RecordBatchReader.from_stream(src)
+    if isinstance(src, pa.RecordBatchReader):
+        reader = src
+        return TraceSource(names_of(reader.schema), None, lambda: iter(reader),
+                           f"<{type(src).__name__}>", schema=reader.schema)
+    if isinstance(src, str | Path | list | tuple):
+        return _open_paths(src, columns, chunk_rows, required, optional, extra)
+    raise TraceError(f"cannot read a trace from {type(src).__name__}: give a path, a "
+                     "directory or glob, a polars/pandas/Arrow table, a LazyFrame, a pyarrow "
+                     "Dataset/Scanner/RecordBatchReader or an Arrow C stream")
+
+
+# -- in memory --------------------------------------------------------------------------------
+
+def _runs(ids: np.ndarray) -> np.ndarray:
+    if ids.size == 0:
+        return np.zeros(0, np.int64)
+    return np.concatenate(([0], np.flatnonzero(ids[1:] != ids[:-1]) + 1)).astype(np.int64)
+
+
+def _from_table(tbl: pa.Table, names: dict[str, str], chunk_rows: int,
+                extra: tuple[str, ...], label: str) -> TraceSource:
+    keep = [x for x in extra if x in tbl.column_names]
+    tbl = tbl.select(list(dict.fromkeys([*names.values(), *keep])))
+    n = tbl.num_rows
+
+    def slices() -> Iterator[pa.Table]:
+        for off in range(0, n, chunk_rows):
+            yield tbl.slice(off, chunk_rows)
+    ts = TraceSource(names, n, slices, label, schema=tbl.schema, in_memory=True)
+    col = tbl.column(names["batch_id"])
+    if n == 0 or col.null_count or not pa.types.is_integer(col.type):
+        return ts
+    ids = np.concatenate([c.to_numpy() for c in col.chunks]) if col.num_chunks != 1 \
+        else col.chunk(0).to_numpy()
+    starts = _runs(ids)
+    run_ids = ids[starts]
+    increasing = bool(np.all(run_ids[1:] > run_ids[:-1]))
+    if not increasing and np.unique(run_ids).size != run_ids.size:
+        return ts  # a batch's rows are not together
+    # cut at the batch start nearest after each multiple of chunk_rows: no batch is split
+    cuts = np.unique(starts[np.minimum(np.searchsorted(starts, np.arange(chunk_rows, n,
+                                                                         chunk_rows)),
+                                       starts.size - 1)])
+    bounds = [0, *[int(c) for c in cuts if c > 0], n]
+
+    def units() -> Iterator[Unit]:
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            if hi > lo:
+                yield tbl.slice(lo, hi - lo), None
+    ts.layout, ts.sorted_ids, ts._units = "batches", increasing, units
+    return ts
+
+
+def _from_lazy(lf: pl.LazyFrame, names: dict[str, str], chunk_rows: int,
+               extra: tuple[str, ...]) -> TraceSource:
+    schema = lf.collect_schema().to_arrow()
+    cols = list(dict.fromkeys([*names.values(), *(x for x in extra if x in schema.names)]))
+
+    def it() -> Iterator[pa.Table]:
+        for df in lf.select(cols).collect_batches(chunk_size=chunk_rows, maintain_order=True,
+                                                  engine="streaming"):
+            yield df.to_arrow()
+    return TraceSource(names, None, it, "<LazyFrame>", schema=schema)
+
+
+# -- paths -------------------------------------------------------------------------------------
+
+def _open_paths(src: Any, columns: Mapping[str, str] | None, chunk_rows: int,
+                required: tuple[str, ...], optional: tuple[str, ...],
+                extra: tuple[str, ...]) -> TraceSource:
+    def names_of(schema: pa.Schema) -> dict[str, str]:
+        return _resolve_names(schema.names, columns, required, optional)
+
+    files: list[str] | None = None
+    label = str(src)
+    if isinstance(src, list | tuple):
+        files = [str(p) for p in src]
+        missing = [p for p in files if not Path(p).is_file()]
+        if missing:
+            raise TraceError(f"no such trace file: {missing[0]}")
+        label = f"{len(files)} files"
+    elif any(ch in str(src) for ch in "*?[") and not Path(src).exists():
+        files = sorted(globlib.glob(str(src), recursive=True))
+        if not files:
+            raise TraceError(f"no file matches the glob {src}")
+    path = Path(files[0]) if files else Path(src)
+    try:
+        if files is None and path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file()
+                           and not p.name.startswith((".", "_")))
+            if not found:
+                raise TraceError(f"no trace files in the directory {path}")
+            fmt = _format(found[0])
+            dset = ds.dataset(str(path), format=fmt, partitioning="hive",
+                              exclude_invalid_files=False)
+            return _from_dataset(dset, names_of(dset.schema), chunk_rows, extra, label)
+        if files is None and not path.exists():
+            raise TraceError(f"no such trace file: {path}")
+        suffixes = [s.lower() for s in path.suffixes]
+        if files is None and (".csv" in suffixes or ".tsv" in suffixes):
+            return _open_csv(path, names_of, chunk_rows, extra)
+        if files is None and suffixes and suffixes[-1] in _IPC:
+            return _open_ipc(path, names_of, chunk_rows, extra)
+        fmt = _format(path)
+        dset = ds.dataset(files or str(path), format=fmt)
+        return _from_dataset(dset, names_of(dset.schema), chunk_rows, extra, label)
+    except TraceError:
+        raise
+    except (pa.ArrowException, OSError) as e:
+        raise TraceError(f"cannot read trace {label}: {e}") from e
+
+
+def _format(path: Path) -> str:
+    suffixes = [s.lower() for s in path.suffixes]
+    if ".csv" in suffixes or ".tsv" in suffixes:
+        raise TraceError(f"{path}: a directory, glob or list of CSV files is not supported; "
+                         "give one CSV file, or parquet")
+    if suffixes and suffixes[-1] in _IPC:
+        return "ipc"
+    return "parquet"
+
+
+def _from_dataset(dset: ds.Dataset, names: dict[str, str], chunk_rows: int,
+                  extra: tuple[str, ...], label: str) -> TraceSource:
+    schema = dset.schema
+    frags = list(dset.get_fragments())
+    parquet = bool(frags) and all(isinstance(f, ds.ParquetFileFragment) for f in frags)
+    read = [n for canon, n in names.items()
+            if not (parquet and canon in _CHECK_ONLY and _stats_prove_valid(frags, n))]
+    read = list(dict.fromkeys([*read, *(x for x in extra if x in schema.names)]))
+    num_rows = (sum(f.metadata.num_rows for f in frags) if parquet else None)
+
+    def scan(d: ds.Dataset) -> Iterator[pa.RecordBatch]:
+        yield from ds.Scanner.from_dataset(d, columns=read, batch_size=chunk_rows,
+                                           batch_readahead=4, fragment_readahead=2,
+                                           use_threads=True).to_batches()
+    ts = TraceSource(names, num_rows, lambda: scan(dset), label, schema=schema)
+    plan = _row_group_plan(frags, names["batch_id"], chunk_rows) if parquet else None
+    if plan is None:
+        return ts
+    groups, carries, increasing = plan
+    rg_set = ds.FileSystemDataset(groups, schema, dset.format, dset.filesystem)
+    sizes = [int(g.row_groups[0].num_rows) for g in groups]
+
+    def units() -> Iterator[Unit]:
+        parts: list[pa.RecordBatch] = []
+        have, k = 0, 0
+        for b in scan(rg_set):  # ordered: whole row groups regrouped from their batches
+            parts.append(b)
+            have += b.num_rows
+            while k < len(sizes) and have >= sizes[k]:
+                t = pa.Table.from_batches(parts, schema=parts[0].schema)
+                yield t.slice(0, sizes[k]), carries[k]
+                rest = t.slice(sizes[k])
+                parts, have = rest.to_batches(), rest.num_rows
+                k += 1
+        while k < len(sizes):  # empty row groups
+            yield pa.table({n: pa.array([], schema.field(n).type) for n in read}), carries[k]
+            k += 1
+    ts.layout, ts.sorted_ids, ts._units = "batches", increasing, units
+    return ts
+
+
+def _row_group_plan(frags: Sequence[Any], batch_col: str, chunk_rows: int
+                    ) -> tuple[list[Any], list[Any], bool] | None:
+    """Row groups (as fragments) whose batch_id ranges never overlap but at one shared id
+    between neighbours, with that id (the carry) per group; None when statistics cannot show
+    it."""
+    groups: list[Any] = []
+    lo: list[Any] = []
+    hi: list[Any] = []
+    for f in frags:
+        md = f.metadata
+        idx = md.schema.to_arrow_schema().get_field_index(batch_col)
+        if idx < 0:
+            return None  # e.g. batch_id is a partition key
+        for i, g in enumerate(f.split_by_row_group()):
+            rg = md.row_group(i)
+            if rg.num_rows == 0:
+                continue
+            if rg.num_rows > ROW_GROUP_FACTOR * chunk_rows:
+                return None
+            st = rg.column(idx).statistics
+            if st is None or not st.has_min_max:
+                return None
+            groups.append(g)
+            lo.append(st.min)
+            hi.append(st.max)
+    if not groups:
+        return None
+    inc = all(hi[k] <= lo[k + 1] for k in range(len(groups) - 1))
+    dec = all(lo[k] >= hi[k + 1] for k in range(len(groups) - 1))
+    if not (inc or dec):
+        return None
+    carries = [(hi[k] if inc else lo[k]) if (hi[k] == lo[k + 1] if inc else lo[k] == hi[k + 1])
+               else None for k in range(len(groups) - 1)] + [None]
+    return groups, carries, inc
+
+
+def _stats_prove_valid(frags: Sequence[Any], column: str) -> bool:
+    """Whether every row group's statistics show a validated-only column (``prompt_len``,
+    ``cached_tokens``) to be a non-null, non-negative integer: then it need not be read."""
+    try:
+        for f in frags:
+            md = f.metadata
+            schema = md.schema.to_arrow_schema()
+            idx = schema.get_field_index(column)
+            if idx < 0:
+                return False
+            typ = schema.field(idx).type
+            if not pa.types.is_integer(typ) or pa.types.is_uint64(typ):
+                return False
+            for rg in range(md.num_row_groups):
+                st = md.row_group(rg).column(idx).statistics
+                if st is None or not st.has_min_max or st.null_count is None or st.null_count:
+                    return False
+                if st.min < 0:
+                    return False
+    except (KeyError, IndexError, TypeError, pa.ArrowException):
+        return False
+    return True
+
+
+def _open_ipc(path: Path, names_of: Callable[[pa.Schema], dict[str, str]], chunk_rows: int,
+              extra: tuple[str, ...]) -> TraceSource:
+    try:  # the file format maps into memory: a zero-copy table
+        with pa.memory_map(str(path)) as mm:
+            tbl = pa.ipc.open_file(mm).read_all()
+        return _from_table(tbl, names_of(tbl.schema), chunk_rows, extra, str(path))
+    except pa.ArrowInvalid:
+        pass
+    with pa.OSFile(str(path)) as f:
+        schema = pa.ipc.open_stream(f).schema
+    names = names_of(schema)
+
+    def it() -> Iterator[pa.Table]:
+        with pa.memory_map(str(path)) as mm:
+            for rb in pa.ipc.open_stream(mm):  # re-slice so chunks stay near chunk_rows
+                for off in range(0, rb.num_rows, chunk_rows):
+                    yield pa.Table.from_batches([rb.slice(off, chunk_rows)])
+    return TraceSource(names, None, it, str(path), schema=schema)
+
+
+def _open_csv(path: Path, names_of: Callable[[pa.Schema], dict[str, str]], chunk_rows: int,
+              extra: tuple[str, ...]) -> TraceSource:
+    import pyarrow.csv as pcsv
+
+    delimiter = "\t" if ".tsv" in [s.lower() for s in path.suffixes] else ","
+    parse = pcsv.ParseOptions(delimiter=delimiter)
+    with pcsv.open_csv(str(path), parse_options=parse) as r:
+        header_schema = r.schema
+    names = names_of(header_schema)
+    keep = [x for x in extra if x in header_schema.names and x not in names.values()]
+    # Strings, so that a bad value anywhere in the file is a rejected row, not a read error.
+    convert = pcsv.ConvertOptions(include_columns=[*names.values(), *keep],
+                                  column_types={n: pa.string() for n in names.values()},
+                                  strings_can_be_null=True)
+    block = max(1 << 16, min(chunk_rows * 24, 1 << 26))  # ~bytes per chunk_rows rows
+
+    def it() -> Iterator[pa.RecordBatch]:
+        with pcsv.open_csv(str(path), parse_options=parse, convert_options=convert,
+                           read_options=pcsv.ReadOptions(block_size=block)) as rd:
+            for rb in rd:
+                for off in range(0, rb.num_rows, chunk_rows):
+                    yield rb.slice(off, chunk_rows)
+    return TraceSource(names, None, it, str(path), schema=header_schema)
