@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import laws
-from .step import BatchSummary, prepared, summarise
+from .step import BatchSummary, dcp_charge_bytes, prepared, summarise
 from .types import Batch
 
 __all__ = [
@@ -146,14 +146,7 @@ def _counts(r: Any, s: BatchSummary) -> WorkCounts:
             rows = s.decode_tokens if L.latent else laws.select(s.any_context, tokens_all, 0)
             rf = laws.as_f64(rows)
             for what, kc, heads in L.dcp_charges:
-                if what == "q":
-                    nbytes = rf * heads * L.dcp_qW * 2
-                elif what == "a2a":
-                    nbytes = rf * heads * (L.dcp_oW + 2) * 2
-                elif what == "lse":
-                    nbytes = dcp * rf * heads * 4
-                else:
-                    nbytes = rf * heads * L.dcp_oW * 2
+                nbytes = dcp_charge_bytes(L, what, rf, heads, dcp)
                 if kc.crosses:
                     lx = lx + nbytes * kc.span
                 else:

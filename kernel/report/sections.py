@@ -122,6 +122,12 @@ def _chart(ctx: ReportContext, fig: Figure, element_id: str, title: str, caption
     return Chart.of(fig, element_id, title, caption, ctx.embed)
 
 
+def _table(header: list[str], rows: Any, *, numeric: tuple[int, ...] = (), cls: str = "") -> str:
+    from .html import _table as table
+
+    return table(header, rows, numeric=numeric, cls=cls)
+
+
 def _batch_rows(trace: Any, batch_id: int) -> pl.DataFrame:
     """The rows of one batch, in trace order, from a table or (lazily) from a file."""
     want = pl.col("batch_id") == batch_id
@@ -223,9 +229,7 @@ def utilisation_section(ctx: ReportContext) -> Section | None:
     rows = [("MFU (whole trace)", f"{whole_mfu:.1%}"), ("MBU (whole trace)", f"{whole_mbu:.1%}"),
             ("FLOPs per rank", fmt_si(flops, "FLOP")), ("HBM bytes per rank", fmt_si(hbm, "B")),
             ("network bytes per rank (NVLink + NIC)", fmt_si(net, "B"))]
-    table = ("<table class='utilisation'><tbody>" + "".join(
-        f"<tr><th>{escape(k)}</th><td class='n'>{escape(v)}</td></tr>" for k, v in rows)
-        + "</tbody></table>")
+    table = _table(["whole trace", "value"], rows, numeric=(1,), cls="utilisation")
     return Section(sid, title,
                    "How busy the GPU is, per rank, from the kernel's own FLOP and byte counts: "
                    "MFU = FLOPs / (NoOverlap time × the chip's dense peak for the served dtype), "
@@ -271,17 +275,12 @@ def limits_section(ctx: ReportContext) -> Section | None:
                         "No limit could be checked: the trace has no limits column and no "
                         "scenario was given (--scenario).")
     ids = ctx.column("batch_id")
-    rows = []
-    for name, f in lim.flags.items():
-        c = int(f.sum())
-        first = ", ".join(f"{int(b):,}" for b in ids[f][:5])
-        rows.append(f"<tr><td>{escape(name)}</td><td class='n'>{c:,}</td>"
-                    f"<td class='n'>{c / n:.2%}</td><td>{escape(first) or '-'}</td></tr>")
-    rows.append(f"<tr><th>any limit</th><td class='n'>{lim.count:,}</td>"
-                f"<td class='n'>{lim.count / n:.2%}</td><td></td></tr>")
-    table = ("<table class='limits'><thead><tr><th>limit</th><th>steps over</th>"
-             "<th>share of steps</th><th>first batch ids</th></tr></thead><tbody>"
-             + "".join(rows) + "</tbody></table>")
+    rows = [(name, f"{int(f.sum()):,}", f"{f.sum() / n:.2%}",
+             ", ".join(f"{int(b):,}" for b in ids[f][:5]) or "-")
+            for name, f in lim.flags.items()]
+    rows.append(("any limit", f"{lim.count:,}", f"{lim.count / n:.2%}", ""))
+    table = _table(["limit", "steps over", "share of steps", "first batch ids"], rows,
+                   numeric=(1, 2), cls="limits")
     return Section(SECTION_IDS["limits"], "Steps over a limit",
                    f"{lim.count:,} of {n:,} steps break a deployment limit ({lim.source}); "
                    "their windows are ticked in red on the step-time chart above.",
@@ -321,16 +320,12 @@ def layers_section(ctx: ReportContext) -> Section | None:
     for name, ns, layer_rows in steps:
         for lr in layer_rows:
             terms = tf.layer_terms(lr)
-            body.append(f"<tr><td>{escape(name)}</td><td>{escape(str(lr['kind']))}</td>"
-                        f"<td class='n'>{lr['count']}</td>"
-                        + "".join(f"<td class='n'>{escape(fmt_duration(v * 1e9))}</td>"
-                                  for v in terms.values())
-                        + f"<td class='n'>{sum(terms.values()) * 1e9 / ns:.1%}</td>"
-                        f"<td>{escape(max(terms, key=lambda t: terms[t]))}</td></tr>")
-    table = ("<table class='layer-kinds'><thead><tr><th>step</th><th>kind</th><th>layers</th>"
-             "<th>SM</th><th>HBM</th><th>NVLink</th><th>NIC</th><th>share of step</th>"
-             "<th>largest resource</th></tr></thead><tbody>" + "".join(body)
-             + "</tbody></table>")
+            body.append((name, lr["kind"], lr["count"],
+                         *(fmt_duration(v * 1e9) for v in terms.values()),
+                         f"{sum(terms.values()) * 1e9 / ns:.1%}",
+                         max(terms, key=lambda t: terms[t])))
+    table = _table(["step", "kind", "layers", "SM", "HBM", "NVLink", "NIC", "share of step",
+                    "largest resource"], body, numeric=(2, 3, 4, 5, 6, 7), cls="layer-kinds")
     return Section(sid, title,
                    "The median decode-only step and the median step with prefill work "
                    "(nearest-rank, by NoOverlap), re-priced layer by layer: what each layer "
