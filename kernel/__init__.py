@@ -38,6 +38,8 @@ _EXPORTS = {
     "Link": "kernel.transfer",
     "KVCapacity": "kernel.memory",
     "price_file": "kernel.bulk",
+    "load_kernel": "kernel.saved",
+    "save_kernel": "kernel.saved",
     "derive_graph": "pipeline.derive",
     "DeriveError": "pipeline.derive",
     "read_priced": "kernel.priced",
@@ -61,4 +63,6 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'kernel' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups are plain attribute reads (kernel.Batch per step)
+    return value

@@ -22,6 +22,7 @@ from pipeline.errors import DocumentError, RefusalError
 from pipeline.load import Inputs, Repos, open_inputs
 
 from . import caches as cache_model
+from .origins import catalog_origins
 from .resolved import (
     Coefficients,
     CollectiveKey,
@@ -215,7 +216,8 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
     provenance = tuple(
         Origin(name=p["name"], set=p["set"], method=p["method"], scope=p["scope"])
         for p in _rows(con, "SELECT name, set, method, scope FROM provenance "
-                       "WHERE scenario = ? AND pool = ? ORDER BY position", args))
+                       "WHERE scenario = ? AND pool = ? ORDER BY position", args)
+    ) + catalog_origins(inputs)
     assumptions = tuple(o for o in provenance if o.set == KERNEL_ASSUMPTION_SET)
     overrides = tuple(
         Override(field=o["field"], requested=o["requested"], resolved=o["resolved"],

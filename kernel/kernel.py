@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from collections.abc import Mapping
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import host, memory, step, transfer, utilisation
+from .origins import ORIGIN_SETS
 from .resolved import ResolvedPool
 from .types import (
     Batch,
@@ -183,7 +186,8 @@ class Kernel:
 
     def evidence(self) -> tuple[int, int, list[str]]:
         """(entries resting on evidence, all entries, names of assumed entries)."""
-        entries = self._r.provenance
+        # catalog-origin rows say where a document came from, not how a number was obtained
+        entries = tuple(e for e in self._r.provenance if e.set not in ORIGIN_SETS)
         evidenced = sum(1 for e in entries if e.method in EVIDENCED_METHODS)
         return evidenced, len(entries), [e.name for e in entries if e.method == "assumed"]
 
@@ -197,6 +201,13 @@ class Kernel:
     def documents(self) -> dict[str, dict[str, str]]:
         """Role → {file, sha256} of every document the kernel was built from (a copy)."""
         return {k: dict(v) for k, v in self._documents.items()}
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Save this kernel's resolution to ``path``; :func:`kernel.load_kernel` reads it back
+        without YAML or resolution (see :mod:`kernel.saved`)."""
+        from .saved import save_kernel
+
+        return save_kernel(self, path)
 
     @property
     def resolved_pool(self) -> ResolvedPool:

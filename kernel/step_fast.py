@@ -305,4 +305,5 @@ def summarize(t: tuple[Any, ...], per: dict[Resource, int] | None) -> StepEstima
     fields["no_overlap"] = no
     fields["bottleneck"] = neck
     fields["per_resource"] = per
+    fields["calibrated"] = None  # a calibrated kernel takes its own path (Kernel.step_time_into)
     return est

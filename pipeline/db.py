@@ -35,12 +35,13 @@ def open_db(path: str | os.PathLike[str] | None = None,
             apply: bool = True) -> duckdb.DuckDBPyConnection:
     """A connection with every document table present (empty if new) and the views applied."""
     con = duckdb.connect(str(path) if path else ":memory:")
+    fresh = not path  # a new in-memory database holds no table yet: no need to ask
     for name, schema in nz.SCHEMAS.items():
-        if not _exists(con, name):
+        if fresh or not _exists(con, name):
             con.register("__schema_tmp", pa.Table.from_pylist([], schema=schema))
             con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM __schema_tmp')
             con.unregister("__schema_tmp")
-    if not _exists(con, "loaded_documents"):
+    if fresh or not _exists(con, "loaded_documents"):
         con.execute("CREATE TABLE loaded_documents (kind VARCHAR, name VARCHAR, "
                     "digest VARCHAR, file VARCHAR)")
     if apply:

@@ -10,6 +10,7 @@ line, so a user sees all of them at once.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
@@ -115,16 +116,16 @@ class _Decoder:
 
     # -- structure -----------------------------------------------------------------------
     def value(self, tp: Any, tree: Tree, path: str, meta: dict[str, Any]) -> Any:
-        origin = typing.get_origin(tp)
+        origin, type_args = _shape(tp)
         if origin in (typing.Union, types.UnionType):
-            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            args = [a for a in type_args if a is not type(None)]
             if isinstance(tree, Scalar) and tree.is_null:
                 return None
             if len(args) == 1:
                 return self.value(args[0], tree, path, meta)
             # str | tuple[str, ...]: a metric name or a list of them.
             if isinstance(tree, Sequence):
-                seq = next(a for a in args if typing.get_origin(a) is tuple)
+                seq = next(a for a in args if _shape(a)[0] is tuple)
                 return self.value(seq, tree, path, meta)
             return (self.as_str(tree, path),)
         if tp is str:
@@ -136,7 +137,7 @@ class _Decoder:
         if tp is float:
             return self.as_float(tree, path)
         if origin is tuple:
-            item_tp = typing.get_args(tp)[0]
+            item_tp = type_args[0]
             if isinstance(tree, Scalar) and tree.is_null:
                 return ()
             if not isinstance(tree, Sequence):
@@ -153,7 +154,7 @@ class _Decoder:
             return tuple(self.value(item_tp, t, f"{path}[{i}]", {})
                          for i, t in enumerate(tree.items))
         if origin is dict:
-            item_tp = typing.get_args(tp)[1]
+            item_tp = type_args[1]
             if isinstance(tree, Scalar) and tree.is_null:
                 return {}
             if not isinstance(tree, Mapping):
@@ -179,11 +180,7 @@ class _Decoder:
         if not isinstance(tree, Mapping):
             self.fail(path, "expected a mapping", tree.line)
             return tp()
-        hints = typing.get_type_hints(tp)
-        fields = {f.metadata.get("yaml", f.name): f for f in dataclasses.fields(tp)
-                  if f.init and not f.metadata.get("computed")}
-        allow_comments = getattr(tp, "_allow_comments", False)
-        tolerate_name = getattr(tp, "_tolerate_name", False)
+        hints, fields, metas, required, allow_comments, tolerate_name = _record_plan(tp)
         kwargs: dict[str, Any] = {}
         unknown = []
         for k, sub in tree.items.items():
@@ -197,20 +194,44 @@ class _Decoder:
             if f is None:
                 unknown.append(k)
                 continue
-            kwargs[f.name] = self.value(hints[f.name], sub, sub_path, dict(f.metadata))
+            kwargs[f.name] = self.value(hints[f.name], sub, sub_path, metas[f.name])
         if unknown:
             allowed = sorted(fields)
             for k in unknown:
                 self.fail(f"{path}.{k}" if path else k,
                           f"unknown key {k!r}; this document accepts {allowed}",
                           tree.key_lines[k])
-        for yaml_name, f in fields.items():
-            if f.metadata.get("required_present") and yaml_name not in tree.items:
+        for yaml_name in required:
+            if yaml_name not in tree.items:
                 self.fail(f"{path}.{yaml_name}" if path else yaml_name,
                           f"missing required key {yaml_name!r}", tree.line)
         if name is not None:
             kwargs["name"] = name
         return tp(**kwargs)
+
+
+# The decoder's per-type work, done once per type: resolving a dataclass's string annotations
+# (typing.get_type_hints) was most of the time of loading a scenario, called once per record.
+
+
+@functools.cache
+def _shape(tp: Any) -> tuple[Any, tuple[Any, ...]]:
+    """typing.get_origin and get_args of a field type."""
+    return typing.get_origin(tp), typing.get_args(tp)
+
+
+@functools.cache
+def _record_plan(tp: Any) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]],
+                                   dict[str, Any], tuple[str, ...], bool, bool]:
+    """(type hints, fields by YAML key, metadata by field name, keys that must be present,
+    whether ``_comment`` keys are allowed, whether a ``name`` key is tolerated) of a record."""
+    hints = typing.get_type_hints(tp)
+    fields = {f.metadata.get("yaml", f.name): f for f in dataclasses.fields(tp)
+              if f.init and not f.metadata.get("computed")}
+    metas = {f.name: dict(f.metadata) for f in fields.values()}
+    required = tuple(k for k, f in fields.items() if f.metadata.get("required_present"))
+    return (hints, fields, metas, required, bool(getattr(tp, "_allow_comments", False)),
+            bool(getattr(tp, "_tolerate_name", False)))
 
 
 def _show(s: Scalar) -> str:

@@ -143,12 +143,33 @@ def _depth(node: yaml.Node) -> int:
     return best
 
 
-def _check_size(node: yaml.Node, file: str) -> None:
-    """Bound what aliases may add (a billion-laughs document is refused before expanding)."""
-    if _depth(node) > MAX_DEPTH:
+def _tree_depth(node: yaml.Node) -> int:
+    """Depth of a document without aliases (no node is reached twice), level by level."""
+    depth, level = 0, [node]
+    while level and depth <= MAX_DEPTH:
+        depth += 1
+        below: list[yaml.Node] = []
+        for n in level:
+            if isinstance(n, yaml.SequenceNode):
+                below.extend(n.value)
+            elif isinstance(n, yaml.MappingNode):
+                for pair in n.value:
+                    below.extend(pair)
+        level = below
+    return depth
+
+
+def _check_size(node: yaml.Node, file: str, aliases: bool = True) -> None:
+    """Bound what aliases may add (a billion-laughs document is refused before expanding).
+
+    ``aliases=False`` (the text has no ``&``, so no anchor and no alias) skips the two walks
+    that only aliases can make differ: they were most of the time of loading a scenario."""
+    if (_depth(node) if aliases else _tree_depth(node)) > MAX_DEPTH:
         raise DocumentError(Problem(file, "", f"the document nests deeper than {MAX_DEPTH} "
                                     "levels; documents are at most that deep",
                                     line=node.start_mark.line + 1))
+    if not aliases:
+        return
     distinct = len({id(n) for n in _walk_distinct(node)})
     expanded = _expanded_size(node, file)
     if expanded - distinct > MAX_ALIAS_NODES:
@@ -204,7 +225,7 @@ def read_documents(path: str | Path, text: str | None = None) -> list[Tree]:
                                     f"at most {MAX_DEPTH} levels deep")) from None
     for n in nodes:
         if n is not None:
-            _check_size(n, file)
+            _check_size(n, file, aliases="&" in text)
     docs = [_convert(n, file, "") for n in nodes if n is not None]
     if not docs:
         raise DocumentError(Problem(file, "", "the file holds no YAML document"))

@@ -9,13 +9,16 @@ WITH e AS (
            t.hybrid, t.experts, t.any_latent, t.has_attention,
            d.is_dsa,
            coalesce(p.enable_prefix_caching, true) AS prefix_caching,
-           s.pd_connector, s.offload_connector
+           s.pd_connector, s.offload_connector,
+           g.connector_needs_piecewise, g.piecewise_connector, g.piecewise_connector_why,
+           g.graph_support_level, g.graph_support, g.graph_support_backend
     FROM pools p
     JOIN pool_layout l USING (scenario, pool)
     JOIN scenarios s USING (scenario)
     JOIN chips c ON c.chip = s.hardware
     JOIN plan_totals t USING (scenario, pool)
     JOIN pool_dtypes d USING (scenario, pool)
+    JOIN pool_graph_support g USING (scenario, pool)
 ), r1 AS (
     SELECT *,
            -- recurrent cache mode (§1.2 step 15, 19ac88e6 form)
@@ -53,9 +56,40 @@ WITH e AS (
     SELECT *,
            requested_cudagraph_mode IN ('PIECEWISE', 'FULL', 'FULL_AND_PIECEWISE',
                                         'FULL_DECODE_ONLY', 'NONE') AS cudagraph_mode_known,
-           CASE WHEN deepep_ht_no_graphs THEN 'NONE' ELSE requested_cudagraph_mode END
-               AS resolved_cudagraph_mode
+           -- seed §8 rule 5: a connector that needs piecewise graphs, with full ones requested
+           CASE WHEN connector_needs_piecewise
+                     AND requested_cudagraph_mode IN ('FULL', 'FULL_AND_PIECEWISE',
+                                                      'FULL_DECODE_ONLY') THEN 'PIECEWISE'
+                ELSE requested_cudagraph_mode END AS mode_after_connector
     FROM r1
+), r2b AS (
+    SELECT *,
+           -- rule 7: DeepEP high-throughput with DP > 1 on an MoE graph: no graphs
+           CASE WHEN deepep_ht_no_graphs THEN 'NONE' ELSE mode_after_connector END
+               AS mode_after_deepep
+    FROM r2
+), r2c AS (
+    SELECT *,
+           -- rule 8 (default compilation: attention is a splitting op), first: mixed FULL on a
+           -- backend below ALWAYS runs FULL_AND_PIECEWISE
+           CASE WHEN mode_after_deepep = 'FULL' AND graph_support_level < 3
+                THEN 'FULL_AND_PIECEWISE' ELSE mode_after_deepep END AS mode_after_mixed
+    FROM r2b
+), r2d AS (
+    SELECT *,
+           -- then: decode FULL on a backend that supports no graphs runs PIECEWISE
+           CASE WHEN mode_after_mixed IN ('FULL', 'FULL_AND_PIECEWISE', 'FULL_DECODE_ONLY')
+                     AND graph_support_level = 0 THEN 'PIECEWISE'
+                ELSE mode_after_mixed END AS mode_after_never
+    FROM r2c
+), r2e AS (
+    SELECT *,
+           -- then: decode FULL with a decode query of q > 1 tokens (speculative decoding) on
+           -- a backend below UNIFORM_BATCH runs PIECEWISE
+           CASE WHEN mode_after_never IN ('FULL', 'FULL_AND_PIECEWISE', 'FULL_DECODE_ONLY')
+                     AND uniform_decode_width > 1 AND graph_support_level < 2 THEN 'PIECEWISE'
+                ELSE mode_after_never END AS resolved_cudagraph_mode
+    FROM r2d
 ), r3 AS (
     SELECT *,
            CASE resolved_cudagraph_mode WHEN 'PIECEWISE' THEN 'PIECEWISE' WHEN 'FULL' THEN 'FULL'
@@ -63,7 +97,7 @@ WITH e AS (
                ELSE 'NONE' END AS decode_graph_mode,
            CASE resolved_cudagraph_mode WHEN 'PIECEWISE' THEN 'PIECEWISE' WHEN 'FULL' THEN 'FULL'
                WHEN 'FULL_AND_PIECEWISE' THEN 'PIECEWISE' ELSE 'NONE' END AS other_graph_mode
-    FROM r2
+    FROM r2e
 ), r4 AS (
     SELECT *,
            -- vLLM's capture sizes (seed §7), from kernel.laws.capture_sizes; empty when vLLM
@@ -82,7 +116,10 @@ SELECT scenario, pool, hybrid, prefix_caching, mamba_cache_mode AS stated_mamba_
        resolved_block_size, max_num_batched_tokens AS stated_max_num_batched_tokens,
        resolved_max_num_batched_tokens, max_num_seqs AS stated_max_num_seqs,
        resolved_max_num_seqs, cudagraph_mode AS stated_cudagraph_mode, requested_cudagraph_mode,
-       cudagraph_mode_known, deepep_ht_no_graphs, resolved_cudagraph_mode, decode_graph_mode,
+       cudagraph_mode_known, deepep_ht_no_graphs, mode_after_connector, mode_after_deepep,
+       mode_after_mixed, mode_after_never, piecewise_connector, piecewise_connector_why,
+       graph_support_level, graph_support, graph_support_backend,
+       resolved_cudagraph_mode, decode_graph_mode,
        other_graph_mode, lower(resolved_cudagraph_mode) AS graph_mode_name,
        uniform_decode_width, num_spec_tokens, platform_capture_cap,
        max_cudagraph_capture_size AS stated_max_capture_size,

@@ -6,10 +6,32 @@ SELECT * FROM (
            'nccl' AS resolved, a.override_reason AS reason
     FROM pool_allreduce a WHERE a.override_reason IS NOT NULL
     UNION ALL
-    SELECT scenario, pool, 20, 'cudagraph_mode', requested_cudagraph_mode, 'NONE',
+    SELECT scenario, pool, 15, 'cudagraph_mode', requested_cudagraph_mode, mode_after_connector,
+           'the KV connector ' || piecewise_connector || ' needs piecewise CUDA graphs ('
+           || piecewise_connector_why || '), so vLLM v0.31.0 captures no full graphs'
+    FROM pool_engine WHERE mode_after_connector <> requested_cudagraph_mode
+    UNION ALL
+    SELECT scenario, pool, 20, 'cudagraph_mode', mode_after_connector, 'NONE',
            'all2all_backend deepep_high_throughput with data parallelism on an MoE graph: '
            || 'vLLM v0.31.0 runs it with no CUDA graphs'
-    FROM pool_engine WHERE deepep_ht_no_graphs AND requested_cudagraph_mode <> 'NONE'
+    FROM pool_engine WHERE deepep_ht_no_graphs AND mode_after_connector <> 'NONE'
+    UNION ALL
+    SELECT scenario, pool, 21, 'cudagraph_mode', mode_after_deepep, mode_after_mixed,
+           graph_support_backend || ' supports CUDA graphs only up to ' || graph_support
+           || ', below ALWAYS, so vLLM v0.31.0 runs mixed batches piecewise'
+    FROM pool_engine WHERE mode_after_mixed <> mode_after_deepep
+    UNION ALL
+    SELECT scenario, pool, 22, 'cudagraph_mode', mode_after_mixed, mode_after_never,
+           graph_support_backend || ' supports no CUDA graphs (NEVER), so vLLM v0.31.0 '
+           || 'captures decode piecewise'
+    FROM pool_engine WHERE mode_after_never <> mode_after_mixed
+    UNION ALL
+    SELECT scenario, pool, 23, 'cudagraph_mode', mode_after_never, resolved_cudagraph_mode,
+           'speculative decoding makes a decode step ' || uniform_decode_width
+           || ' tokens per request, and ' || graph_support_backend || ' supports CUDA graphs '
+           || 'only up to ' || graph_support || ', below UNIFORM_BATCH, so vLLM v0.31.0 '
+           || 'captures decode piecewise'
+    FROM pool_engine WHERE resolved_cudagraph_mode <> mode_after_never
     UNION ALL
     SELECT scenario, pool, 30, 'mamba_cache_mode', stated_mamba_cache_mode, recurrent_cache_mode,
            'prefix caching is on, and vLLM v0.31.0 caches a hybrid model''s recurrent state '

@@ -204,6 +204,7 @@ PUBLISHED = {
     "openai--gpt-oss-120b": 116.83e9,
     "openai--gpt-oss-20b": 20.91e9,
     "MiniMaxAI--MiniMax-M2.5": 229e9,
+    "meta-llama--Llama-4-Maverick-17B-128E-Instruct": 400e9,
 }
 
 
@@ -244,7 +245,10 @@ def test_cli_refusal_is_an_error_message(tmp_path: Path) -> None:
 
 
 def test_embedded_catalog_check_passes() -> None:
-    assert all(r.status == "current" for r in check_catalog(data_dir() / "catalog"))
+    results = check_catalog(data_dir() / "catalog")
+    assert [(r.name, r.status) for r in results] == [
+        ("glm-5.3-flash", "current"), ("qwen3-30b-a3b", "current"),
+        ("qwen3.5-397b-a17b", "current")]
 
 
 # One representative per family: derived, added to a user catalog, opened on a chip it fits.
@@ -287,3 +291,13 @@ def test_user_catalog_layers_over_the_embedded_one(tmp_path: Path) -> None:
     add_model(config_path("Qwen--Qwen3-0.6B"), tmp_path, name="qwen3-14b")
     k3 = kernel.open(write_scenario(tmp_path, "qwen3-14b", "h100", 1), repos)
     assert k3.fixed_bytes().weights < 2 * 2**30
+    # each entry's origin is in provenance: the model from the user catalog, the chip embedded
+    rows = {o.name: o for o in k.provenance() if o.set.endswith("-catalog")}
+    model = rows["catalog model qwen3-8b"]
+    assert (model.set, model.method) == ("user-catalog", "derived")
+    assert model.scope == str(tmp_path / "models" / "qwen3-8b" / "graph.yaml")
+    assert rows["catalog hardware h100"].set == "embedded-catalog"
+    assert k.evidence()[1] == len(k.provenance()) - len(rows)
+    # a pool using only the embedded catalog gets no origin rows
+    plain = kernel.open("llama-3.1-8b-h100-tp1")
+    assert not [o for o in plain.provenance() if o.set.endswith("-catalog")]

@@ -21,6 +21,7 @@ from .nodes import (
     indexed_layers,
     kind,
     lightning_indexer,
+    moe_block,
     moe_tail,
     norm,
     scorer,
@@ -241,3 +242,28 @@ def handler_minimax_m3(c: Config) -> Result:
                                   scorer(heads, dim)] + block[at:] + moe_tail(c, hidden))
     kinds = [kind("dense", dense_nodes), kind("sparse_attn_moe", sparse_nodes)]
     return kinds, compress(["sparse_attn_moe" if f else "dense" for f in attn_freq])
+
+
+def handler_llama4(c: Config) -> Result:
+    """Llama-4 (text decoder): routed experts on every ``interleave_moe_layer_step``-th layer
+    (vLLM: ``(i + 1) % step == 0``), each with one shared expert at ``intermediate_size``; the
+    other layers a dense MLP at ``intermediate_size_mlp``. Chunked local attention is still
+    priced as full GQA (the reference's documented gap; decisions.md G8)."""
+    hidden = int(c.require("hidden_size"))
+    layers = int(c.require("num_layers"))
+    step = int(c.get("interleave_moe_layer_step") or 1)
+    if step < 1:
+        raise DeriveError(f"{c.model}: interleave_moe_layer_step is {step}; it must be >= 1")
+    attn = attention_block(c, hidden)
+    moe = [*attn, norm("post_attn_norm"), *moe_block(c, hidden),
+           collective("All2All", "moe_dispatch_combine", "expert_parallel"),
+           collective("AllReduce", "mlp_out", "tensor_parallel_unless_sp_moe")]
+    experts = next(n for n in moe if n.get("role") == "experts")
+    experts.setdefault("shared_experts", 1)  # Llama4MoE always builds a shared expert
+    sequence = ["attn_moe" if (i + 1) % step == 0 else "attn_dense" for i in range(layers)]
+    kinds = []
+    if "attn_dense" in sequence:
+        ffn = int(c.get("intermediate_size_mlp") or c.require("ffn_size"))
+        kinds.append(kind("attn_dense", [*attn, *dense_tail(c, hidden, ffn)]))
+    kinds.append(kind("attn_moe", moe))
+    return kinds, compress(sequence)

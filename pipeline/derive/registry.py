@@ -12,6 +12,7 @@ from .families import (
     Result,
     handler_deepseek_v4,
     handler_dense,
+    handler_llama4,
     handler_minimax_m2,
     handler_minimax_m3,
     handler_moe,
@@ -28,7 +29,7 @@ HANDLERS: dict[str, Callable[[Config], Result]] = {
     "Qwen3ForCausalLM": handler_dense,
     "MixtralForCausalLM": handler_moe,
     "Qwen3MoeForCausalLM": handler_moe,
-    "Llama4ForConditionalGeneration": handler_moe,
+    "Llama4ForConditionalGeneration": handler_llama4,  # decisions.md G8
     "GraniteMoeForCausalLM": handler_moe,
     "DeepseekV2ForCausalLM": handler_moe,
     "DeepseekV3ForCausalLM": handler_moe,
