@@ -160,6 +160,13 @@ def test_anatomy_greys_out_batches_the_pool_cannot_hold() -> None:
     assert lim_small is not None and lim_small.reason == "max_num_seqs = 256"
     fig = charts.anatomy_figure(anatomy_sweep(k, 32768, range(1, 33)), context=32768, limit=lim)
     assert "the pool cannot hold these batches" in charts.to_svg(fig, "a")
+    from kernel.report.summary import bottleneck_grid
+
+    grid = bottleneck_grid(k, sizes=(1, 8, 64), contexts=(1024, 32768))
+    fig = charts.bottleneck_map_figure(grid, limits={32768: lim.size})
+    assert "beyond what the pool holds" in charts.to_svg(fig, "m")
+    fig = charts.bottleneck_map_figure(grid, limits={32768: 64})  # every cell held
+    assert "beyond what the pool holds" not in charts.to_svg(fig, "m")
 
 
 def test_sweep_reports_shares_of_time_as_compare_does(tmp_path: Path) -> None:

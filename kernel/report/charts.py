@@ -3,7 +3,8 @@
 Each ``*_figure`` function takes plain data (see :mod:`kernel.report.summary`) and returns a
 :class:`matplotlib.figure.Figure`; :func:`save` writes it as PNG/SVG/PDF by suffix,
 :func:`to_svg` returns it as an inline ``<svg>`` element (text kept as text, with an ``id``)
-and :func:`to_png_data_uri` as a base64 ``data:`` URI. Times are shown in µs.
+and :func:`to_png_data_uri` as a base64 ``data:`` URI. Each time axis has one unit (µs or ms),
+named in its label.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import polars as pl  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.colors import BoundaryNorm, ListedColormap  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
 from .summary import (  # noqa: E402
@@ -98,10 +99,6 @@ def _new(width: float = 9.0, height: float = 5.0) -> Figure:
     return fig
 
 
-def _us(ns: Sequence[int] | np.ndarray) -> np.ndarray:
-    return np.asarray(ns, dtype=np.float64) / 1e3
-
-
 # -- output ---------------------------------------------------------------------------------
 
 def save(fig: Figure, path: str | Path) -> Path:
@@ -152,7 +149,8 @@ def to_png_data_uri(fig: Figure) -> str:
 
 def anatomy_figure(points: Sequence[AnatomyPoint], *, context: int, title: str = "",
                    limit: BatchLimit | None = None) -> Figure:
-    """Per-resource time and Overlap/NoOverlap (µs) against decode batch size.
+    """Per-resource time and Overlap/NoOverlap (µs, or ms past 10 ms) against decode batch
+    size.
 
     The band along the bottom shows which resource binds at each batch size; batch sizes
     beyond ``limit`` (max_num_seqs, or the requests whose KV fits) are greyed out.
@@ -161,19 +159,25 @@ def anatomy_figure(points: Sequence[AnatomyPoint], *, context: int, title: str =
     with _rc():
         ax = fig.add_subplot()
         xs = np.array([p.batch_size for p in points])
+        worst = max((p.no_overlap_ns for p in points), default=0)
+        unit, scale = ("ms", 1e6) if worst >= 10e6 else ("µs", 1e3)
+
+        def t(ns: Sequence[int]) -> np.ndarray:
+            return np.asarray(ns, dtype=np.float64) / scale
+
         present = [r for r in RESOURCES if any(p.per_resource.get(r, 0) for p in points)]
         extra = sorted({r for p in points for r in p.per_resource} - set(RESOURCES))
         for r in present + [r for r in extra if any(p.per_resource.get(r, 0) for p in points)]:
-            ax.plot(xs, _us([p.per_resource.get(r, 0) for p in points]), color=_color(r),
+            ax.plot(xs, t([p.per_resource.get(r, 0) for p in points]), color=_color(r),
                     lw=1.6, label=_label(r))
-        ax.plot(xs, _us([p.no_overlap_ns for p in points]), color="black", lw=2.6,
+        ax.plot(xs, t([p.no_overlap_ns for p in points]), color="black", lw=2.6,
                 label="NoOverlap (sum)")
-        ax.plot(xs, _us([p.overlap_ns for p in points]), color="black", lw=2.0, ls="--",
+        ax.plot(xs, t([p.overlap_ns for p in points]), color="black", lw=2.0, ls="--",
                 label="Overlap")
         # The binding resource as a coloured strip under the curves (one span per run).
         edges = _edges(xs) if len(xs) else np.zeros(0)
         if len(points):
-            top = max(max(p.no_overlap_ns for p in points), 1) / 1e3
+            top = max(worst, 1) / scale
             ax.set_ylim(-0.07 * top, top * 1.08)
             start = 0
             for i in range(1, len(points) + 1):
@@ -184,14 +188,14 @@ def anatomy_figure(points: Sequence[AnatomyPoint], *, context: int, title: str =
         if len(xs) and limit is not None and limit.size < xs.max():
             lo = max(limit.size + 0.5, edges[0])
             ax.axvspan(lo, edges[-1], color="#9a9a9a", alpha=0.35, lw=0, zorder=3,
-                       label=f"beyond {limit.reason}: the pool cannot hold these batches")
+                       label=f"beyond {limit.reason}:\nthe pool cannot hold these batches")
         if len(xs):
             ax.set_xlim(edges[0], edges[-1])
             ticks = _batch_ticks(int(xs.min()), int(xs.max()))
             ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.set_xlabel("decode batch size (requests)")
-        ax.set_ylabel("time per step (µs)")
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.set_ylabel(f"time per step ({unit})")
+        ax.yaxis.set_major_formatter(FuncFormatter(_plain))
         fig.suptitle(title or "Step anatomy")
         ax.set_title(f"uniform decode at context {context:,} tokens; the strip along the "
                      "bottom shows the binding resource", fontsize=9, color="#444")
@@ -219,8 +223,11 @@ def _batch_ticks(lo: int, hi: int) -> list[int]:
 
 # -- bottleneck map -------------------------------------------------------------------------
 
-def bottleneck_map_figure(grid: BottleneckGrid, *, title: str = "") -> Figure:
-    """A categorical heatmap: which resource binds at each batch size × context length."""
+def bottleneck_map_figure(grid: BottleneckGrid, *, title: str = "",
+                          limits: Mapping[int, int] | None = None) -> Figure:
+    """A categorical heatmap: which resource binds at each batch size × context length.
+
+    ``limits`` (context → the largest batch the pool holds there) hatches the cells beyond."""
     fig = _new(9.0, 5.4)
     with _rc({"axes.grid": False}):
         ax = fig.add_subplot()
@@ -243,8 +250,16 @@ def bottleneck_map_figure(grid: BottleneckGrid, *, title: str = "") -> Figure:
                 for j, t in enumerate(row):
                     ax.text(j, i, _short(t / scale), ha="center", va="center", fontsize=7.5,
                             color="white")
-        ax.legend(handles=[Patch(color=_color(r), label=_label(r)) for r in cats],
-                  loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+        handles = [Patch(color=_color(r), label=_label(r)) for r in cats]
+        beyond = [(i, j) for i, c in enumerate(grid.contexts) for j, n in enumerate(grid.sizes)
+                  if limits is not None and c in limits and n > limits[c]]
+        for i, j in beyond:
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="#9a9a9a", alpha=0.75,
+                                   hatch="///", edgecolor="white", lw=0))
+        if beyond:
+            handles.append(Patch(facecolor="#9a9a9a", hatch="///", edgecolor="white",
+                                 label="beyond what the pool holds"))
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
                   title="binding resource")
         ax.set_title(f"uniform decode steps; cell text: NoOverlap step time ({unit})", fontsize=9,
                      color="#444")

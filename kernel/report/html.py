@@ -287,10 +287,12 @@ def kernel_charts(k: Kernel, *, context: int = 4096, embed: str = "svg",
     if png_dir is not None:
         charts.save(fig, png_dir / "anatomy.png")
     grid = bottleneck_grid(k)
-    fig = charts.bottleneck_map_figure(grid, title=f"Binding resource: {name}")
+    holds = {c: lim.size for c in grid.contexts if (lim := batch_limit(k, c)) is not None}
+    fig = charts.bottleneck_map_figure(grid, title=f"Binding resource: {name}", limits=holds)
     out.append(Chart.of(fig, CHART_IDS["bottleneck_map"], "Bottleneck map",
                         "The resource that binds a uniform decode step at each batch size and "
-                        "context length.", embed))
+                        "context length; hatched: batches beyond max_num_seqs or the KV "
+                        "capacity at that context.", embed))
     if png_dir is not None:
         charts.save(fig, png_dir / "bottleneck_map.png")
     return out
