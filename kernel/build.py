@@ -257,7 +257,7 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
         chip_hbm_peak_bps=float(r["chip_hbm_peak_bps"]))
     resolved = replace(resolved, caches=cache_model.state_caches(
         plan, resolved.kv_bytes_per_token, resolved.kv_layers, resolved.block_size,
-        resolved.recurrent_cache_mode, layout.tp))
+        resolved.recurrent_cache_mode, layout.tp, resolved.cache_bytes))
 
     resolution = Resolution(
         tensor_parallel_width=max(layout.tp, 1), data_parallel_width=max(layout.dp, 1),

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from . import laws
-from .resolved import Plan
+from .resolved import Plan, PlannedAttention
 
 FULL, WINDOW, STATE = "full", "window", "state"
 # FlashAttention's kernel block alignment: vLLM raises a Mamba hybrid's attention block to a
@@ -30,6 +30,7 @@ class CacheType:
     layers: int  # layers of this type
     groups: int  # k_c
     window: int = 0  # window caches only
+    block: int = 0  # B_c: tokens per page (a smaller per-token page gets a longer block)
 
 
 @dataclass(frozen=True)
@@ -64,48 +65,60 @@ def attention_block(block: int, state_page: float, per_token: float, mode: str) 
     return max(block, a * math.ceil(state_page / (a * per_token)))
 
 
+def layer_kv_bytes(a: PlannedAttention, tp: int, cache_bytes: float,
+                   latent_per_token: float) -> float:
+    """One KV layer's bytes per token on this rank (the SQL KVBytesPerToken, per layer)."""
+    if a.kind in ("mla", "sparse_mla"):
+        return latent_per_token
+    return 2 * max(a.kv_heads // max(tp, 1), 1) * a.head_dim * cache_bytes
+
+
 def state_caches(plan: Plan, kv_bytes_per_token: float, kv_layers: int, block: int,
-                 mode: str, tp: int = 1) -> StatedCaches | None:
-    """The caches a pool states, or None for a legacy pool (no window ring, no state, or a
-    mamba mode ``all`` whose chunk-aligned block the graph cannot give).
+                 mode: str, tp: int = 1, cache_bytes: float = 0.0) -> StatedCaches | None:
+    """The caches a pool states, or None for a legacy pool (no window ring, no state, a
+    mamba mode ``all`` whose chunk-aligned block the graph cannot give, or pages vLLM could
+    not unify).
 
     ``kv_bytes_per_token`` is already per rank; a recurrent layer's state is divided by ``tp``
-    here, as vLLM's state-shape calculator splits the heads (and groups) over TP ranks."""
-    full = 0
-    windows: dict[int, int] = {}
+    here, as vLLM's state-shape calculator splits the heads (and groups) over TP ranks. Layers
+    whose per-token page differs get vLLM's page unification: one page size ``P`` (the largest)
+    and a block ``B·P/page`` for the smaller ones, which must divide exactly."""
+    if kv_layers <= 0 or kv_bytes_per_token <= 0:
+        return None
+    uniform = kv_bytes_per_token / kv_layers
+    types: dict[tuple[str, int, float], int] = {}
     state_layers, state_page = 0, 0.0
     for layer in plan.layers:
-        holders = [a for a in layer.attentions if a.holds_kv]
         scored = any(a.role == "block_index_scores" for a in layer.attentions)
-        for a in holders:
+        for a in (a for a in layer.attentions if a.holds_kv):
+            per_token = layer_kv_bytes(a, tp, cache_bytes, uniform) if cache_bytes else uniform
             # A window the layer *selects from* (an index scorer beside it, MiniMax-M3) or a
             # latent window (DeepSeek-V4's compressed stream) is not a ring vLLM frees.
-            if a.kind == "swa" and a.window > 0 and not scored:
-                windows[a.window] = windows.get(a.window, 0) + layer.count
-            else:
-                full += layer.count
+            ring = a.kind == "swa" and a.window > 0 and not scored
+            key = (WINDOW if ring else FULL, a.window if ring else 0, per_token)
+            types[key] = types.get(key, 0) + layer.count
         if layer.recurrent_kind:
             state_layers += layer.count
             state_page = max(state_page, layer.recurrent_state_bytes / max(tp, 1))
-    if not windows and not state_layers:
+    if not state_layers and not any(kind_ == WINDOW for kind_, _, _ in types):
         return None
-    if state_layers and mode == "all":
+    if (state_layers and mode == "all") or sum(types.values()) != kv_layers:
         return None
-    if full + sum(windows.values()) != kv_layers or kv_layers <= 0 or kv_bytes_per_token <= 0:
-        return None  # KV geometry the legacy total does not split per layer
-    per_token = kv_bytes_per_token / kv_layers
-    b = attention_block(max(block, 1), state_page if state_layers else 0.0, per_token, mode)
-    page = int(b * per_token)
-    counts = [n for n in (full, *windows.values(), state_layers) if n > 0]
+    widest = max(per_token for _, _, per_token in types)
+    b = attention_block(max(block, 1), state_page if state_layers else 0.0, widest, mode)
+    page = int(b * widest)
+    counts = [*types.values(), *([state_layers] if state_layers else [])]
     g = group_size(counts)
-    types = []
-    if full:
-        types.append(CacheType(FULL, full, laws.cdiv(full, g)))
-    for w, n in sorted(windows.items()):
-        types.append(CacheType(WINDOW, n, laws.cdiv(n, g), w))
+    out = []
+    for (kind_, window, per_token), n in sorted(types.items(), key=lambda t: (t[0][0] != FULL,
+                                                                              t[0][1])):
+        own = b * per_token
+        if own <= 0 or page % own:
+            return None  # vLLM asserts the page ratio divides
+        out.append(CacheType(kind_, n, laws.cdiv(n, g), window, int(b * page // own)))
     if state_layers:
-        types.append(CacheType(STATE, state_layers, laws.cdiv(state_layers, g)))
-    return StatedCaches(tuple(types), b, page, g, mode if state_layers else "")
+        out.append(CacheType(STATE, state_layers, laws.cdiv(state_layers, g), 0, b))
+    return StatedCaches(tuple(out), b, page, g, mode if state_layers else "")
 
 
 def state_pages(mode: str, spec: int) -> int:
@@ -118,7 +131,7 @@ def full_pages(c: StatedCaches, tokens: int, shard: int) -> int:
     if tokens <= 0:
         return 0
     t = laws.cdiv(tokens, shard) if shard > 1 else tokens
-    return sum(ct.groups for ct in c.types if ct.kind == FULL) * laws.cdiv(t, c.block)
+    return sum(ct.groups * laws.cdiv(t, ct.block) for ct in c.types if ct.kind == FULL)
 
 
 def variable_bytes(c: StatedCaches, tokens: int, shard: int) -> int:
@@ -132,7 +145,7 @@ def bounded_bytes(c: StatedCaches, in_flight: int, spec: int, max_model_len: int
         if ct.kind == STATE:
             pages += ct.groups * state_pages(c.state_mode, spec)
         elif ct.kind == WINDOW:
-            pages += ct.groups * laws.ring_pages(ct.window, c.block, in_flight, max_model_len)
+            pages += ct.groups * laws.ring_pages(ct.window, ct.block, in_flight, max_model_len)
     return c.pool_block_bytes * pages
 
 
@@ -144,6 +157,6 @@ def bounded_bytes_at(c: StatedCaches, computed: int, in_flight: int, spec: int,
         if ct.kind == STATE:
             pages += ct.groups * state_pages(c.state_mode, spec)
         elif ct.kind == WINDOW:
-            pages += ct.groups * laws.ring_pages_at(computed, in_flight, ct.window, c.block,
+            pages += ct.groups * laws.ring_pages_at(computed, in_flight, ct.window, ct.block,
                                                     max_model_len)
     return c.pool_block_bytes * pages

@@ -130,16 +130,22 @@ class Kernel:
                                   self._pool.engine.gpu_memory_utilization or None)
 
     # -- whole traces -------------------------------------------------------------------
-    def price(self, trace: Any, **options: Any) -> pl.DataFrame:
-        """Price every batch of a trace as columns; see :func:`kernel.bulk.price`."""
+    def price(self, trace: Any, *, measured: str | None = None, measured_unit: str = "ns",
+              **options: Any) -> pl.DataFrame:
+        """Price every batch of a trace as columns; see :func:`kernel.bulk.price`.
+
+        A calibrated kernel adds ``calibrated_ns``; ``measured`` (a trace column, in
+        ``measured_unit``) adds ``measured_ns`` and each estimate's relative error, and sends
+        rows with a bad measured value to the rejects (:mod:`kernel.calibration.columns`)."""
         from .bulk import price
 
-        out = price(self, trace, **options)
-        if self._cal is not None:
-            from .calibration.apply import with_calibrated
+        if self._cal is not None or measured is not None:
+            from .calibration.columns import producers_for
 
-            out = with_calibrated(out, self._cal.law)
-        return out
+            law = self._cal.law if self._cal is not None else None
+            options["producers"] = [*producers_for(law, measured, measured_unit),
+                                    *(options.get("producers") or ())]
+        return price(self, trace, **options)
 
     # -- transfers and host ------------------------------------------------------------
     def tier_time(self, tier: str, direction: Direction | str, nbytes: int, depth: int) -> int:

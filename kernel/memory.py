@@ -179,7 +179,8 @@ def kv_capacity(r: ResolvedPool, fixed: MemoryBreakdown,
     if r.caches is not None:
         # vLLM: G shared tensors of P x num_blocks, num_blocks = available // P // G; the
         # reported size is num_blocks // num_groups blocks of B tokens (seed §3).
-        block, page = r.caches.block, r.caches.pool_block_bytes
+        block = min(t.block for t in r.caches.types)  # vLLM reports min_block_size
+        page = r.caches.pool_block_bytes
         blocks = budget // page if budget > 0 else 0
         held = blocks // max(r.caches.groups, 1) * block * shard
     else:

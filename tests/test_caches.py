@@ -207,3 +207,23 @@ def test_variable_bytes_grow_only_with_full_caches(cfg: dict, tokens: int, shard
     expected = sc.pool_block_bytes * full_groups * laws.cdiv(laws.cdiv(tokens, shard), sc.block)
     assert caches.variable_bytes(sc, tokens, shard) == expected
     assert caches.variable_bytes(sc, 0, shard) == 0
+
+
+def test_pages_of_different_width_are_unified_with_longer_blocks() -> None:
+    # 4 full layers of 4 KV heads and 12 sliding layers of 8 (MiMo-V2-like), bf16, d_h 64,
+    # tp 1: 1024 and 2048 B/token. vLLM keeps the larger page P = 16·2048 and gives the
+    # narrower layers a block of 32 tokens, so both pages are P.
+    full = PlannedAttention(q_heads=64, kv_heads=4, head_dim=64, kind="gqa", window=0, role="",
+                            compress_ratio=0)
+    swa = PlannedAttention(q_heads=64, kv_heads=8, head_dim=64, kind="swa", window=128,
+                           role="", compress_ratio=0)
+    plan = Plan((PlannedLayer("full", 4, attentions=(full,)),
+                 PlannedLayer("swa", 12, attentions=(swa,))), PlannedLayer("__head__", 1),
+                16, 0, 0)
+    c = caches.state_caches(plan, 4 * 1024 + 12 * 2048, 16, 16, "", tp=1, cache_bytes=2.0)
+    assert c is not None
+    assert c.page_bytes == 16 * 2048
+    blocks = {t.kind: t.block for t in c.types}
+    assert blocks == {"full": 32, "window": 16}
+    assert c.group_size == 4 and [t.groups for t in c.types] == [1, 3]
+    assert caches.variable_bytes(c, 33, 1) == 2 * c.pool_block_bytes  # cdiv(33, 32) = 2

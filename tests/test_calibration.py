@@ -350,3 +350,85 @@ def test_calibration_document_from_a_fit(tmp_path: Path) -> None:
     assert doc["sources"]["traces"][0]["sha256"] == file_sha256(traces[0])
     assert doc["held_out"]["mape"] > doc["training"]["mape"] > 0
     assert doc["phases"]["mixed"]["note"] == "no steps of this phase"
+
+
+# -- the measured column through bulk pricing and the command line ------------------------------
+
+def test_measured_column_errors_and_bad_values_rejected(h100_kernels: dict[int, kernel.Kernel],
+                                                        tmp_path: Path) -> None:
+    from kernel.bulk import price_file, price_result
+    from kernel.calibration.columns import producers_for
+
+    trace = random_trace(30, 7)
+    per_batch = {b: float(b + 1) * 1.5 for b in range(30)}
+    meas = [str(per_batch[b]) for b in trace["batch_id"].to_list()]
+    bad = {3: "", 5: "-2", 8: "0", 11: "fast", 14: "inf"}  # "" is null below
+    first_rows = trace.with_row_index().group_by("batch_id").agg(pl.col("index").first())
+    for b, v in bad.items():
+        i = int(first_rows.filter(pl.col("batch_id") == b)["index"][0])
+        meas[i] = v
+    trace = trace.with_columns(pl.Series("lat_ms", meas).replace("", None))
+    k = h100_kernels[2].with_calibration(_doc("llama-2-70b-hf", "h100", TRUE))
+    res = price_result(k, trace, producers=producers_for(k.calibration.law, "lat_ms", "ms"),
+                       on_reject="ignore")
+    c = res.counts
+    assert c.rows_in == c.rows_priced + c.rows_rejected == trace.height
+    rej = res.rejects
+    own = rej.filter(pl.col("reason") == "bad_measured")
+    assert sorted(own["batch_id"].to_list()) == sorted(bad)
+    assert set(own["column"]) == {"lat_ms"}
+    details = dict(zip(own["batch_id"].to_list(), own["detail"].to_list(), strict=True))
+    assert "null" in details[3] and "negative" in details[5] and "zero" in details[8]
+    assert "not a number" in details[11] and "not finite" in details[14]
+    siblings = rej.filter(pl.col("reason") == "batch_rejected")
+    assert set(siblings["batch_id"]) <= set(bad)
+    p = res.priced
+    assert set(p["batch_id"]) == set(range(30)) - set(bad)
+    want = [round((b + 1) * 1.5e6) for b in p["batch_id"].to_list()]
+    assert p["measured_ns"].to_list() == want
+    for est in ("no_overlap", "overlap", "calibrated"):
+        got = p[f"{est}_error"].to_numpy()
+        ref = (p[f"{est}_ns"].to_numpy() - np.asarray(want, float)) / np.asarray(want, float)
+        assert np.array_equal(got, ref)
+    # streaming to a file gives the same table, and the reference's numbers are untouched
+    out = tmp_path / "p.parquet"
+    counts = price_file(k, trace, out, rejects=tmp_path / "r.parquet", progress=False,
+                        producers=producers_for(k.calibration.law, "lat_ms", "ms"))
+    assert counts.rows_rejected == c.rows_rejected
+    streamed = pl.read_parquet(out).sort("batch_id")
+    assert streamed.equals(p.sort("batch_id"))
+    plain = h100_kernels[2].price(trace).filter(pl.col("batch_id").is_in(p["batch_id"].implode()))
+    assert plain.sort("batch_id").equals(streamed.select(plain.columns))
+
+
+def test_price_command_measured_and_calibrated(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kernel.calibration.splitwise import splitwise_trace
+    from kernel.cli import cli
+
+    requests, batches = splitwise_trace()
+    b = batches.filter((pl.col("config") == "h100-80gb-tp8") & ~pl.col("suspect"))
+    t = requests.join(b.select("batch_id", "measured_ms"), on="batch_id")
+    tr = tmp_path / "t.parquet"
+    t.write_parquet(tr)
+    cal = tmp_path / "cal.yaml"
+    from_document(_doc("llama-2-70b-hf", "h100", TRUE)).write(cal)
+    out = tmp_path / "p.parquet"
+    scen = str(scenario_path("h100-80gb", 8))
+    res = CliRunner().invoke(cli, ["price", str(tr), "-s", scen, "-o", str(out),
+                                   "--measured", "measured_ms", "--measured-unit", "ms",
+                                   "--calibration", str(cal), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "calibrated  all" in res.output and "no_overlap  decode" in res.output
+    acc = pl.read_csv(out.with_name("p.accuracy.csv"))
+    assert set(acc["breakdown"]) == {"all", "phase", "tokens", "bottleneck"}
+    assert set(acc["estimate"]) == {"no_overlap", "overlap", "calibrated"}
+    p = pl.read_parquet(out)
+    assert {"calibrated_ns", "measured_ns", "calibrated_error"} <= set(p.columns)
+    # another chip's calibration is refused, one line, exit 1
+    other = tmp_path / "a100.yaml"
+    from_document(_doc("llama-2-70b-hf", "a100-sxm", TRUE)).write(other)
+    res = CliRunner().invoke(cli, ["price", str(tr), "-s", scen, "-o", str(out),
+                                   "--calibration", str(other), "--no-progress"])
+    assert res.exit_code == 1 and "refusing to apply calibration" in res.output

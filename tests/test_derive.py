@@ -122,15 +122,12 @@ def test_exact_sha_where_the_config_is_the_same_file() -> None:
 
 # Configs the deriver refuses, with a word its message must contain (the clear reason).
 REFUSED = {
-    "XiaomiMiMo--MiMo-V2-Flash": "own head counts",
     "deepseek-ai--DeepSeek-V4.1-Flash": "kv_source_layer_ids",
     "google--gemma-4-26B-A4B": "attention_k_eq_v",
     "nvidia--Gemma-4-26B-A4B-NVFP4": "attention_k_eq_v",
     "nvidia--Gemma-4-31B-IT-NVFP4": "attention_k_eq_v",
-    "meta-models--Muse-Glimmer-30B": "registers no MuseGlimmer",
+    "meta-models--Muse-Glimmer-30B": "qk_scale_factor",
     "nvidia--Llama-3_3-Nemotron-Super-49B-v1": "block_configs",
-    "stepfun-ai--Step-3.7-Flash": "registers no Step3p7FlashForCausalLM",
-    "stepfun-ai--Step-3.7-Flash-FP8": "registers no Step3p7FlashForCausalLM",
 }
 
 
@@ -162,6 +159,18 @@ def test_unknown_architecture_lists_the_supported_ones() -> None:
     assert "NoSuchForCausalLM" in str(err.value)
     for arch in supported_architectures():
         assert arch in str(err.value)
+
+
+def test_mimo_v2_sliding_layers_carry_their_own_heads() -> None:
+    graph = _derive("XiaomiMiMo--MiMo-V2-Flash", "mimo-v2-flash")
+    kinds = {k["id"]: k["nodes"] for k in graph["layer_kinds"]}
+    swa = next(n for n in kinds["swa_moe"] if n["op"] == "Attention")
+    full = next(n for n in kinds["full_moe"] if n["op"] == "Attention")
+    assert (swa["kind"], swa["n_kv"], swa["window"]) == ("swa", 8, 128)
+    assert (full["kind"], full["n_kv"]) == ("gqa", 4)
+    qkv = next(n for n in kinds["full_moe"] if n.get("role") == "qkv_proj")
+    assert qkv["n"] == 64 * 192 + 4 * 192 + 4 * 128  # v narrower than q/k
+    assert graph["stack"]["prologue"] == ["full_dense"]
 
 
 def test_multimodal_text_decoder_is_marked() -> None:
@@ -205,6 +214,7 @@ PUBLISHED = {
     "openai--gpt-oss-20b": 20.91e9,
     "MiniMaxAI--MiniMax-M2.5": 229e9,
     "meta-llama--Llama-4-Maverick-17B-128E-Instruct": 400e9,
+    "XiaomiMiMo--MiMo-V2-Flash": 309e9,
 }
 
 
@@ -263,6 +273,7 @@ FAMILIES = [
     ("deepseek-ai--DeepSeek-V4-Flash", "b200", 4, 64),           # compressed sparse MLA
     ("zai-org--GLM-5.3-Flash", "h200", 8, 64),                   # KDA + sparse MLA + mHC
     ("MiniMaxAI--MiniMax-M3", "b200", 8, 16),                    # block-sparse attention
+    ("XiaomiMiMo--MiMo-V2-Flash", "b200", 8, 16),                # per-kind heads, SWA rings
 ]
 
 

@@ -154,3 +154,26 @@ def test_calibrate_command_errors_are_one_line(tmp_path: Path) -> None:
                                    "-s", "llama-3.1-8b-h100-tp1", "--measured", "latency_ms",
                                    "-o", str(tmp_path / "c.yaml")])
     assert res.exit_code == 2 and "2 --scenario for 1 traces" in res.output
+
+
+def test_price_command_reads_fpm_with_measured(tmp_path: Path) -> None:
+    _, fpm = _splitwise_as_fpm("h100-80gb", 4)
+    fpm = fpm.with_columns(pl.lit("w7").alias("worker_id"),
+                           pl.col("num_decode_requests").cast(pl.Int64))
+    fpm = pl.concat([fpm, fpm.head(1).with_columns(pl.lit(-3, pl.Int64)
+                                                   .alias("num_decode_requests"),
+                                                   pl.lit(10**6, pl.Int64).alias("batch_id"))])
+    src = tmp_path / "fpm.parquet"
+    fpm.write_parquet(src)
+    out = tmp_path / "p.parquet"
+    res = CliRunner().invoke(cli, ["price", str(src), "-s", str(scenario_path("h100-80gb", 4)),
+                                   "-o", str(out), "--trace-format", "fpm", "--measured",
+                                   "latency_ms", "--measured-unit", "ms", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert f"forward passes in {fpm.height:,} = rebuilt {fpm.height - 1:,} + rejected 1" \
+        in res.output
+    p = pl.read_parquet(out)
+    assert p.height == fpm.height - 1 and set(p["worker_id"]) == {"w7"}
+    assert set(p["config"]) == {"h100-80gb-tp4"} and "measured_ns" in p.columns
+    rej = pl.read_parquet(tmp_path / "p.rejects.fpm.parquet")
+    assert rej["batch_id"].to_list() == [10**6] and rej["reason"][0] == "negative"

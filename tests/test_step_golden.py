@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import kernel
-from kernel import laws, memory, step
+from kernel import decode_terms, laws, memory, step
 from kernel.kernel import Kernel
 from kernel.resolved import ResolvedPool
 from kernel.types import Batch, Placement, Resource
@@ -295,15 +295,116 @@ def test_case_134_135_dcp_shrinks_decode(name: str) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "case 134 at dcp 8 with the EMBEDDED registry: e.g. on DS3 the 8-rank DCP combine (query "
-    "all-gather 42 µs + LSE + reduce-scatter 37 µs per layer, per the §2.8 bytes) adds "
-    "~2.4 ms of NVLink while the KV read saves ~1.7 ms of HBM, so NoOverlap rises 4 → 8; "
-    "the Go golden was measured on blis-registry v0.1.1 values we do not have"))
+    "case 134 at dcp 8 is data, not logic (docs/decisions.md F3; the per-term split below is "
+    "test_case_134_dcp8_rise_per_term). decodeBatch(32,1,32768), dcp 4 -> 8, summed over the "
+    "layers, in µs: DS3 KV read -1654.3, query all-gather +1291.3, LSE all-gather +235.6, "
+    "reduce-scatter combine +905.5, net +778.1 (NoOverlap 30,881,010 -> 31,659,116 ns); GLM5 "
+    "(78 sparse-MLA layers, top-k 2048) KV read -150.6, indexer read -535.3, query all-gather "
+    "+949.2, LSE all-gather +274.2, combine +701.1, net +1238.5 (34,692,572 -> 35,931,095 "
+    "ns). The §2.8 bytes double with dcp (heads/tp*dcp) while the read halves; with the "
+    "embedded registry's 8-rank figures (all-gather floor 10.30 vs 7.13 µs at 4 ranks, "
+    "reduce-scatter 10.24 vs 7.11) GLM5 still rises with infinite bandwidth (+52.8 µs) and "
+    "falls only with free collectives (-685.9 µs): the Go golden ran on blis-registry v0.1.1 "
+    "collective figures we do not have"))
 @pytest.mark.parametrize("name", [DS3, GLM5_DCP4])
 def test_case_134_dcp8_still_shrinks_decode(name: str) -> None:
     ks = _dcp_sweep(name)
     b = decode_batch(32, 1, 32768)
     assert ks[4].step_time(b).no_overlap > ks[8].step_time(b).no_overlap
+
+
+def _terms_total(r: ResolvedPool, ctxs: list[int]) -> dict[str, float]:
+    """Each decode term summed over the layers (count x one layer), in seconds."""
+    out = dict.fromkeys(decode_terms.TERMS, 0.0)
+    for t in decode_terms.decode_terms(r, ctxs).values():
+        for name in decode_terms.TERMS:
+            out[name] += t["count"] * t[name]
+    return out
+
+
+@pytest.mark.parametrize(("name", "ctx", "dcps"), [
+    (DS3, 32768, (4, 8)), (GLM5_DCP4, 32768, (4, 8)), (DSV4, 16384, (1,)),
+    (DSV4, 1_048_576, (1,))])
+def test_decode_terms_restate_the_pricing_path(name: str, ctx: int, dcps: tuple[int, ...]
+                                               ) -> None:
+    """The reference's §2.4/§2.8 decode terms, restated term by term without kernel.step,
+    equal the priced layer: HBM = weights + elementwise + KV read + secondary reads, NVLink =
+    graph + DCP collectives (single node), to 1e-15 s per layer."""
+    for d in dcps:
+        r = rpool(_dcp(name, d)) if d > 1 else rpool(open_k(name))
+        n = 32 if name != DSV4 else 1
+        b = Batch([(1, ctx - 1, ctx)] * n, decode_threshold=8 if n > 1 else 1)
+        got = {x["kind"]: x for x in step.layer_breakdown(r, b)}
+        tp = r.layout.tp
+        for pl in r.plan.layers:
+            t = decode_terms.decode_terms(r, [ctx] * n)[pl.kind_id]
+            other = ((pl.dense_weight_bytes + pl.shared_expert_weight_bytes
+                      + n * pl.elementwise_bytes_per_token) / tp / r.coefficients.hbm_bps)
+            assert got[pl.kind_id]["dense_hbm"] == pytest.approx(
+                other + t["kv_read"] + t["secondary_read"], abs=1e-15)
+            assert got[pl.kind_id]["nvlink"] == pytest.approx(
+                t["graph_collectives"] + t["dcp_query_gather"] + t["dcp_lse_gather"]
+                + t["dcp_combine"], abs=1e-15)
+
+
+def _collectives(r: ResolvedPool, f: Any) -> ResolvedPool:
+    return dataclasses.replace(r, collectives={
+        key: (f(v) if v.group == "dcp" else v) for key, v in r.collectives.items()})
+
+
+def test_case_134_dcp8_rise_per_term() -> None:
+    """GLM5 dcp 4 -> 8: the per-term split sums to the NoOverlap rise; the rise is the DCP
+    collectives' (bytes x2 by §2.8, priced by the registry's 8-rank figures) and survives
+    infinite bandwidth; free collectives turn it into the HBM saving."""
+    b = decode_batch(32, 1, 32768)
+    r4, r8 = rpool(_dcp(GLM5_DCP4, 4)), rpool(_dcp(GLM5_DCP4, 8))
+    t4, t8 = _terms_total(r4, [32768] * 32), _terms_total(r8, [32768] * 32)
+    diff = {k: (t8[k] - t4[k]) * 1e6 for k in t4}
+    rise = (step.step_time_into(r8, b, {}).no_overlap
+            - step.step_time_into(r4, b, {}).no_overlap) / 1e3
+    assert sum(diff.values()) == pytest.approx(rise, abs=0.01)  # every moving term is here
+    assert diff["graph_collectives"] == 0
+    saving = diff["kv_read"] + diff["secondary_read"]
+    added = diff["dcp_query_gather"] + diff["dcp_lse_gather"] + diff["dcp_combine"]
+    assert saving < 0 < -saving < added
+    assert [diff[k] for k in decode_terms.TERMS] == pytest.approx(
+        [-150.6, -535.3, 949.2, 274.2, 701.1, 0.0], abs=0.1)
+
+    def no(r: ResolvedPool) -> int:
+        return step.step_time_into(r, b, {}).no_overlap
+
+    fast = lambda v: dataclasses.replace(v, peak_bps=1e30, transition_bps=1e30)  # noqa: E731
+    free = lambda v: dataclasses.replace(v, floor_ns=0, peak_bps=1e30,  # noqa: E731
+                                         transition_bps=1e30)
+    assert no(_collectives(r8, fast)) > no(_collectives(r4, fast))  # the 8-rank floors alone
+    assert no(_collectives(r8, free)) - no(_collectives(r4, free)) == pytest.approx(
+        saving * 1e3, abs=2)
+
+
+def test_case_147_dsv4_ratio_is_the_missing_sparse_mla_rate() -> None:
+    """DSV4 decode ctx 1,048,576 / 16,384 is 1.11 here, 1.301 in the reference: every term
+    that grows is an HBM read at the part-wide attention_decode_rate (the registry has no
+    attention_decode_rate_sparse_mla for b200, an assumption in evidence); a sparse-MLA rate
+    of 1622 GB/s (vs the part-wide 6930) reproduces 1.301 (docs/decisions.md F4)."""
+    k = open_k(DSV4)
+    r = rpool(k)
+    assert "attention_decode_rate_sparse_mla" in k.evidence()[2]
+    short, long_ = Batch([(1, 16_383)], decode_threshold=1), Batch([(1, 1_048_575)],
+                                                                  decode_threshold=1)
+
+    def ratio(rr: ResolvedPool) -> float:
+        return (step.step_time_into(rr, long_, {}).no_overlap
+                / step.step_time_into(rr, short, {}).no_overlap)
+
+    assert ratio(r) == pytest.approx(1.1135, abs=1e-4)
+    grow = {key: _terms_total(r, [1_048_576])[key] - _terms_total(r, [16_384])[key]
+            for key in decode_terms.TERMS}
+    assert grow["kv_read"] > 0 and grow["secondary_read"] > 0
+    assert all(v == 0 for key, v in grow.items() if key not in ("kv_read", "secondary_read"))
+    c = r.coefficients
+    sparse = dict(c.attention_by_kind, sparse_mla=(c.attention_floor_ns, 1622.4e9))
+    slow = dataclasses.replace(r, coefficients=dataclasses.replace(c, attention_by_kind=sparse))
+    assert ratio(slow) == pytest.approx(1.301, abs=1e-3)
 
 
 def test_case_136_dcp_saving_longer_context() -> None:

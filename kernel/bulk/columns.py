@@ -52,6 +52,7 @@ __all__ = [
     "BatchContext",
     "ColumnProducer",
     "OutputSpec",
+    "check_rows",
     "price_grouped",
     "register_columns",
     "registered_columns",
@@ -97,6 +98,42 @@ class ColumnProducer:
     fields: tuple[pa.Field, ...]
     produce: Callable[[BatchContext], Mapping[str, Any]]
     inputs: tuple[str, ...] = ()
+    # Optional row check on the ``inputs`` (one array each, per request row): a detail per
+    # row, "" where the row is good. A bad row is rejected with ``reason`` (its batch goes
+    # with it, as for any rejected row), so rows in = priced + rejected still holds.
+    check: Callable[[Mapping[str, pa.Array]], np.ndarray] | None = None
+    reason: str = "bad_input"
+
+
+def check_rows(spec: OutputSpec, rows: Rows, rejects: list[pa.Table], strict: bool) -> None:
+    """Run the producers' row checks on coerced rows: mark failing rows bad, record why."""
+    from ..trace import REJECT_SCHEMA, RejectedRowError
+
+    for p in spec.producers:
+        if p.check is None or len(rows) == 0:
+            continue
+        extra = rows.extra or {}
+        detail = np.asarray(p.check({n: extra[n] for n in p.inputs}), dtype=object)
+        idx = np.flatnonzero((detail != "") & ~rows.bad)
+        if idx.size == 0:
+            continue
+        col = p.inputs[0] if p.inputs else ""
+        shown = extra[col].take(pa.array(idx)).to_pylist() if col else [None] * idx.size
+        tbl = pa.table({
+            "row": pa.array(rows.row[idx], pa.int64()),
+            "batch_id": pa.array(rows.batch_id[idx], pa.int64()),
+            "reason": pa.array([p.reason] * idx.size, pa.string()),
+            "column": pa.array([col] * idx.size, pa.string()),
+            "detail": pa.array([str(d) for d in detail[idx]], pa.string()),
+            "source": pa.array(["trace"] * idx.size, pa.string()),
+            "values": pa.array([f"batch_id={b}, {col}={v!r}" for b, v in
+                                zip(rows.batch_id[idx].tolist(), shown, strict=True)],
+                               pa.string()),
+        }, schema=REJECT_SCHEMA)
+        if strict:
+            raise RejectedRowError(tbl.slice(0, 1).to_pylist()[0])
+        rejects.append(tbl)
+        rows.bad[idx] = True
 
 
 _REGISTERED: dict[str, ColumnProducer] = {}

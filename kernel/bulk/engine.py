@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..sources import TraceSource, open_trace
 from ..trace import BATCH_COLUMNS, Rows, TraceError, coerce
 from .batch_table import BatchTable
-from .columns import OutputSpec, price_grouped
+from .columns import OutputSpec, check_rows, price_grouped
 from .groups import batch_checks, group, groups_from_starts
 
 if TYPE_CHECKING:
@@ -115,6 +115,7 @@ class Engine:
         rows = coerce(raw, offset, rejects=rej, strict=self.strict)
         if self.bt is not None:
             self.bt.apply(rows, rej, self.strict)
+        check_rows(self.spec, rows, rej, self.strict)
         return Coerced(rows, rej, raw.num_rows)
 
     def take_coerced(self, c: Coerced) -> Rows:

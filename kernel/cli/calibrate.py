@@ -3,11 +3,15 @@ and ``blis-kernel measurements splitwise``: SplitwiseSim's profile as traces to 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from .common import make_repos, with_repos
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _columns(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -149,3 +153,96 @@ def register(group: click.Group) -> None:
             path = out / f"{config}.parquet"
             t.write_parquet(path)
             click.echo(f"{path}  {b.height:,} steps  --scenario {b['scenario'][0]}")
+
+
+# -- the options ``blis-kernel price`` takes for measured traces and calibrations -----------------
+
+PRICE_OPTIONS = [
+    click.option("--measured", default=None,
+                 help="A trace column of measured step times: adds measured_ns and each "
+                      "estimate's relative error, and prints the accuracy summary."),
+    click.option("--measured-unit", "measured_unit", default="ns", show_default=True,
+                 type=click.Choice(["ns", "us", "ms", "s"]), help="Its unit."),
+    click.option("--calibration", "calibration", default=None,
+                 type=click.Path(exists=True, dir_okay=False),
+                 help="A calibration (blis-kernel calibrate): adds calibrated_ns."),
+    click.option("--force-calibration", is_flag=True,
+                 help="Apply a calibration made for another model or chip."),
+    click.option("--trace-format", "trace_format", default="requests", show_default=True,
+                 type=click.Choice(["requests", "fpm"]),
+                 help="fpm: one row per forward pass with aggregates (docs/traces.md)."),
+]
+
+
+def price_options(func: F) -> F:
+    for option in reversed(PRICE_OPTIONS):
+        func = option(func)
+    return func
+
+
+class MeasuredRun:
+    """What ``price`` does differently for a measured trace, a calibration or an FPM trace."""
+
+    def __init__(self, k: Any, trace: str, options: dict[str, Any], rejects: Path | None):
+        from kernel.calibration import CalibrationError
+        from kernel.calibration.columns import producers_for
+
+        self.measured = options.get("measured")
+        self.unit = options.get("measured_unit", "ns")
+        self.k = k
+        cal = options.get("calibration")
+        if cal:
+            try:
+                self.k = k.with_calibration(cal, bool(options.get("force_calibration")))
+            except CalibrationError as exc:
+                raise click.ClickException(str(exc)) from None
+        law = self.k.calibration.law if self.k.calibration is not None else None
+        self.producers = producers_for(law, self.measured, self.unit)
+        self.src: Any = trace
+        self.keep: list[str] = []
+        self.fpm_rejects = 0
+        self.fpm_passes = 0
+        if options.get("trace_format") == "fpm":
+            self._fpm(trace, rejects)
+
+    def _fpm(self, trace: str, rejects: Path | None) -> None:
+        from kernel.fpm import FpmError, fpm_to_requests
+
+        try:
+            req, batches, rej = fpm_to_requests(trace)
+        except FpmError as exc:
+            raise click.ClickException(str(exc)) from None
+        self.fpm_passes = batches.height + rej.height
+        self.fpm_rejects = rej.height
+        passthrough = [c for c in batches.columns if c != "batch_id"]
+        self.src = req.join(batches, on="batch_id", how="left")
+        self.keep = [c for c in passthrough if c != self.measured]
+        self.fpm_reject_path: Path | None = None
+        if rej.height and rejects is not None:
+            self.fpm_reject_path = rejects.with_name(rejects.stem + ".fpm.parquet")
+            rej.write_parquet(self.fpm_reject_path)
+
+    def report(self, out: Path) -> None:
+        """After the run: FPM pass counts and the accuracy summary (printed and written)."""
+        if self.fpm_passes:
+            click.echo(f"forward passes in {self.fpm_passes:,} = rebuilt "
+                       f"{self.fpm_passes - self.fpm_rejects:,} + rejected "
+                       f"{self.fpm_rejects:,}" + (f" -> {self.fpm_reject_path}"
+                                                  if self.fpm_rejects else ""))
+        if self.measured is None:
+            return
+        import polars as pl
+
+        from kernel.calibration.accuracy import accuracy_table, format_table
+
+        cols = ["measured_ns", "no_overlap_ns", "overlap_ns", "prefill_requests",
+                "decode_requests", "tokens", "bottleneck"]
+        if self.k.calibration is not None:
+            cols.append("calibrated_ns")
+        priced = (pl.read_csv(out, columns=cols) if out.suffix.lower() == ".csv"
+                  else pl.read_parquet(out, columns=cols))
+        table = accuracy_table(priced.with_columns(pl.col("bottleneck").cast(pl.String)))
+        path = out.with_name(out.stem + ".accuracy.csv")
+        table.write_csv(path)
+        click.echo(format_table(table, ("all", "phase")))
+        click.echo(f"accuracy by phase, batch tokens and bottleneck -> {path}")

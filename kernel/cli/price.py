@@ -10,6 +10,7 @@ import click
 
 from pipeline.load import Repos
 
+from .calibrate import MeasuredRun, price_options
 from .common import make_repos, with_repos
 
 DEFAULT_SCENARIO = "deepseek-v3-h200-fp8-sglang-tp8"
@@ -123,13 +124,14 @@ def register(group: click.Group) -> None:
     @click.option("--cluster", default=None,
                   help="Price on a Dask cluster (ADDRESS, or local[:N]); TRACE may then be a "
                        "directory of parquet partitions and OUTPUT is a directory.")
+    @price_options
     @with_repos
     def price_cmd(trace: str, scenario: str, pool: int, output: str, rejects: str | None,
                   strict: bool, decode_threshold: int, sm_budget: int,
                   batches_path: str | None, column_map: tuple[str, ...], chunk_rows: int,
                   db: str | None, utilisation: bool, no_progress: bool, cluster: str | None,
                   scenarios_root: str | None, catalog_root: str | None,
-                  registry_root: str | None) -> None:
+                  registry_root: str | None, **measured: Any) -> None:
         """Price every batch of a recorded TRACE (a file, a directory, a glob) into parquet
         (docs/traces.md)."""
         from kernel.bulk import price_file
@@ -150,13 +152,17 @@ def register(group: click.Group) -> None:
         k = _open_kernel(scenario, pool, repos)
         out = Path(output)
         rej = Path(rejects) if rejects else out.with_name(out.stem + ".rejects.parquet")
+        run = MeasuredRun(k, trace, measured, rej)  # --measured, --calibration, fpm
+        k = run.k
         try:
-            counts = price_file(k, trace, out, rejects=rej, strict=strict,
+            counts = price_file(k, run.src, out, rejects=rej, strict=strict,
                                 chunk_rows=chunk_rows, progress=not no_progress,
                                 decode_threshold=decode_threshold, sm_budget=sm_budget,
                                 columns=_columns(column_map), batches=batches_path,
                                 tune_malloc=True,
-                                producers=[column_producer()] if utilisation else None)
+                                producers=[*(run.producers or ()),
+                                           *([column_producer()] if utilisation else [])],
+                                keep=run.keep or None)
         except RejectedRowError as exc:
             raise click.ClickException(f"--strict: {exc}") from None
         except TraceError as exc:
@@ -172,6 +178,7 @@ def register(group: click.Group) -> None:
             extra = (f" (+{counts.batch_table_rows_rejected:,} per-batch table rows)"
                      if counts.batch_table_rows_rejected else "")
             click.echo(f"{counts.rows_rejected:,} rejected rows{extra} -> {rej}", err=True)
+        run.report(out)
         if db:
             write_db(db, k, scenario, pool, out, str(trace), repos)
             click.echo(f"stored in {db}: priced_steps, kernel_provenance")

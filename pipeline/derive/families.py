@@ -267,3 +267,78 @@ def handler_llama4(c: Config) -> Result:
         kinds.append(kind("attn_dense", [*attn, *dense_tail(c, hidden, ffn)]))
     kinds.append(kind("attn_moe", moe))
     return kinds, compress(sequence)
+
+
+def handler_step3p7(c: Config) -> Result:
+    """Step-3.7-Flash (the Step3p5 family): sliding and full attention by ``layer_types``, a
+    dense MLP on the first ``first_k_dense_replace`` layers and routed experts (with one shared
+    expert at ``share_expert_dim``) after; the two vary independently."""
+    hidden = int(c.require("hidden_size"))
+    layers = int(c.require("num_layers"))
+    window = _window(c)
+    types = c.get("layer_types")
+    if not types or not window:
+        raise DeriveError(f"{c.model}: needs layer_types and sliding_window")
+    _check_vector(c, "layer_types", types, layers, {"sliding_attention", "full_attention"})
+    first_dense = int(c.get("first_k_dense_replace") or 0)
+    shared_width = c.get("share_expert_dim")
+
+    def moe() -> list[Node]:
+        tail = moe_tail(c, hidden)
+        experts = next(n for n in tail if n.get("role") == "experts")
+        if shared_width and int(shared_width) != experts["n"]:
+            experts["shared_intermediate_size"] = int(shared_width)
+        return tail
+
+    sequence = [("swa" if t == "sliding_attention" else "full")
+                + ("_dense" if i < first_dense else "_moe") for i, t in enumerate(types)]
+    builders = {
+        "swa_dense": lambda: attention_block(c, hidden, window=window) + dense_tail(c, hidden),
+        "full_dense": lambda: attention_block(c, hidden) + dense_tail(c, hidden),
+        "swa_moe": lambda: attention_block(c, hidden, window=window) + moe(),
+        "full_moe": lambda: attention_block(c, hidden) + moe(),
+    }
+    return [kind(k, b()) for k, b in builders.items() if k in sequence], compress(sequence)
+
+
+def _mimo_attention(c: Config, hidden: int, prefix: str, window: int | None) -> list[Node]:
+    """MiMo-V2 attention: its own head counts per layer type and a value width below the
+    key width (q/k at ``head_dim``, v at ``v_head_dim``)."""
+    nq = int(c.key(f"{prefix}num_attention_heads"))
+    nkv = int(c.key(f"{prefix}num_key_value_heads"))
+    dk = int(c.key(f"{prefix}head_dim"))
+    dv = int(c.key(f"{prefix}v_head_dim"))
+    attn: Node = {"op": "Attention", "kind": "swa" if window else "gqa", "n_q": nq,
+                  "n_kv": nkv, "d_h": dk}
+    if window:
+        attn["window"] = int(window)
+    return [norm("input_norm"), gemm("qkv_proj", nq * dk + nkv * dk + nkv * dv, hidden), attn,
+            gemm("o_proj", hidden, nq * dv), collective("AllReduce", "attn_out", "tensor_parallel")]
+
+
+def handler_mimo_v2(c: Config) -> Result:
+    """MiMo-V2-Flash: sliding-window layers where ``hybrid_layer_pattern`` is 1 (with the
+    ``swa_*`` head geometry) and full attention where it is 0, a dense MLP where
+    ``moe_layer_freq`` is 0 and routed experts where it is 1."""
+    hidden = int(c.require("hidden_size"))
+    layers = int(c.require("num_layers"))
+    pattern, moe_freq = c.get("hybrid_layer_pattern"), c.get("moe_layer_freq")
+    for name, vec in (("hybrid_layer_pattern", pattern), ("moe_layer_freq", moe_freq)):
+        if not isinstance(vec, list) or len(vec) != layers:
+            raise DeriveError(f"{c.model}: {name} must list one 0/1 entry per layer ({layers})")
+        if set(vec) - {0, 1}:
+            raise DeriveError(f"{c.model}: {name} names {sorted(set(vec) - {0, 1})}; allowed 0, 1")
+    window = int(c.require("sliding_window"))
+    sequence = [("swa" if p else "full") + ("_moe" if m else "_dense")
+                for p, m in zip(pattern, moe_freq, strict=True)]
+
+    def attn(kid: str) -> list[Node]:
+        return (_mimo_attention(c, hidden, "swa_", window) if kid.startswith("swa")
+                else _mimo_attention(c, hidden, "", None))
+
+    kinds = []
+    for kid in ("full_dense", "swa_dense", "full_moe", "swa_moe"):
+        if kid in sequence:
+            tail = moe_tail(c, hidden) if kid.endswith("_moe") else dense_tail(c, hidden)
+            kinds.append(kind(kid, attn(kid) + tail))
+    return kinds, compress(sequence)

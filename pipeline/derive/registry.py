@@ -13,9 +13,11 @@ from .families import (
     handler_deepseek_v4,
     handler_dense,
     handler_llama4,
+    handler_mimo_v2,
     handler_minimax_m2,
     handler_minimax_m3,
     handler_moe,
+    handler_step3p7,
 )
 from .hybrids import handler_glm5_next, handler_kimi_k3, handler_nemotron_h, handler_qwen3_5
 from .nodes import DRAFT_KIND, gemm, norm
@@ -52,25 +54,23 @@ HANDLERS: dict[str, Callable[[Config], Result]] = {
     "MiMoForCausalLM": handler_dense,
     "DeepseekV32ForCausalLM": handler_moe,
     "MiniMaxM3ForCausalLM": handler_minimax_m3,
+    "MiMoV2FlashForCausalLM": handler_mimo_v2,
+    "Step3p7FlashForCausalLM": handler_step3p7,
 }
 
 # Architectures seen in real configs that this deriver refuses, and why (docs/decisions.md).
 REFUSED: dict[str, str] = {
-    "DeepseekV41ForCausalLM": "DeepSeek-V4.1 adds cross-layer KV/index sharing "
-    "(kv_source_layer_ids), engram embeddings and a DSpark draft that no ModelGraph primitive "
-    "expresses, and vLLM v0.31.0 registers no DeepseekV41ForCausalLM",
-    "MiMoV2FlashForCausalLM": "MiMo-V2-Flash gives its sliding-window layers their own head "
-    "counts and a value width different from the key width, which one attention block per "
-    "config cannot state, and vLLM v0.31.0 registers no MiMoV2FlashForCausalLM",
-    "Gemma4ForConditionalGeneration": "Gemma 4 ties K to V on global layers with their own "
-    "head_dim and KV-head count (attention_k_eq_v, global_head_dim) and may carry parallel "
-    "dense+MoE blocks; vLLM v0.31.0 registers no Gemma4 model",
-    "MuseGlimmerForConditionalGeneration": "vLLM v0.31.0 registers no MuseGlimmer model, so "
-    "there is no engine behaviour to price",
+    "DeepseekV41ForCausalLM": "DeepSeek-V4.1 shares KV and index caches across layers "
+    "(kv_source_layer_ids, index_source_layer_ids) and adds engram embeddings and a DSpark "
+    "draft; a ModelGraph has no primitive for a layer that reads another layer's cache",
+    "Gemma4ForConditionalGeneration": "Gemma 4's global layers tie K to V (attention_k_eq_v) "
+    "at their own head_dim and KV-head count (global_head_dim, num_global_key_value_heads), "
+    "and enable_moe_block runs a dense MLP beside the experts; not derived yet",
+    "MuseGlimmerForConditionalGeneration": "MuseGlimmer scales attention and output by "
+    "per-model factors (qk_scale_factor, output_multiplier, post_norm_eps) whose vLLM "
+    "implementation was not available to confirm the layer structure; not derived yet",
     "DeciLMForCausalLM": "Nemotron-NAS (DeciLM) varies heads and FFN width per layer through "
     "block_configs with no-op layers; a per-layer heterogeneous stack is not derived yet",
-    "Step3p7FlashForCausalLM": "vLLM v0.31.0 registers no Step3p7FlashForCausalLM, so there "
-    "is no engine behaviour to price",
 }
 
 SPEC_METHODS = {
@@ -89,6 +89,8 @@ SPEC_METHODS = {
     "MiniMaxM3SparseForCausalLM": "minimax_m3_mtp",
     "MiniMaxM3ForCausalLM": "minimax_m3_mtp",
     "MiMoForCausalLM": "mimo_mtp",
+    "MiMoV2FlashForCausalLM": "mimo_v2_mtp",
+    "Step3p7FlashForCausalLM": "step3p5_mtp",
 }
 # Draft length from num_mtp_modules (not num_nextn_predict_layers) for these.
 MTP_MODULE_ARCHS = frozenset({"MiniMaxM3SparseForConditionalGeneration",
