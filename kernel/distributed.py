@@ -154,6 +154,7 @@ def price_partition(files: Sequence[str], index: int, owned: np.ndarray, foreign
     a file behind.
     """
     from .bulk import price_file
+    from .stamp import for_kernel
 
     key = scenario_key(scenario)
     out = Path(dst) / f"scenario={key}" / f"part-{index:05d}.parquet"
@@ -163,8 +164,11 @@ def price_partition(files: Sequence[str], index: int, owned: np.ndarray, foreign
         k = _worker_kernel(scenario, pool, repos)
         out.parent.mkdir(parents=True, exist_ok=True)
         rejects.parent.mkdir(parents=True, exist_ok=True)
+        made = for_kernel(k, "sweep-partition", trace=files[index],
+                          decode_threshold=decode_threshold, sm_budget=0)
         counts = price_file(k, table, out, rejects=rejects, progress=False,
-                            decode_threshold=decode_threshold,
+                            decode_threshold=decode_threshold, metadata=made.to_metadata(),
+                            rejects_metadata=made.as_kind("sweep-rejects").to_metadata(),
                             columns=None if column == BATCH_ID else {BATCH_ID: column})
     except Exception as exc:  # reported, never dropped: the caller lists it
         return PartitionResult(key, index, 0, 0, 0, 0, str(out), f"{type(exc).__name__}: {exc}")
@@ -265,13 +269,38 @@ def price_dataset(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     done = [r for r in results if not r.error]
     summary = summarise(dst) if done else pl.DataFrame()
     if summary.height:
-        summary.write_parquet(Path(dst) / "summary.parquet")
+        write_summary(summary, Path(dst) / "summary.parquet", done, src, decode_threshold)
     result = SweepResult(done, summary, time.perf_counter() - t0, failures)
     if failures:
         listing = "\n".join(f"  scenario {f.scenario} partition {f.partition} "
                             f"({files[f.partition]}): {f.error}" for f in failures)
         raise RuntimeError(f"{len(failures)} partition task(s) could not be priced:\n{listing}")
     return result
+
+
+def write_summary(summary: pl.DataFrame, path: Path, done: Sequence[PartitionResult],
+                  src: str | os.PathLike[str], decode_threshold: int) -> None:
+    """The summary parquet, stamped: every scenario, the documents each partition was priced
+    with (from the partitions' own stamps), the options and the row counts."""
+    import pyarrow.parquet as pq
+
+    from .stamp import Stamp, read_stamp, stamped
+
+    docs: dict[str, dict[str, str]] = {}
+    for name in sorted({r.scenario for r in done}):
+        first = min((r for r in done if r.scenario == name), key=lambda r: r.partition)
+        part = read_stamp(first.output) if Path(first.output).is_file() else None
+        for role, doc in (part.documents.items() if part else ()):
+            docs[f"{name}/{role}"] = dict(doc)
+    stamp = Stamp(kind="sweep-summary", scenarios=tuple(sorted({r.scenario for r in done})),
+                  documents=docs, options={"decode_threshold": int(decode_threshold)},
+                  trace={"source": str(src)},
+                  counts={"rows_in": sum(r.rows_in for r in done),
+                          "rows_priced": sum(r.rows_priced for r in done),
+                          "rows_rejected": sum(r.rows_rejected for r in done),
+                          "batches_priced": sum(r.batches for r in done),
+                          "tasks": len(done)})
+    pq.write_table(stamped(summary.to_arrow(), stamp), path)
 
 
 def _given_away(partition_ids: Sequence[np.ndarray],

@@ -225,7 +225,19 @@ class Kernel:
         """:meth:`provenance` typed, as a polars frame: ``value`` float64 with ``units``,
         ``method`` and ``scope_kind`` enums, ``scope_values`` lists, ``reason`` (the columns
         of the SQL ``provenance`` view, docs/tables.md)."""
-        return self._frame("provenance")
+        frame = self._frame("provenance")
+        if self._cal is None:
+            return frame
+        import polars as pl
+
+        from .calibration.apply import provenance_entries
+
+        fitted = pl.DataFrame(
+            [{"position": frame.height + i + 1, "name": o.name, "set": o.set,
+              "method": o.method, "scope": o.scope, "kind": "calibration"}
+             for i, o in enumerate(provenance_entries(self._cal))],
+            schema_overrides={"method": frame.schema["method"]})
+        return pl.concat([frame, fitted], how="diagonal")
 
     def resolved_frame(self) -> pl.DataFrame:
         """The pool's resolved configuration as a one-row polars frame (``resolved_pools``)."""

@@ -211,6 +211,12 @@ class Stamp:
                    engine_behaviour_commit=get("engine_behaviour_commit"),
                    source_commit=get("source_commit"))
 
+    def as_kind(self, kind: str) -> Stamp:
+        """The same stamp for a sibling output (the rejects beside a priced file)."""
+        from dataclasses import replace
+
+        return replace(self, kind=kind)
+
     def with_counts(self, **counts: int) -> Stamp:
         from dataclasses import replace
 
@@ -253,12 +259,22 @@ def for_kernel(k: Kernel, kind: str = "priced", *, trace: object = None,
         options["decode_threshold"] = int(decode_threshold)
     if sm_budget is not None:
         options["sm_budget"] = int(sm_budget)
+    cal = getattr(k, "calibration", None)
     if calibration:
         options["calibration"] = calibration
-    options.update(extra_options)
+    elif cal is not None:  # the digest of the calibration document the kernel applies
+        options["calibration"] = hashlib.sha256(cal.to_yaml().encode()).hexdigest()
+        options["calibration_name"] = cal.name
+    options.update({k: v for k, v in extra_options.items() if v not in (None, {}, [], ())})
     r = k.resolved_pool
     return Stamp(kind=kind, scenario=r.scenario, pool=r.pool_index, documents=k.documents(),
                  options=options, trace=trace_identity(trace) if trace is not None else {})
+
+
+def counts_metadata(**counts: int) -> dict[str, str]:
+    """The ``counts`` key alone (a writer adds it when it closes, once the counts are known)."""
+    return {PREFIX + "counts": json.dumps({k: int(v) for k, v in counts.items()},
+                                          sort_keys=True)}
 
 
 def stamped(table: pa.Table, stamp: Stamp | None) -> pa.Table:
@@ -301,7 +317,9 @@ def read_stamp(path: str | os.PathLike[str]) -> Stamp | None:
         return Stamp.from_metadata(schema.metadata)
     if p.suffix.lower() == ".csv":
         return None
-    return Stamp.from_metadata(pq.read_schema(p).metadata)
+    # The footer's key-value metadata, not the embedded Arrow schema's: a writer may add
+    # keys (the row counts) when it closes, after the schema was fixed.
+    return Stamp.from_metadata(pq.ParquetFile(p).metadata.metadata)
 
 
 def check_kernel(stamp: Stamp | None, k: Kernel, what: str = "the file") -> list[str]:

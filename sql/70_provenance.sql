@@ -7,8 +7,9 @@ CREATE OR REPLACE VIEW provenance AS
 SELECT scenario, pool, row_number() OVER (PARTITION BY scenario, pool ORDER BY grp, ord, name)
            AS position,
        name, set,
+       -- the registry's methods, and `fitted` for a calibration's entries (Kernel.provenance)
        CAST(method AS ENUM('measured', 'literature', 'vendor_spec', 'copied', 'assumed',
-                           'not_charged')) AS method,
+                           'not_charged', 'fitted')) AS method,
        scope, kind, value, units, value_text,
        CAST(scope_kind AS ENUM('hardware', 'model', 'unscoped', 'assumption')) AS scope_kind,
        scope_values, reason

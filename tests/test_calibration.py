@@ -432,3 +432,22 @@ def test_price_command_measured_and_calibrated(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["price", str(tr), "-s", scen, "-o", str(out),
                                    "--calibration", str(other), "--no-progress"])
     assert res.exit_code == 1 and "refusing to apply calibration" in res.output
+
+
+def test_report_gains_the_accuracy_part(splitwise: pl.DataFrame, tmp_path: Path) -> None:
+    from kernel.report.html import trace_report
+
+    sub = splitwise.filter(pl.col("hardware") == "h100-80gb")
+    law = fit(sub, folds=0).law
+    priced = sub.select(["batch_id", "overlap_ns", "no_overlap_ns", "bottleneck", *TERM_COLS,
+                         "tokens", "requests", "prefill_requests", "decode_requests",
+                         "measured_ns"]).with_columns(
+        pl.Series("calibrated_ns", measured_by(law, sub)))
+    html = trace_report(priced, png_dir=tmp_path)
+    assert '<section id="accuracy">' in html and 'id="accuracy-table"' in html
+    assert 'data-chart="predicted-vs-measured"' in html
+    assert 'data-chart="error-vs-tokens"' in html
+    assert "calibrated MAPE" in html
+    assert (tmp_path / "predicted_vs_measured.png").stat().st_size > 10_000
+    plain = trace_report(priced.drop("measured_ns"))
+    assert 'id="accuracy"' not in plain

@@ -312,3 +312,14 @@ def test_user_catalog_layers_over_the_embedded_one(tmp_path: Path) -> None:
     # a pool using only the embedded catalog gets no origin rows
     plain = kernel.open("llama-3.1-8b-h100-tp1")
     assert not [o for o in plain.provenance() if o.set.endswith("-catalog")]
+
+
+def test_kernel_exports_the_deriver(tmp_path: Path) -> None:
+    graph = kernel.derive_graph(config_path("Qwen--Qwen3-8B"), "qwen3-8b")
+    assert graph == derive_graph(config_path("Qwen--Qwen3-8B").read_bytes(), "qwen3-8b")
+    with pytest.raises(DeriveError, match="needs a name"):
+        kernel.derive_graph(config_path("Qwen--Qwen3-8B").read_bytes())
+    broken = tmp_path / "config.json"
+    broken.write_text("{not json")
+    with pytest.raises(DeriveError, match="not JSON"):
+        kernel.derive_graph(broken, "x")

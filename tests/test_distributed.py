@@ -78,6 +78,18 @@ def test_cluster_equals_single_process_with_straddling_batches(tmp_path: Path, c
         assert got.equals(expected), name
     summary = pl.read_parquet(tmp_path / "out" / "summary.parquet")
     assert summary["scenario"].to_list() == sorted(SCENARIOS)
+    # every output is stamped: the summary with its scenarios and counts, each partition
+    # with its scenario and its own counts (issue 14)
+    from kernel.stamp import read_stamp
+
+    top = read_stamp(tmp_path / "out" / "summary.parquet")
+    assert top is not None and top.kind == "sweep-summary"
+    assert top.scenarios == tuple(sorted(SCENARIOS)) and top.counts["rows_in"] == result.rows_in
+    for name in SCENARIOS:
+        assert top.documents[f"{name}/chip"] == kernel.open(name).documents()["chip"]
+        parts = [read_stamp(p) for p in (tmp_path / "out" / f"scenario={name}").glob("*.parquet")]
+        assert {(p.kind, p.scenario) for p in parts if p} == {("sweep-partition", name)}
+        assert sum(p.counts["rows_in"] for p in parts if p) == trace.num_rows
     assert (summary["batches"] == len(np.unique(ids))).all()
 
 

@@ -171,3 +171,87 @@ def test_a_piped_table_never_truncates_the_key_column(trace: Path) -> None:
                                    long], terminal_width=60)
     assert res.exit_code == 0, res.output
     assert any(long in line for line in res.stdout.splitlines() if "│" in line)
+
+
+def test_price_cli_stamps_priced_and_rejects_with_the_run_counts(tmp_path: Path) -> None:
+    bad = tmp_path / "t.csv"
+    bad.write_text("batch_id,scheduled,computed,prompt_len\n1,1,5,5\n1,1,7,7\n2,-1,0,1\n"
+                   "3,4,0,4\n")
+    out = tmp_path / "p.parquet"
+    res = CliRunner().invoke(cli, ["price", str(bad), "--scenario", DS3, "-o", str(out),
+                                   "--decode-threshold", "2", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    priced = kernel.read_priced(out)
+    assert priced.stamp is not None and priced.stamp.kind == "priced"
+    assert (priced.stamp.scenario, priced.stamp.pool) == (DS3, 0)
+    assert priced.stamp.options["decode_threshold"] == 2
+    assert priced.stamp.trace["source"] == str(bad)
+    assert priced.stamp.counts == {"rows_in": 4, "rows_priced": 3, "rows_rejected": 1,
+                                   "batches_priced": 2, "batch_table_rows_rejected": 0}
+    assert priced.stamp.documents == kernel.open(DS3).documents()
+    assert priced.frame.height == 2
+    rej = stamp.read_stamp(tmp_path / "p.rejects.parquet")
+    assert rej is not None and rej.kind == "rejects" and rej.counts == priced.stamp.counts
+
+
+def test_progress_shows_in_a_notebook(trace: Path, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    import rich.console
+
+    shown: list[str] = []
+
+    class Handle:
+        def update(self, obj: object) -> None:
+            shown.append(str(obj))
+
+    display_mod = types.ModuleType("IPython.display")
+    display_mod.HTML = lambda s: s  # type: ignore[attr-defined]
+
+    def display(obj: object, display_id: bool = False) -> Handle:
+        shown.append(str(obj))
+        return Handle()
+
+    display_mod.display = display  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", types.ModuleType("IPython"))
+    monkeypatch.setitem(sys.modules, "IPython.display", display_mod)
+    monkeypatch.setattr(rich.console, "_is_jupyter", lambda: True)
+    counts = kernel.price_file(kernel.open(DS3), trace, tmp_path / "p.parquet",
+                               progress=True)
+    assert len(shown) >= 2 and "<progress" in shown[-1]
+    assert f"{counts.rows_in:,} rows" in shown[-1]
+
+
+def test_priced_result_renders_in_a_notebook(ds3: kernel.Kernel) -> None:
+    from kernel.bulk import price_result
+
+    res = price_result(ds3, pl.DataFrame({"batch_id": [1, 1, 2], "scheduled": [1, 1, -1],
+                                          "computed": [9, 9, 0], "prompt_len": [9, 9, 1]}),
+                       on_reject="ignore")
+    html = res._repr_html_()
+    assert "in 3 = priced 2 + rejected 1" in html and "1 row(s) in .rejects" in html
+    assert "p99" in html and "<table" in html
+
+
+def test_a_calibrated_kernel_stamps_its_calibration_digest(trace: Path, tmp_path: Path
+                                                           ) -> None:
+    import hashlib
+
+    from tests.test_calibration import TRUE, _doc
+
+    base = kernel.open(LLAMA)
+    r = base.resolved_pool
+    kc = base.with_calibration(_doc(r.model_name, r.chip_name, TRUE), force=True)
+    assert "calibration" not in stamp.for_kernel(base).options
+    opts = stamp.for_kernel(kc).options
+    assert opts["calibration"] == hashlib.sha256(kc.calibration.to_yaml().encode()).hexdigest()
+    out = tmp_path / "c.parquet"
+    kernel.price_file(kc, trace, out, progress=False,
+                      metadata=stamp.for_kernel(kc, trace=trace).to_metadata())
+    assert kernel.read_priced(out).stamp.options["calibration"] == opts["calibration"]
+    prov = kc.provenance_frame()
+    assert prov["name"].to_list() == [o.name for o in kc.provenance()]
+    assert prov.filter(pl.col("kind") == "calibration")["method"].unique().to_list() == \
+        ["fitted"]

@@ -63,6 +63,15 @@ class PricedResult:
     rejects: pl.DataFrame
     counts: PriceCounts = field(default_factory=PriceCounts)
 
+    def _repr_html_(self) -> str:
+        from ..notebook import priced_html
+
+        c = self.counts
+        return priced_html(self.priced, title="priced trace", extra=[
+            ("rows", f"in {c.rows_in:,} = priced {c.rows_priced:,} + rejected "
+                     f"{c.rows_rejected:,}"),
+            ("rejects", f"{self.rejects.height:,} row(s) in .rejects")])
+
 
 @dataclass
 class Coerced:

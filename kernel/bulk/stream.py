@@ -274,8 +274,12 @@ class _Sink:
             t = t.cast(_plain(t.schema))
         self.w.write_table(t, row_group_size=max(t.num_rows, 1))
 
-    def close(self) -> None:
+    def close(self, extra: Mapping[str, str] | None = None) -> None:
+        """Finish the file; ``extra`` key-value metadata (known only now, e.g. the row
+        counts) is added to a parquet footer, replacing keys of the same name."""
         self._flush()
+        if extra and not self.csv:
+            self.w.add_key_value_metadata(dict(extra))
         self.w.close()
         os.replace(self.tmp, self.path)
 
@@ -294,22 +298,19 @@ def _plain(schema: pa.Schema) -> pa.Schema:
 
 
 def _progress(total: int | None, enabled: bool) -> Any:
-    if not (enabled and sys.stdout.isatty()):
-        return None
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        TaskProgressColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    from ..progress import open_progress  # a terminal bar, a notebook bar, or nothing
 
-    prog = Progress(TextColumn("pricing"), BarColumn(), TaskProgressColumn(),
-                    TextColumn("{task.completed:,.0f} rows  {task.fields[rate]} rows/s"),
-                    TimeElapsedColumn(), transient=False)
-    prog.start()
-    prog.add_task("price", total=total, rate="-")
-    return prog
+    return open_progress(total, enabled)
+
+
+def counts_metadata(counts: PriceCounts) -> dict[str, str]:
+    """The run's row counts as the stamp's ``counts`` key (:mod:`kernel.stamp`)."""
+    from ..stamp import counts_metadata as stamp_counts
+
+    return stamp_counts(rows_in=counts.rows_in, rows_priced=counts.rows_priced,
+                        rows_rejected=counts.rows_rejected,
+                        batches_priced=counts.batches_priced,
+                        batch_table_rows_rejected=counts.batch_table_rows_rejected)
 
 
 _MALLOC_TUNED = False
@@ -399,9 +400,9 @@ def price_file(k: Kernel | ResolvedPool, src: Any, dst: str | Path, *,
                             rate=f"{eng.counts.rows_in / el:,.0f}")
         eng.finish()
         eng.counts.mode = st.mode
-        sinks[0].close()
+        sinks[0].close(counts_metadata(eng.counts) if metadata else None)
         if rej_sink is not None:
-            rej_sink.close()
+            rej_sink.close(counts_metadata(eng.counts) if rejects_metadata else None)
     except BaseException:
         for s in (*sinks, rej_sink):
             if s is not None:

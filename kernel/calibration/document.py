@@ -92,7 +92,7 @@ def _string(v: Any, file: str, path: str) -> str:
 _TOP_REQUIRED = ("kind", "version", "name", "model", "chip", "phases")
 _TOP_OPTIONAL = ("law", "fit", "window", "sources", "training", "held_out", "created_by")
 _PHASE_REQUIRED = ("multipliers", "constant_ns")
-_PHASE_OPTIONAL = ("rows", "terms", "training", "held_out", "note")
+_PHASE_OPTIONAL = ("rows", "fitted_on", "terms", "training", "held_out", "note")
 
 
 def from_document(doc: Any, source: str = "") -> Calibration:

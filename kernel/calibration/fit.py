@@ -30,6 +30,7 @@ fitted without them.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,11 +52,13 @@ class FitOptions:
     ridge: float = 1e-10  # per-row weight of the pull toward 1 (multipliers) / 0 (constant)
     huber_k: float = 1.345
     max_iter: int = 50
-    tol: float = 1e-9
+    tol: float = 1e-6
     min_share: float = 0.005  # a term below this share of measured time is held at 1
     min_eigen: float = 0.01  # a direction of the unit-column design this degenerate ...
     max_std_error: float = 0.02  # ... and this uncertain is not identifiable: pinned
     min_rows: int = 8  # fewer steps than this in a phase: nothing is fitted there
+    max_rows: int | None = 250_000  # a phase with more steps is fitted on an evenly strided
+    # sample of about this many (six parameters need no more; every step is still scored)
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class PhaseFit:
     terms: tuple[TermFit, ...]
     iterations: int = 0
     reason: str = ""  # why nothing was fitted (no rows, too few rows)
+    sampled: int | None = None  # steps actually fitted on, when fewer than ``rows``
+    weights: np.ndarray | None = field(default=None, repr=False, compare=False)  # robust
 
     def correction(self) -> PhaseCorrection:
         by = {t.name: t.value for t in self.terms}
@@ -103,6 +108,12 @@ def _nnls_gram(G: np.ndarray, h: np.ndarray) -> np.ndarray:
     feasible support solution with the lowest objective is the answer (exact, deterministic).
     """
     n = h.size
+    try:  # the usual case: the unconstrained optimum is already feasible
+        x = np.linalg.solve(G, h)
+        if np.all(x >= 0) and np.all(np.isfinite(x)):
+            return x
+    except np.linalg.LinAlgError:
+        pass
     best = np.zeros(n)
     best_obj = 0.0
     for k in range(1, n + 1):
@@ -124,7 +135,9 @@ def _nnls_gram(G: np.ndarray, h: np.ndarray) -> np.ndarray:
 
 
 def _huber_weights(r: np.ndarray, k: float) -> np.ndarray:
-    scale = 1.4826 * float(np.median(np.abs(r)))
+    # the residual scale from at most ~200k evenly strided residuals (deterministic)
+    sample = r[::max(1, r.size // 200_000)]
+    scale = 1.4826 * float(np.median(np.abs(sample)))
     if scale <= 1e-6:  # exact to rounding: nothing to be robust against
         return np.ones_like(r)
     delta = k * scale
@@ -157,12 +170,13 @@ def _penalty(M: np.ndarray) -> np.ndarray:
 
 
 def _robust_solve(A: np.ndarray, b: np.ndarray, prior: np.ndarray, ridge: float,
-                  opts: FitOptions, weak: np.ndarray | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, int]:
+                  opts: FitOptions, weak: np.ndarray | None = None,
+                  w_init: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Huber-IRLS non-negative ridge fit of A·x ≈ b (the ``weak`` directions pinned to the
-    prior); returns (x, weights, iterations)."""
+    prior), starting from weights ``w_init`` (default all 1); returns (x, weights,
+    iterations)."""
     n = b.size
-    w = np.ones(n)
+    w = np.ones(n) if w_init is None else w_init
     x = prior.copy()
     it = 0
     for step in range(1, opts.max_iter + 1):
@@ -187,11 +201,19 @@ def _robust_solve(A: np.ndarray, b: np.ndarray, prior: np.ndarray, ridge: float,
 # -- one phase ----------------------------------------------------------------------------------
 
 def fit_phase(phase: str, terms: np.ndarray, measured: np.ndarray,
-              opts: FitOptions | None = None) -> PhaseFit:
+              opts: FitOptions | None = None, w_init: np.ndarray | None = None) -> PhaseFit:
     """Fit one phase class: ``terms`` [n, 5] per-resource ns (TERMS order), ``measured`` [n]
-    ns (> 0)."""
+    ns (> 0). ``w_init``: robust weights to start from (e.g. a fit on more of the data)."""
     opts = opts or FitOptions()
     n = int(measured.size)
+    if opts.max_rows and n > opts.max_rows:
+        stride = -(-n // opts.max_rows)
+        sub = fit_phase(phase, terms[::stride], measured[::stride], opts,
+                        None if w_init is None else w_init[::stride])
+        w_full = np.ones(n)
+        if sub.weights is not None:
+            w_full[::stride] = sub.weights
+        return dataclasses.replace(sub, rows=n, sampled=int(sub.rows), weights=w_full)
     if n < max(opts.min_rows, 1):
         why = "no steps of this phase" if n == 0 else f"only {n} step(s) (< {opts.min_rows})"
         return PhaseFit(phase, n, tuple(
@@ -222,15 +244,20 @@ def fit_phase(phase: str, terms: np.ndarray, measured: np.ndarray,
     se = np.full(N_PARAMS, np.nan)
     tied: dict[int, str] = {}
     iters = 0
+    weights = None
     if free:
         Af = A[:, free]
         # a first robust fit gives the residual scale that decides what is identifiable
-        x0, w0, it0 = _robust_solve(Af, b, prior[free], opts.ridge, opts)
+        x0, w0, it0 = _robust_solve(Af, b, prior[free], opts.ridge, opts, None, w_init)
         r0 = Af @ x0 - b
         sigma = max(float(np.sqrt((w0 * r0 * r0).sum() / max(n - len(free), 1))), 1e-6)
         weak, pin = _weak_directions(Af, w0, sigma, opts.max_std_error, opts.min_eigen)
-        xf, w, iters = _robust_solve(Af, b, prior[free], opts.ridge, opts, pin)
+        if weak.size:
+            xf, w, iters = _robust_solve(Af, b, prior[free], opts.ridge, opts, pin, w0)
+        else:
+            xf, w, iters = x0, w0, 0
         iters += it0
+        weights = w
         x[free] = xf
         se[free] = _std_errors(Af, b, xf, w, pin)
         names = [*TERMS, CONSTANT]
@@ -250,7 +277,7 @@ def fit_phase(phase: str, terms: np.ndarray, measured: np.ndarray,
             float(se[j]) * (scale if name == CONSTANT else 1.0)
         status = "held" if j in held else "tied" if j in tied else "fitted"
         out.append(TermFit(name, value, status, s, held.get(j, tied.get(j, ""))))
-    return PhaseFit(phase, n, tuple(out), iters)
+    return PhaseFit(phase, n, tuple(out), iters, weights=weights)
 
 
 def _std_errors(A: np.ndarray, b: np.ndarray, x: np.ndarray, w: np.ndarray,
@@ -281,21 +308,23 @@ def _std_errors(A: np.ndarray, b: np.ndarray, x: np.ndarray, w: np.ndarray,
 
 
 def _tolerances(A: np.ndarray, free: list[int]) -> dict[int, float]:
-    """Per free column, 1 − uncentered R² of its regression on the other free columns."""
+    """Per free column, 1 − uncentered R² of its regression on the other free columns
+    (from the Gram matrix: one pass over the rows)."""
+    Af = A[:, free]
+    G = Af.T @ Af
     out: dict[int, float] = {}
-    for j in free:
-        col = A[:, j]
-        nn = float(col @ col)
-        others = [k for k in free if k != j]
-        if nn <= 0:
+    for i, j in enumerate(free):
+        gjj = float(G[i, i])
+        if gjj <= 0:
             out[j] = 0.0
             continue
-        if not others:
+        o = [x for x in range(len(free)) if x != i]
+        if not o:
             out[j] = 1.0
             continue
-        coef = np.linalg.lstsq(A[:, others], col, rcond=None)[0]
-        res = col - A[:, others] @ coef
-        out[j] = float(res @ res) / nn
+        g = G[o, i]
+        coef = np.linalg.lstsq(G[np.ix_(o, o)], g, rcond=None)[0]
+        out[j] = max(gjj - float(g @ coef), 0.0) / gjj
     return out
 
 
@@ -312,14 +341,20 @@ def _arrays(priced: Any, measured: str) -> tuple[np.ndarray, np.ndarray, np.ndar
     return T, code, y
 
 
-def _fit_arrays(T: np.ndarray, code: np.ndarray, y: np.ndarray, opts: FitOptions
-                ) -> tuple[Law, dict[str, PhaseFit]]:
+def _fit_arrays(T: np.ndarray, code: np.ndarray, y: np.ndarray, opts: FitOptions,
+                w_init: np.ndarray | None = None
+                ) -> tuple[Law, dict[str, PhaseFit], np.ndarray]:
+    """Fit every phase class; also the robust weight of every step (1 where unfitted)."""
     phases = {}
+    weights = np.ones(y.size)
     for i, name in enumerate(PHASES):
         sel = code == i
-        phases[name] = fit_phase(name, T[sel], y[sel], opts)
+        phases[name] = fit_phase(name, T[sel], y[sel], opts,
+                                 None if w_init is None else w_init[sel])
+        if phases[name].weights is not None:
+            weights[sel] = phases[name].weights
     law = Law(*(phases[p].correction() for p in PHASES))
-    return law, phases
+    return law, phases, weights
 
 
 def _predict(law: Law, T: np.ndarray, priced: Any) -> np.ndarray:
@@ -349,12 +384,12 @@ def fit(priced: Any, measured: str = "measured_ns", *, folds: int = 5,
     """
     opts = options or FitOptions()
     T, code, y = _arrays(priced, measured)
-    law, phases = _fit_arrays(T, code, y, opts)
+    law, phases, weights = _fit_arrays(T, code, y, opts)
     pred = _predict(law, T, priced)
     result = FitResult(law, phases, _summaries(relative_error(pred, y), code))
     if folds >= 2 and y.size >= 2:
         oof = cross_validate(priced, measured, folds=folds, groups=groups, seed=seed,
-                             options=opts)
+                             options=opts, w_init=weights)
         result.held_out = _summaries(relative_error(oof, y), code)
         result.held_out_predictions = oof
         result.folds = min(folds, _n_folds(y.size, groups, folds))
@@ -388,8 +423,10 @@ def fold_labels(n: int, folds: int, groups: np.ndarray | None = None, seed: int 
 
 def cross_validate(priced: Any, measured: str = "measured_ns", *, folds: int = 5,
                    groups: np.ndarray | None = None, seed: int = 0,
-                   options: FitOptions | None = None) -> np.ndarray:
-    """Out-of-fold calibrated ns for every step (each scored by a fit without its fold)."""
+                   options: FitOptions | None = None,
+                   w_init: np.ndarray | None = None) -> np.ndarray:
+    """Out-of-fold calibrated ns for every step (each scored by a fit without its fold;
+    ``w_init``, the full fit's robust weights, is where each fold's fit starts)."""
     opts = options or FitOptions()
     T, code, y = _arrays(priced, measured)
     lab = fold_labels(y.size, folds, groups, seed)
@@ -399,7 +436,8 @@ def cross_validate(priced: Any, measured: str = "measured_ns", *, folds: int = 5
     for f in np.unique(lab):
         test = lab == f
         train = ~test
-        law, _ = _fit_arrays(T[train], code[train], y[train], opts)
+        law, _, _ = _fit_arrays(T[train], code[train], y[train], opts,
+                                None if w_init is None else w_init[train])
         out[test] = calibrated_ns(law, tuple(T[test, j] for j in range(len(TERMS))),
                                   pre[test], dec[test])
     return out

@@ -9,70 +9,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from .columns import measured_producer
 from .document import VERSION, Calibration, CalibrationError, from_document
 from .fit import CONSTANT, FitOptions, FitResult, fit
 from .law import PHASES, TERMS
-from .measured import UNITS, to_ns
+from .measured import BAD_MEASURED, UNITS
 
-__all__ = ["batch_values", "calibrate", "calibration_document", "measured_frame"]
-
-
-def _frame(trace: Any, columns: Sequence[str]) -> pl.DataFrame:
-    if isinstance(trace, pl.LazyFrame):
-        return trace.select(columns).collect()
-    if isinstance(trace, pl.DataFrame):
-        return trace.select(columns)
-    if isinstance(trace, str | Path):
-        p = Path(trace)
-        suffix = p.suffix.lower()
-        if suffix == ".parquet":
-            return pl.read_parquet(p, columns=list(columns))
-        if suffix in (".csv", ".tsv"):
-            return pl.read_csv(p, columns=list(columns), separator="\t" if suffix == ".tsv"
-                               else ",", infer_schema_length=0)
-        if suffix in (".arrow", ".ipc", ".feather"):
-            return pl.read_ipc(p, columns=list(columns))
-        raise CalibrationError(f"{p}: unsupported trace file type {suffix!r}")
-    import pyarrow as pa
-
-    if isinstance(trace, pa.Table):
-        out = pl.from_arrow(trace.select(list(columns)))
-        assert isinstance(out, pl.DataFrame)
-        return out
-    raise CalibrationError(f"cannot read a trace from a {type(trace).__name__}")
-
-
-def batch_values(trace: Any, column: str, batch_id: str = "batch_id") -> pl.DataFrame:
-    """One value per batch of a per-batch column repeated on the batch's request rows:
-    (batch_id, value, conflict) — ``conflict`` when the rows of a batch disagree."""
-    try:
-        f = _frame(trace, [batch_id, column])
-    except (pl.exceptions.ColumnNotFoundError, KeyError) as exc:
-        raise CalibrationError(f"the trace has no column {column!r} ({exc})") from None
-    return (f.group_by(batch_id, maintain_order=True)
-            .agg(pl.col(column).first().alias("value"),
-                 (pl.col(column).n_unique() > 1).alias("conflict"))
-            .rename({batch_id: "batch_id"}))
-
-
-def measured_frame(trace: Any, column: str, unit: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(good: batch_id, measured_ns; bad: batch_id, value, detail) from a measured column."""
-    bv = batch_values(trace, column)
-    raw = bv["value"]
-    if raw.dtype == pl.String:
-        raw = raw.str.strip_chars().cast(pl.Float64, strict=False)
-    vals = raw.cast(pl.Float64, strict=False).fill_null(float("nan")).to_numpy()
-    ns, detail = to_ns(vals, unit)
-    conflict = bv["conflict"].to_numpy()
-    detail = np.where(conflict, f"{column} differs within the batch", detail)
-    good = detail == ""
-    g = pl.DataFrame({"batch_id": bv["batch_id"].to_numpy()[good], "measured_ns": ns[good]})
-    b = pl.DataFrame({"batch_id": bv["batch_id"].to_numpy()[~good],
-                      "value": [str(v) for v, ok in zip(bv["value"].to_list(), good,
-                                                        strict=True) if not ok],
-                      "detail": detail[~good].astype(str)},
-                     schema={"batch_id": pl.Int64, "value": pl.String, "detail": pl.String})
-    return g, b
+__all__ = ["calibrate", "calibration_document"]
 
 
 def _summary(s: Any) -> dict[str, Any]:
@@ -94,6 +37,7 @@ def calibration_document(result: FitResult, *, name: str, model: str, chip: str,
         by = {t.name: t for t in pf.terms}
         ph: dict[str, Any] = {
             "rows": pf.rows,
+            **({"fitted_on": pf.sampled} if pf.sampled else {}),
             "multipliers": {t: float(by[t].value) for t in TERMS},
             "constant_ns": float(by[CONSTANT].value),
             "terms": {t.name: {"status": t.status,
@@ -130,7 +74,7 @@ def calibration_document(result: FitResult, *, name: str, model: str, chip: str,
                           "directions pinned to the prior",
                 "options": {k: getattr(options, k) for k in
                             ("ridge", "huber_k", "max_iter", "min_share", "min_eigen", "max_std_error",
-                             "min_rows")},
+                             "min_rows", "max_rows")},
                 "folds": result.folds, "fold_by": result.fold_by, "seed": seed},
         "window": window,
         "sources": dict(sources),
@@ -173,7 +117,8 @@ def calibrate(scenario: str | Path | Sequence[str | Path], trace: Any, measured:
     model = chip = None
     scen_src: list[dict[str, Any]] = []
     trace_src: list[dict[str, Any]] = []
-    rejected = 0
+    rejected_steps = 0  # steps (batches, FPM passes) set aside for their measured value
+    rejected_rows = 0
     offset = 0
     for scen, tr in zip(scenarios, traces, strict=True):
         k = kernel.open(str(scen), repos, pool)
@@ -191,22 +136,27 @@ def calibrate(scenario: str | Path | Sequence[str | Path], trace: Any, measured:
             from kernel.fpm import fpm_to_requests
 
             req, batches, fpm_rej = fpm_to_requests(tr, columns=columns)
-            rejected += fpm_rej.height
-            tr_rows, meas_src = req, batches
+            rejected_steps += fpm_rej.height
+            tr_rows: Any = req.join(batches.select(
+                ["batch_id", *[c for c in (measured, fold_by) if c and c in batches.columns]]),
+                on="batch_id", how="left")
         elif trace_format == "requests":
-            tr_rows, meas_src = tr, tr
+            tr_rows = tr
         else:
             raise CalibrationError(f"trace format {trace_format!r} is not one of "
                                    "['requests', 'fpm']")
-        priced = price_result(k, tr_rows, columns=None if trace_format == "fpm" else columns,
-                              decode_threshold=decode_threshold).priced
-        good, bad = measured_frame(meas_src, measured, unit)
-        rejected += bad.height
-        p = priced.join(good, on="batch_id", how="inner")
+        # one pricing pass reads the measured column too (bad values -> rejects)
+        res = price_result(k, tr_rows, columns=None if trace_format == "fpm" else columns,
+                           decode_threshold=decode_threshold,
+                           producers=[measured_producer(measured, unit)],
+                           keep=[fold_by] if fold_by else None, on_reject="ignore")
+        p = res.priced
+        rejected_rows += res.counts.rows_rejected
+        bad = res.rejects.filter(pl.col("reason") == BAD_MEASURED)
+        rejected_steps += bad["batch_id"].n_unique()
         if fold_by:
-            g = batch_values(meas_src, fold_by).select(
-                "batch_id", pl.col("value").cast(pl.String).alias(fold_by))
-            p = p.join(g, on="batch_id", how="left")
+            p = p.with_columns(pl.col(fold_by).cast(pl.String))
+        priced = p
         p = p.with_columns(pl.lit(offset).alias("_trace"))
         parts.append(p)
         offset += 1
@@ -223,7 +173,8 @@ def calibrate(scenario: str | Path | Sequence[str | Path], trace: Any, measured:
                  options=opts)
     assert model is not None and chip is not None
     sources = {"traces": trace_src, "scenarios": scen_src,
-               "measured": {"column": measured, "unit": unit, "rejected_steps": rejected}}
+               "measured": {"column": measured, "unit": unit, "rejected_steps": rejected_steps,
+                            "rejected_rows": rejected_rows}}
     doc = calibration_document(result, name=name or f"{model}-{chip}", model=model, chip=chip,
                                priced=data, sources=sources, options=opts, seed=seed)
     return from_document(doc)

@@ -58,10 +58,11 @@ def describe(cal: object) -> str:
     fit = doc.get("fit", {})
     folds = fit.get("folds", 0)
     by = f" by {fit['fold_by']}" if fit.get("fold_by") else ""
+    held = (f"held out ({folds} folds{by}) MAPE {_pct(ho.get('mape'))} (bias "
+            f"{_pct(ho.get('bias'), True)}, p90 {_pct(ho.get('p90'))})" if folds
+            else "no cross-validation (--folds < 2)")
     lines.append(f"  all      {tr.get('rows', 0):>7,} steps  training MAPE {_pct(tr.get('mape'))}"
-                 f" (bias {_pct(tr.get('bias'), True)}); held out ({folds} folds{by}) MAPE "
-                 f"{_pct(ho.get('mape'))} (bias {_pct(ho.get('bias'), True)}, "
-                 f"p90 {_pct(ho.get('p90'))})")
+                 f" (bias {_pct(tr.get('bias'), True)}); {held}")
     return "\n".join(lines)
 
 

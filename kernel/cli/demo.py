@@ -101,7 +101,7 @@ def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
              repos: Repos | None = None, seed: int = 0, *,
              echo: Callable[[str], None] = click.echo) -> dict[str, Any]:
     """The main job; returns the summary dict written to ``summary.json``."""
-    from kernel import bulk
+    from kernel import bulk, stamp
     from kernel.cli.report import decode_width, open_for_cli
     from kernel.report import html
     from kernel.report.summary import summarise
@@ -122,9 +122,10 @@ def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
                         output=Lengths.parse(WORKLOAD["output"], hi=limit // 4))
     t_synth = time.perf_counter()
     priced_path = out / "priced.parquet"
+    made = stamp.for_kernel(k, trace=trace, decode_threshold=decode_width(k), sm_budget=0)
     counts = bulk.price_file(k, trace, priced_path, progress=False,
                              decode_threshold=decode_width(k), tune_malloc=True,
-                             producers=[column_producer()])
+                             metadata=made.to_metadata(), producers=[column_producer()])
     priced = pl.read_parquet(priced_path)
     t_price = time.perf_counter()
     summary = summarise(priced, k, scenario=scenario)

@@ -134,6 +134,7 @@ def register(group: click.Group) -> None:
                   registry_root: str | None, **measured: Any) -> None:
         """Price every batch of a recorded TRACE (a file, a directory, a glob) into parquet
         (docs/traces.md)."""
+        from kernel import stamp
         from kernel.bulk import price_file
         from kernel.trace import RejectedRowError, TraceError
         from kernel.utilisation import column_producer
@@ -154,6 +155,12 @@ def register(group: click.Group) -> None:
         rej = Path(rejects) if rejects else out.with_name(out.stem + ".rejects.parquet")
         run = MeasuredRun(k, trace, measured, rej)  # --measured, --calibration, fpm
         k = run.k
+        made = stamp.for_kernel(k, trace=trace, decode_threshold=decode_threshold,
+                                sm_budget=sm_budget, columns=_columns(column_map),
+                                batches=stamp.trace_identity(batches_path) if batches_path
+                                else None, measured=run.measured,
+                                measured_unit=run.unit if run.measured else None,
+                                trace_format=measured.get("trace_format"))
         try:
             counts = price_file(k, run.src, out, rejects=rej, strict=strict,
                                 chunk_rows=chunk_rows, progress=not no_progress,
@@ -162,7 +169,8 @@ def register(group: click.Group) -> None:
                                 tune_malloc=True,
                                 producers=[*(run.producers or ()),
                                            *([column_producer()] if utilisation else [])],
-                                keep=run.keep or None)
+                                keep=run.keep or None, metadata=made.to_metadata(),
+                                rejects_metadata=made.as_kind("rejects").to_metadata())
         except RejectedRowError as exc:
             raise click.ClickException(f"--strict: {exc}") from None
         except TraceError as exc:

@@ -217,6 +217,14 @@ def register(group: click.Group) -> None:
         console.print(s)
         console.print(f"sequence fixed bytes {k.sequence_fixed_bytes():,}; admission "
                       f"{k.sequence_admission_bytes():,}")
+        if r.caches is not None:
+            kinds = ", ".join(
+                f"{t.kind}{f' w{t.window}' if t.window else ''} {t.layers} layers"
+                f" in {t.groups} group(s) of {t.block}-token pages" for t in r.caches.types)
+            console.print(f"caches as vLLM's hybrid allocator holds them: {kinds}; group size "
+                          f"{r.caches.group_size}, pool block {r.caches.pool_block_bytes:,} B")
+        else:
+            console.print("caches: legacy (one uniform KV group; no rings or state groups)")
         cap = k.kv_capacity()
         note = " (vLLM default, unstated)" if cap.utilization_assumed else ""
         c = Table(title=f"KV capacity (gpu_memory_utilization {cap.utilization}{note})")

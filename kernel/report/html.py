@@ -337,6 +337,12 @@ def trace_report(priced: pl.DataFrame, k: Kernel | None = None, *,
     ctx = ReportContext(priced, summary, k, trace, embed, png_dir)
     secs = build_sections(ctx)
     cs = trace_charts(priced, summary, embed=embed, png_dir=png_dir)
+    sections: list[str] = []
+    if "measured_ns" in priced.columns:  # measured step times: the accuracy part (issue 11)
+        from .accuracy import accuracy_charts, accuracy_section
+
+        sections.append(accuracy_section(priced))
+        cs += accuracy_charts(priced, embed=embed, png_dir=png_dir)
     if k is not None:
         cs += kernel_charts(k, context=context, embed=embed, png_dir=png_dir)
         if not subtitle:
@@ -344,7 +350,7 @@ def trace_report(priced: pl.DataFrame, k: Kernel | None = None, *,
             subtitle = (f"{r.scenario}: {r.model_name} on {r.chip_name}, "
                         f"tp={k.resolved().tensor_parallel()}")
     return render(title=title, subtitle=subtitle, summary=summary, charts_=cs, kernel=k,
-                  sections=secs)
+                  extra_sections=sections, sections=secs)
 
 
 def anatomy_report(k: Kernel, *, context: int = 4096, embed: str = "svg") -> str:

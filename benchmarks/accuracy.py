@@ -1,0 +1,85 @@
+"""The accuracy tables of docs/accuracy.md, recomputed: every measured dataset we can price,
+priced three ways (NoOverlap, Overlap, calibrated on held-out folds).
+
+    python benchmarks/accuracy.py            # prints the markdown tables
+
+SplitwiseSim's profile (``data/measurements/splitwise``) is priced on its scenarios; the
+calibrated column scores each step with a calibration fitted without its configuration
+(leave one TP out, per hardware), and, separately, a calibration fitted on TP 2 and 4 scores
+TP 8. Same numbers as ``blis-kernel price … --measured`` and ``blis-kernel calibrate …
+--fold-by config`` (the commands are in docs/accuracy.md).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _cell(rel: np.ndarray) -> str:
+    if rel.size == 0:
+        return "–"
+    return f"{np.abs(rel).mean():.1%} ({rel.mean():+.1%})"
+
+
+def main() -> None:
+    from kernel.calibration.accuracy import relative_error
+    from kernel.calibration.fit import fit
+    from kernel.calibration.law import TERMS, calibrated_ns
+    from kernel.calibration.splitwise import price_splitwise
+
+    p = price_splitwise()
+    held = np.zeros(p.height, np.int64)
+    for hw in p["hardware"].unique().sort().to_list():
+        sel = (p["hardware"] == hw).to_numpy()
+        sub = p.filter(pl.Series(sel))
+        r = fit(sub, folds=3, groups=sub["config"].to_numpy(), fold_by="config")
+        assert r.held_out_predictions is not None
+        held[sel] = r.held_out_predictions
+    p = p.with_columns(pl.Series("held_out_ns", held))
+    print("| hardware | TP | phase | steps | NoOverlap MAPE (bias) | Overlap MAPE (bias) | "
+          "calibrated, TP held out: MAPE (bias) |")
+    print("|---|---|---|---|---|---|---|")
+    groups: list[tuple[str, str, str, pl.Expr]] = []
+    for hw in p["hardware"].unique().sort().to_list():
+        for tp in ("all", 2, 4, 8):
+            for phase in ("all", "prefill", "decode"):
+                e = pl.col("hardware") == hw
+                if tp != "all":
+                    e &= pl.col("tp") == tp
+                if phase != "all":
+                    e &= pl.col("phase") == phase
+                groups.append((hw, str(tp), phase, e))
+    groups.append(("all", "all", "all", pl.lit(True)))
+    for hw, tp, phase, e in groups:
+        s = p.filter(e)
+        m = s["measured_ns"].to_numpy()
+        print(f"| {hw} | {tp} | {phase} | {s.height:,} | "
+              f"{_cell(relative_error(s['no_overlap_ns'].to_numpy(), m))} | "
+              f"{_cell(relative_error(s['overlap_ns'].to_numpy(), m))} | "
+              f"{_cell(relative_error(s['held_out_ns'].to_numpy(), m))} |")
+    print()
+    print("| hardware | TP 8 steps | NoOverlap MAPE (bias) | Overlap MAPE (bias) | "
+          "calibrated on TP 2+4: MAPE (bias) |")
+    print("|---|---|---|---|---|")
+    for hw in p["hardware"].unique().sort().to_list():
+        sub = p.filter(pl.col("hardware") == hw)
+        train, test = sub.filter(pl.col("tp") < 8), sub.filter(pl.col("tp") == 8)
+        law = fit(train, folds=0).law
+        pred = calibrated_ns(law, [test[f"{t}_ns"].to_numpy() for t in TERMS],
+                             test["prefill_requests"].to_numpy(),
+                             test["decode_requests"].to_numpy())
+        m = test["measured_ns"].to_numpy()
+        print(f"| {hw} | {test.height:,} | "
+              f"{_cell(relative_error(test['no_overlap_ns'].to_numpy(), m))} | "
+              f"{_cell(relative_error(test['overlap_ns'].to_numpy(), m))} | "
+              f"{_cell(relative_error(pred, m))} |")
+
+
+if __name__ == "__main__":
+    main()
