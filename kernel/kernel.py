@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pipeline.documents import Pool
 
     from .calibration.document import Calibration
+    from .protocols import TraceInput
     from .transfer import PDTransferDemand
     from .utilisation import Utilisation
 
@@ -130,7 +131,7 @@ class Kernel:
                                   self._pool.engine.gpu_memory_utilization or None)
 
     # -- whole traces -------------------------------------------------------------------
-    def price(self, trace: Any, *, measured: str | None = None, measured_unit: str = "ns",
+    def price(self, trace: TraceInput, *, measured: str | None = None, measured_unit: str = "ns",
               **options: Any) -> pl.DataFrame:
         """Price every batch of a trace as columns; see :func:`kernel.bulk.price`.
 
@@ -139,13 +140,26 @@ class Kernel:
         rows with a bad measured value to the rejects (:mod:`kernel.calibration.columns`)."""
         from .bulk import price
 
+        return price(self, trace, **self._with_producers(measured, measured_unit, options))
+
+    def price_result(self, trace: Any, *, measured: str | None = None,
+                     measured_unit: str = "ns", **options: Any) -> Any:
+        """:meth:`price` with the rejected rows and the counts (a
+        :class:`kernel.bulk.PricedResult`); see :func:`kernel.bulk.price_result`."""
+        from .bulk import price_result
+
+        return price_result(self, trace,
+                            **self._with_producers(measured, measured_unit, options))
+
+    def _with_producers(self, measured: str | None, measured_unit: str,
+                        options: dict[str, Any]) -> dict[str, Any]:
         if self._cal is not None or measured is not None:
             from .calibration.columns import producers_for
 
             law = self._cal.law if self._cal is not None else None
             options["producers"] = [*producers_for(law, measured, measured_unit),
                                     *(options.get("producers") or ())]
-        return price(self, trace, **options)
+        return options
 
     # -- transfers and host ------------------------------------------------------------
     def tier_time(self, tier: str, direction: Direction | str, nbytes: int, depth: int) -> int:

@@ -10,7 +10,8 @@
   pyarrow ``Dataset`` or ``Scanner``, a ``RecordBatchReader``, and any object with the Arrow C
   stream interface (``__arrow_c_stream__``: DuckDB relations, ...).
 
-Parquet goes through :mod:`pyarrow.dataset` (the scanner reads ahead on its own threads).
+Parquet goes through :mod:`pyarrow.dataset`: one row-group fragment at a time, decoded on
+Arrow's threads (the scanner is used where a hive partition key must be filled in).
 
 Each source also says how its rows are laid out (:attr:`TraceSource.layout`), which decides
 how bulk pricing groups them without reading anything twice:
@@ -294,71 +295,77 @@ def _from_dataset(dset: ds.Dataset, names: dict[str, str], chunk_rows: int,
     read = list(dict.fromkeys([*read, *(x for x in extra if x in schema.names)]))
     num_rows = (sum(f.metadata.num_rows for f in frags) if parquet else None)
 
-    def scan(d: ds.Dataset) -> Iterator[pa.RecordBatch]:
-        yield from ds.Scanner.from_dataset(d, columns=read, batch_size=chunk_rows,
-                                           batch_readahead=4, fragment_readahead=2,
+    def scan() -> Iterator[pa.RecordBatch]:
+        yield from ds.Scanner.from_dataset(dset, columns=read, batch_size=chunk_rows,
+                                           batch_readahead=2, fragment_readahead=1,
                                            use_threads=True).to_batches()
-    ts = TraceSource(names, num_rows, lambda: scan(dset), label, schema=schema)
-    plan = _row_group_plan(frags, names["batch_id"], chunk_rows) if parquet else None
+    ts = TraceSource(names, num_rows, scan, label, schema=schema)
+    physical = parquet and all(n in f.physical_schema.names for f in frags for n in read)
+    if not physical:  # e.g. a hive partition key is read: the scanner fills it in
+        return ts
+    # Parquet: one row group at a time (the scanner's readahead is not held back by a slow
+    # consumer, so its memory would grow with the file), each decoded on Arrow's threads.
+    groups = [(g, int(g.row_groups[0].num_rows)) for f in frags for g in f.split_by_row_group()]
+
+    def read_group(g: Any) -> pa.Table:
+        return g.to_table(columns=read, use_threads=True)
+
+    def chunks() -> Iterator[pa.Table]:
+        for g, _ in groups:
+            t = read_group(g)
+            for off in range(0, t.num_rows, chunk_rows):
+                yield t.slice(off, chunk_rows)
+    ts._iter = chunks
+    plan = _row_group_plan(groups, frags, names["batch_id"], chunk_rows)
     if plan is None:
         return ts
-    groups, carries, increasing = plan
-    rg_set = ds.FileSystemDataset(groups, schema, dset.format, dset.filesystem)
-    sizes = [int(g.row_groups[0].num_rows) for g in groups]
+    carries, increasing = plan
 
     def units() -> Iterator[Unit]:
-        parts: list[pa.RecordBatch] = []
-        have, k = 0, 0
-        for b in scan(rg_set):  # ordered: whole row groups regrouped from their batches
-            parts.append(b)
-            have += b.num_rows
-            while k < len(sizes) and have >= sizes[k]:
-                t = pa.Table.from_batches(parts, schema=parts[0].schema)
-                yield t.slice(0, sizes[k]), carries[k]
-                rest = t.slice(sizes[k])
-                parts, have = rest.to_batches(), rest.num_rows
-                k += 1
-        while k < len(sizes):  # empty row groups
-            yield pa.table({n: pa.array([], schema.field(n).type) for n in read}), carries[k]
-            k += 1
+        for (g, _), carry in zip(groups, carries, strict=True):
+            yield read_group(g), carry
     ts.layout, ts.sorted_ids, ts._units = "batches", increasing, units
     return ts
 
 
-def _row_group_plan(frags: Sequence[Any], batch_col: str, chunk_rows: int
-                    ) -> tuple[list[Any], list[Any], bool] | None:
-    """Row groups (as fragments) whose batch_id ranges never overlap but at one shared id
-    between neighbours, with that id (the carry) per group; None when statistics cannot show
+def _row_group_plan(groups: Sequence[tuple[Any, int]], frags: Sequence[Any], batch_col: str,
+                    chunk_rows: int) -> tuple[list[Any], bool] | None:
+    """The carry id of each row group when their batch_id ranges never overlap but at one
+    shared id between neighbours (and whether they rise); None when statistics cannot show
     it."""
-    groups: list[Any] = []
     lo: list[Any] = []
     hi: list[Any] = []
     for f in frags:
         md = f.metadata
         idx = md.schema.to_arrow_schema().get_field_index(batch_col)
         if idx < 0:
-            return None  # e.g. batch_id is a partition key
-        for i, g in enumerate(f.split_by_row_group()):
+            return None
+        for i in range(md.num_row_groups):
             rg = md.row_group(i)
-            if rg.num_rows == 0:
-                continue
             if rg.num_rows > ROW_GROUP_FACTOR * chunk_rows:
                 return None
             st = rg.column(idx).statistics
+            if rg.num_rows == 0:  # no rows: any range
+                lo.append(None)
+                hi.append(None)
+                continue
             if st is None or not st.has_min_max:
                 return None
-            groups.append(g)
             lo.append(st.min)
             hi.append(st.max)
-    if not groups:
+    if len(lo) != len(groups):
         return None
-    inc = all(hi[k] <= lo[k + 1] for k in range(len(groups) - 1))
-    dec = all(lo[k] >= hi[k + 1] for k in range(len(groups) - 1))
+    keep = [k for k in range(len(lo)) if lo[k] is not None]
+    pairs = list(zip(keep[:-1], keep[1:], strict=True))
+    inc = all(hi[a] <= lo[b] for a, b in pairs)
+    dec = all(lo[a] >= hi[b] for a, b in pairs)
     if not (inc or dec):
         return None
-    carries = [(hi[k] if inc else lo[k]) if (hi[k] == lo[k + 1] if inc else lo[k] == hi[k + 1])
-               else None for k in range(len(groups) - 1)] + [None]
-    return groups, carries, inc
+    carries: list[Any] = [None] * len(lo)
+    for a, b in pairs:  # (a carry passes over empty groups)
+        if hi[a] == lo[b] if inc else lo[a] == hi[b]:
+            carries[a] = hi[a] if inc else lo[a]
+    return carries, inc
 
 
 def _stats_prove_valid(frags: Sequence[Any], column: str) -> bool:

@@ -363,7 +363,8 @@ def check_bundle(path: Path, repos: Repos) -> Checked:
             and deployment.pools:
         # What the kernel constructor checks (require_valid) on the same documents.
         inputs = Inputs(scenario, deployment, 0, docs["model"], docs["chip"], docs.get("fabric"),
-                        docs["devices"], tuple(docs["coefficients"]), pack, sources)
+                        docs["devices"], tuple(docs["coefficients"]), pack, sources,
+                        assumed_collective_widths=repos.assumed_collective_widths)
         report = check_inputs(inputs)
     else:
         report = validate_documents(scenario=scenario, deployment=deployment,

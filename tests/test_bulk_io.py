@@ -283,3 +283,45 @@ def test_rows_in_equal_priced_plus_rejected_in_every_mode(tmp_path: Path) -> Non
         c = bulk.price_file(pool(), src, dst, rejects=rej, chunk_rows=3, progress=False)
         assert (c.rows_in, c.rows_priced, c.rows_rejected) == (14, 3, 11), name
         assert pl.read_parquet(rej).height == 11 and pl.read_parquet(dst).height == 2
+
+
+def test_parquet_row_groups_of_any_size_price_like_memory(tmp_path: Path) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    r = pool(**VARIANTS["dcp4-ctxgather"])
+
+    @settings(max_examples=25, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(n=st.integers(1, 60), seed=st.integers(0, 10**6), group=st.integers(1, 90),
+           chunk=st.integers(1, 60), reverse=st.booleans())
+    def check(n: int, seed: int, group: int, chunk: int, reverse: bool) -> None:
+        df = random_trace(n, seed)
+        if reverse:
+            df = df.with_row_index("i").sort("batch_id", "i", descending=[True, False]).drop("i")
+        src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
+        df.write_parquet(src, row_group_size=group)
+        counts = bulk.price_file(r, src, dst, chunk_rows=chunk, progress=False)
+        mem = bulk.price(r, df)
+        got = pl.read_parquet(dst)
+        assert counts.rows_in == df.height and got.height == mem.height
+        assert got.sort("batch_id").equals(mem.sort("batch_id"))
+        if counts.mode == "sorted" or not reverse:
+            assert got["batch_id"].is_sorted()
+
+    check()
+
+
+def test_narrow_counts_cross_the_sort_exactly(tmp_path: Path) -> None:
+    from kernel.synth import synth
+
+    r = pool(**VARIANTS["pcp2-dcp4"])
+    t = pl.from_arrow(synth(300, seed=4, requests_per_batch=12))  # int32 counts
+    assert isinstance(t, pl.DataFrame) and t.schema["scheduled"] == pl.Int32
+    shuffled = _orders(t.with_columns(pl.col("computed") + 2**30), 4)["shuffled"]
+    src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
+    shuffled.write_parquet(src, row_group_size=500)  # overlapping row groups
+    counts = bulk.price_file(r, src, dst, progress=False)
+    assert counts.mode == "sorted"
+    want = bulk.price(r, t.with_columns(pl.col("computed") + 2**30))
+    assert pl.read_parquet(dst).equals(want)

@@ -127,7 +127,6 @@ REFUSED = {
     "nvidia--Gemma-4-26B-A4B-NVFP4": "attention_k_eq_v",
     "nvidia--Gemma-4-31B-IT-NVFP4": "attention_k_eq_v",
     "meta-models--Muse-Glimmer-30B": "qk_scale_factor",
-    "nvidia--Llama-3_3-Nemotron-Super-49B-v1": "block_configs",
 }
 
 
@@ -215,6 +214,7 @@ PUBLISHED = {
     "MiniMaxAI--MiniMax-M2.5": 229e9,
     "meta-llama--Llama-4-Maverick-17B-128E-Instruct": 400e9,
     "XiaomiMiMo--MiMo-V2-Flash": 309e9,
+    "nvidia--Llama-3_3-Nemotron-Super-49B-v1": 49.9e9,
 }
 
 
@@ -274,6 +274,7 @@ FAMILIES = [
     ("zai-org--GLM-5.3-Flash", "h200", 8, 64),                   # KDA + sparse MLA + mHC
     ("MiniMaxAI--MiniMax-M3", "b200", 8, 16),                    # block-sparse attention
     ("XiaomiMiMo--MiMo-V2-Flash", "b200", 8, 16),                # per-kind heads, SWA rings
+    ("nvidia--Llama-3_3-Nemotron-Super-49B-v1", "h100", 2, 16),  # per-layer NAS blocks
 ]
 
 

@@ -148,3 +148,9 @@ def test_duckdb_joins_priced_steps_with_typed_provenance(tmp_path: Path) -> None
     assert isinstance(derate, float) and 0 < derate <= 1 and "h200" in chips
     assert types["value"] == "DOUBLE" and types["method"].startswith("ENUM")
     assert types["scope_values"] == "VARCHAR[]"
+    con = duckdb.connect(str(dbf), read_only=True)
+    (made,) = con.execute("SELECT stamp->>'$.\"blis.scenario\"', "
+                          "(stamp->>'$.\"blis.counts\"')::JSON->>'$.batches_priced' "
+                          "FROM priced_stamps").fetchall()
+    con.close()
+    assert made == (DS3, "200")

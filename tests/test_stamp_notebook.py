@@ -255,3 +255,21 @@ def test_a_calibrated_kernel_stamps_its_calibration_digest(trace: Path, tmp_path
     assert prov["name"].to_list() == [o.name for o in kc.provenance()]
     assert prov.filter(pl.col("kind") == "calibration")["method"].unique().to_list() == \
         ["fitted"]
+
+
+def test_trace_arguments_are_typed_by_protocol() -> None:
+    import inspect
+
+    import duckdb
+
+    from kernel.bulk import price, price_file, price_result
+    from kernel.protocols import ArrowStreamExportable
+
+    for fn in (kernel.Kernel.price, price, price_result, price_file):
+        params = list(inspect.signature(fn).parameters.values())
+        assert params[1].annotation == "TraceInput", fn
+    con = duckdb.connect()
+    for producer in (pa.table({"a": [1]}), pl.DataFrame({"a": [1]}), con.sql("SELECT 1 AS a")):
+        assert isinstance(producer, ArrowStreamExportable)
+    assert not isinstance([1, 2], ArrowStreamExportable)
+    con.close()

@@ -31,6 +31,7 @@ from .stream import SORT_MEMORY, _workers, priced_stream
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
+    from ..protocols import TraceInput
     from ..resolved import ResolvedPool
 
 __all__ = ["ON_REJECT", "RejectedRowsWarning", "price", "price_result"]
@@ -42,7 +43,7 @@ class RejectedRowsWarning(UserWarning):
     """Some trace rows were set aside (``price_result(...).rejects`` has them)."""
 
 
-def price_result(k: Kernel | ResolvedPool, trace: Any, *, decode_threshold: int = 1,
+def price_result(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshold: int = 1,
                  sm_budget: int = 0, columns: Mapping[str, str] | None = None,
                  batches: Any = None, strict: bool = False,
                  keep: Iterable[str] | None = None,
@@ -107,7 +108,7 @@ def price_result(k: Kernel | ResolvedPool, trace: Any, *, decode_threshold: int 
     return PricedResult(frame, rframe, counts)
 
 
-def price(k: Kernel | ResolvedPool, trace: Any, *, decode_threshold: int = 1,
+def price(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshold: int = 1,
           sm_budget: int = 0, columns: Mapping[str, str] | None = None, batches: Any = None,
           strict: bool = False, keep: Iterable[str] | None = None,
           producers: Iterable[ColumnProducer] | None = None, on_reject: str = "warn",

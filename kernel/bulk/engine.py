@@ -20,13 +20,15 @@ from ..sources import TraceSource, open_trace
 from ..trace import BATCH_COLUMNS, Rows, TraceError, coerce
 from .batch_table import BatchTable
 from .columns import OutputSpec, check_rows, price_grouped
-from .groups import batch_checks, group, groups_from_starts
+from .groups import Groups, batch_checks, group, groups_from_starts
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
     from ..resolved import ResolvedPool
 
-__all__ = ["Engine", "PriceCounts", "PricedResult", "resolved", "rows_of"]
+PRICE_ROWS = 1 << 18  # request rows priced at once (bounds the walk's temporaries)
+
+__all__ = ["PRICE_ROWS", "Engine", "PriceCounts", "PricedResult", "resolved", "rows_of"]
 
 
 @dataclass
@@ -147,10 +149,28 @@ class Engine:
         rows, g = batch_checks(rows, g, self.inline, rej, self.strict)
         if g.n == 0:
             return Priced(None, rej, 0, 0)
-        out = price_grouped(self.r, rows, g, **self.defaults, spec=self.spec)
+        out = self._price_pieces(rows, g)
         if sort_output and g.n > 1 and not bool(np.all(g.ids[1:] > g.ids[:-1])):
             out = out.take(pa.array(np.argsort(g.ids, kind="stable")))
         return Priced(out, rej, len(rows), g.n)
+
+    def _price_pieces(self, rows: Rows, g: Groups) -> pa.Table:
+        """price_grouped in pieces of about PRICE_ROWS rows (whole batches), so the walk's
+        temporaries stay small whatever the chunk size."""
+        n = len(rows)
+        if n <= PRICE_ROWS * 3 // 2:
+            return price_grouped(self.r, rows, g, **self.defaults, spec=self.spec)
+        cut = np.unique(np.searchsorted(g.starts, np.arange(PRICE_ROWS, n, PRICE_ROWS)))
+        bounds = [0, *(int(b) for b in cut if 0 < b < g.n), g.n]
+        pieces = []
+        for b0, b1 in zip(bounds[:-1], bounds[1:], strict=True):
+            r0 = int(g.starts[b0])
+            r1 = int(g.starts[b1]) if b1 < g.n else n
+            sub = rows.slice(r0, r1)
+            pieces.append(price_grouped(self.r, sub,
+                                        groups_from_starts(sub.batch_id, g.starts[b0:b1] - r0),
+                                        **self.defaults, spec=self.spec))
+        return pa.concat_tables(pieces)
 
     def take_priced(self, p: Priced) -> None:
         self.emit_rejects(p.rejects)

@@ -2,8 +2,8 @@
 
 A run is a pipeline (``docs/traces.md`` "Streaming"):
 
-1. **read**: :mod:`kernel.sources` yields Arrow chunks (pyarrow.dataset's scanner reads ahead
-   on its own threads);
+1. **read**: :mod:`kernel.sources` yields Arrow chunks (parquet row-group fragments of
+   pyarrow.dataset, decoded on Arrow's threads);
 2. **validate**: each chunk is checked row by row on a worker thread;
 3. **group**: how depends on the source's layout, known before the first row is priced, so
    nothing is ever read twice:
@@ -49,6 +49,7 @@ from .groups import runs
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
+    from ..protocols import TraceInput
     from ..resolved import ResolvedPool
 
 __all__ = ["ROW_GROUP_ROWS", "SORT_MEMORY", "price_file", "priced_stream"]
@@ -98,16 +99,37 @@ def _grouped_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor
         return eng.coerce_task(t, offset), carry
 
     held = Rows.empty()
-    for c, carry in _ordered(pool, task, _offsets(ts.units()), 2):
+    for c, carry in _ordered(pool, task, _offsets(ts.units()), 1):
         rows = eng.take_coerced(c)
+        if len(rows) == 0:
+            continue  # (an empty row group: a held batch goes on holding)
         if len(held):
-            rows, held = Rows.concat([held, rows]), Rows.empty()
+            if carry is not None and held.batch_id[0] == carry:  # it goes on past this chunk
+                rows = Rows.concat([held, rows])
+            else:
+                first, rows = _join_held(held, rows)
+                if first is not None:
+                    yield first, None, ts.sorted_ids
+            held = Rows.empty()
         if carry is not None and len(rows):
             rows, held = _split_off(rows, rows.batch_id == carry)
         if len(rows):
             yield rows, None, ts.sorted_ids
     if len(held):
         yield held, None, ts.sorted_ids
+
+
+def _join_held(held: Rows, rows: Rows) -> tuple[Rows | None, Rows]:
+    """The held batch completed with its rows from ``rows``: (that batch alone when its rows
+    lead ``rows`` — no copy of the chunk — else None, and the rest)."""
+    bid = held.batch_id[0]
+    idx = np.flatnonzero(rows.batch_id == bid)
+    if idx.size == 0:
+        return held, rows
+    if idx[-1] == idx.size - 1:  # a prefix (the usual case)
+        k = int(idx.size)
+        return Rows.concat([held, rows.slice(0, k)]), rows.slice(k, len(rows))
+    return None, Rows.concat([held, rows])
 
 
 def _split_off(rows: Rows, mask: np.ndarray) -> tuple[Rows, Rows]:
@@ -123,8 +145,33 @@ def _split_off(rows: Rows, mask: np.ndarray) -> tuple[Rows, Rows]:
     return rows.take(np.flatnonzero(~mask)), rows.take(idx)
 
 
-def _rows_schema(rows: Rows) -> pa.Schema:
-    return rows.to_arrow().schema
+_NARROW = ("scheduled", "computed", "decode_threshold", "sm_budget")
+
+
+def _sort_schema(rows: Rows, ts: TraceSource) -> pa.Schema:
+    """The rows' Arrow schema for the sort, narrowed where values provably fit int32: counts
+    whose source type is a narrow integer, row numbers of a trace under 2**31 rows (half the
+    bytes to sort and to fetch)."""
+    out = []
+    for f in rows.to_arrow().schema:
+        src = ts.names.get(f.name)
+        typ = ts.schema.field(src).type if (ts.schema is not None and src is not None
+                                              and src in ts.schema.names) else None
+        narrow = (f.name in _NARROW and typ is not None and pa.types.is_integer(typ)
+                  and typ.bit_width <= (32 if pa.types.is_signed_integer(typ) else 16))
+        if f.name == "row" and ts.num_rows is not None and ts.num_rows < 2**31:
+            narrow = True
+        out.append(pa.field(f.name, pa.int32()) if narrow else f)
+    return pa.schema(out)
+
+
+def _widen(rows: Rows) -> Rows:
+    """int32 columns back to the int64 the walk works in."""
+    for name in ("row", *_NARROW):
+        v = getattr(rows, name)
+        if v is not None and v.dtype != np.int64:
+            setattr(rows, name, v.astype(np.int64))
+    return rows
 
 
 def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_rows: int,
@@ -140,7 +187,7 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
 
     def validated() -> Iterator[Rows]:
         try:
-            for c in _ordered(pool, task, _offsets(ts.chunks()), 2):
+            for c in _ordered(pool, task, _offsets(ts.chunks()), 1):
                 rows = eng.take_coerced(c)
                 if len(rows):
                     yield rows
@@ -149,13 +196,13 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
             raise
 
     parts = validated()
-    first = next(parts, None)
-    if first is None:
+    head = next(parts, None)
+    if head is None:
         return
-    schema = _rows_schema(first)
+    schema = _sort_schema(head, ts)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        yield from first.to_arrow().cast(schema).to_batches()
+        yield from head.to_arrow().cast(schema).to_batches()
         for rows in parts:
             yield from rows.to_arrow().cast(schema).to_batches()
 
@@ -175,9 +222,15 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
             raise
         held = Rows.empty()
         for b in out:
-            rows = Rows.from_arrow(pa.Table.from_batches([b]).cast(schema))
+            rows = _widen(Rows.from_arrow(pa.Table.from_batches([b]).cast(schema)))
             if len(held):
-                rows, held = Rows.concat([held, rows]), Rows.empty()
+                first, rows = _join_held(held, rows)  # sorted: its rows lead
+                held = Rows.empty()
+                if first is not None and len(rows) == 0:
+                    held = first  # the batch may go on in the next output batch
+                    continue
+                if first is not None:
+                    yield first, runs(first.batch_id), False
             ids = rows.batch_id
             cut = int(np.searchsorted(ids, ids[-1], "left"))  # the last batch may go on
             rows, held = rows.slice(0, cut), rows.take(np.arange(cut, len(rows)))
@@ -342,7 +395,7 @@ def _tune_malloc() -> None:
 
 # -- the entry point -------------------------------------------------------------------------
 
-def price_file(k: Kernel | ResolvedPool, src: Any, dst: str | Path, *,
+def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                rejects: str | Path | None = None, strict: bool = False,
                chunk_rows: int = 1 << 20, progress: bool = True, decode_threshold: int = 1,
                sm_budget: int = 0, columns: Mapping[str, str] | None = None,

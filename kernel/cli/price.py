@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,6 +13,9 @@ from pipeline.load import Repos
 
 from .calibrate import MeasuredRun, price_options
 from .common import make_repos, with_repos
+
+if TYPE_CHECKING:
+    from kernel.kernel import Kernel
 
 DEFAULT_SCENARIO = "deepseek-v3-h200-fp8-sglang-tp8"
 
@@ -38,8 +42,8 @@ def _open_kernel(scenario: str, pool: int, repos: Any) -> Any:
                                    f"{exc}") from None
 
 
-def write_db(db: str | Path, k: Any, scenario: str, pool: int, priced: Path, trace: str,
-             repos: Any = None) -> None:
+def write_db(db: str | Path, k: Kernel, scenario: str, pool: int, priced: Path, trace: str,
+             repos: Repos | None = None) -> None:
     """Store the priced table in DuckDB beside the scenario's documents and provenance.
 
     Tables: ``priced_steps`` (scenario key, pool, trace + the priced columns; a re-run of the
@@ -76,6 +80,17 @@ def write_db(db: str | Path, k: Any, scenario: str, pool: int, priced: Path, tra
             con.execute("INSERT INTO priced_steps SELECT CAST(? AS VARCHAR), CAST(? AS BIGINT), "
                         f"CAST(? AS VARCHAR), * FROM read_parquet('{src}')",
                         [key, pool, trace])
+        # what made these rows: the priced file's stamp, one row per (scenario, pool, trace)
+        from kernel.stamp import read_stamp
+
+        made = read_stamp(priced) if priced.suffix.lower() != ".csv" else None
+        con.execute("CREATE TABLE IF NOT EXISTS priced_stamps (scenario VARCHAR, pool BIGINT, "
+                    "trace VARCHAR, stamp JSON)")
+        con.execute("DELETE FROM priced_stamps WHERE scenario = ? AND pool = ? AND trace = ?",
+                    [key, pool, trace])
+        if made is not None:
+            con.execute("INSERT INTO priced_stamps VALUES (?, ?, ?, ?)",
+                        [key, pool, trace, json.dumps(made.to_metadata())])
     finally:
         con.close()
 

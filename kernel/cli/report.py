@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from kernel.kernel import Kernel
+    from kernel.protocols import TraceInput
     from kernel.report.summary import TraceSummary
     from pipeline.load import Repos
 
@@ -84,7 +85,7 @@ def read_table(path: str | Path) -> pl.DataFrame:
     return pl.read_parquet(p)
 
 
-def price_trace(k: Kernel, trace: Any, decode_threshold: int | None = None) -> pl.DataFrame:
+def price_trace(k: Kernel, trace: TraceInput, decode_threshold: int | None = None) -> pl.DataFrame:
     """Price a whole trace (a path or a table) in bulk: one row per batch."""
     from kernel import bulk
 
@@ -173,7 +174,7 @@ def compare_rows(summaries: list[TraceSummary], names: list[str]) -> list[dict[s
     return out
 
 
-def compare_summaries(trace: Any, scenarios: Sequence[str | Kernel], repos: Repos | None = None,
+def compare_summaries(trace: TraceInput, scenarios: Sequence[str | Kernel], repos: Repos | None = None,
                       decode_threshold: int | None = None
                       ) -> tuple[list[TraceSummary], list[pl.DataFrame]]:
     """Price ``trace`` under each scenario (a name, a path or an open kernel); the summaries

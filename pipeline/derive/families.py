@@ -18,6 +18,7 @@ from .nodes import (
     compress,
     dense_tail,
     gemm,
+    head_dim,
     indexed_layers,
     kind,
     lightning_indexer,
@@ -342,3 +343,53 @@ def handler_mimo_v2(c: Config) -> Result:
             tail = moe_tail(c, hidden) if kid.endswith("_moe") else dense_tail(c, hidden)
             kinds.append(kind(kid, attn(kid) + tail))
     return kinds, compress(sequence)
+
+
+def _deci_ffn_width(ffn_mult: float, hidden: int) -> int:
+    """Nemotron-NAS FFN width: int(2·ffn_mult·hidden/3) rounded up to a multiple of 256."""
+    width = int(2 * ffn_mult * hidden / 3)
+    return -(-width // 256) * 256
+
+
+def handler_deci(c: Config) -> Result:
+    """Nemotron-NAS (DeciLM): a per-layer ``block_configs`` list; each distinct (attention,
+    FFN) pair is a layer kind. A no-op attention contributes no nodes (and holds no KV); the
+    FFN width comes from ``ffn_mult``; KV heads are ``num_attention_heads // n_heads_in_group``."""
+    hidden = int(c.require("hidden_size"))
+    blocks = c.get("block_configs")
+    if not isinstance(blocks, list) or not blocks:
+        raise DeriveError(f"{c.model}: no block_configs list")
+    stated = c.pick("num_layers")
+    if stated is not None and int(stated) != len(blocks):
+        raise DeriveError(f"{c.model}: num_hidden_layers {stated} disagrees with "
+                          f"{len(blocks)} block_configs")
+    nq, dh = int(c.require("num_q_heads")), head_dim(c)
+    kinds: dict[str, list[Node]] = {}
+    sequence = []
+    for i, block in enumerate(blocks):
+        attn, ffn = block.get("attention") or {}, block.get("ffn") or {}
+        for part, spec in (("attention", attn), ("ffn", ffn)):
+            if spec.get("replace_with_linear") or spec.get("sparsify") or \
+                    (part == "attention" and spec.get("window_length")):
+                raise DeriveError(f"{c.model}: block_configs[{i}].{part} uses a linear "
+                                  f"replacement, sparsity or a window, which is not derived")
+        nodes: list[Node] = []
+        kid = ""
+        if not attn.get("no_op"):
+            group = int(c.key("n_heads_in_group", attn))
+            kv = nq // group
+            nodes += [norm("input_norm"), gemm("qkv_proj", (nq + 2 * kv) * dh, hidden),
+                      {"op": "Attention", "kind": "gqa", "n_q": nq, "n_kv": kv, "d_h": dh},
+                      gemm("o_proj", hidden, nq * dh),
+                      collective("AllReduce", "attn_out", "tensor_parallel")]
+            kid = f"attn_kv{kv}_"
+        if not ffn.get("no_op"):
+            width = _deci_ffn_width(float(c.key("ffn_mult", ffn)), hidden)
+            nodes += dense_tail(c, hidden, width)
+            kid += f"ffn{width}"
+        if not nodes:
+            raise DeriveError(f"{c.model}: block_configs[{i}] has neither attention nor FFN")
+        kid = kid.rstrip("_")
+        kinds.setdefault(kid, nodes)
+        sequence.append(kid)
+    return [kind(k, n) for k, n in kinds.items()], compress(sequence)

@@ -10,6 +10,7 @@ from typing import Any
 from .config import Config, DeriveError, fp8_unquantized_roles, merge_hf_quant, weight_dtype
 from .families import (
     Result,
+    handler_deci,
     handler_deepseek_v4,
     handler_dense,
     handler_llama4,
@@ -56,6 +57,7 @@ HANDLERS: dict[str, Callable[[Config], Result]] = {
     "MiniMaxM3ForCausalLM": handler_minimax_m3,
     "MiMoV2FlashForCausalLM": handler_mimo_v2,
     "Step3p7FlashForCausalLM": handler_step3p7,
+    "DeciLMForCausalLM": handler_deci,
 }
 
 # Architectures seen in real configs that this deriver refuses, and why (docs/decisions.md).
@@ -69,8 +71,6 @@ REFUSED: dict[str, str] = {
     "MuseGlimmerForConditionalGeneration": "MuseGlimmer scales attention and output by "
     "per-model factors (qk_scale_factor, output_multiplier, post_norm_eps) whose vLLM "
     "implementation was not available to confirm the layer structure; not derived yet",
-    "DeciLMForCausalLM": "Nemotron-NAS (DeciLM) varies heads and FFN width per layer through "
-    "block_configs with no-op layers; a per-layer heterogeneous stack is not derived yet",
 }
 
 SPEC_METHODS = {
