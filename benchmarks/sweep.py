@@ -1,13 +1,19 @@
-"""Sweep benchmark: one trace priced under many scenarios, local cluster vs one process.
+"""Sweep benchmark: one trace priced under many scenarios, worker processes vs one process.
 
     python benchmarks/sweep.py [--batches 1000000] [--scenarios 10] [--workers 2]
+                               [--partitions 8] [--dask]
 
-Prints the wall time of each and the speed-up.
+All in one run, on the same files: one fresh interpreter pricing the whole trace under each
+scenario in turn (it builds each kernel), then ``price_dataset`` on ``local:N`` worker
+processes (pool start-up included), then (``--dask``) on a local Dask cluster of N workers
+(started before timing). Prints wall times, speed-ups, task costs and how many kernels each
+built. ``docs/scaling.md`` explains how the figures extrapolate to more cores and machines.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -50,6 +56,7 @@ def main() -> None:
     parser.add_argument("--scenarios", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--dask", action="store_true", help="also time a local Dask cluster")
     args = parser.parse_args()
     names = pick_scenarios(args.scenarios)
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,29 +71,47 @@ def main() -> None:
             pq.write_table(table.slice(i * step, step), src / f"part-{i:03d}.parquet")
         del table
         print(f"trace: {args.batches:,} batches in {args.partitions} partitions; "
-              f"{len(names)} scenarios")
+              f"{len(names)} scenarios; {os.cpu_count()} cores")
 
         # The single-process run starts a fresh interpreter, as each worker does, so both sides
-        # pay for imports and kernel construction.
+        # pay for imports and kernel construction; it reports its build and pricing seconds.
         script = (
-            "import sys; from kernel.build import open as o; from kernel.bulk import price_file\n"
+            "import sys, time; from kernel.build import open as o; "
+            "from kernel.bulk import price_file\n"
+            "b = p = 0.0\n"
             "for n in sys.argv[3:]:\n"
-            "    price_file(o(n), sys.argv[1], f'{sys.argv[2]}/single-{n}.parquet', progress=False)")
+            "    t = time.perf_counter(); k = o(n); b += time.perf_counter() - t\n"
+            "    t = time.perf_counter()\n"
+            "    price_file(k, sys.argv[1], f'{sys.argv[2]}/single-{n}.parquet', progress=False)\n"
+            "    p += time.perf_counter() - t\n"
+            "print(b, p)")
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", script, str(whole), str(root), *names], check=True)
+        done = subprocess.run([sys.executable, "-c", script, str(whole), str(root), *names],
+                              check=True, capture_output=True, text=True)
         single = time.perf_counter() - t0
-        print(f"single process (fresh interpreter, {len(names)} kernels built): {single:,.1f} s")
+        build_s, price_s = map(float, done.stdout.split()[-2:])
+        print(f"one process (fresh interpreter): {single:,.1f} s, {len(names)} kernels built "
+              f"({build_s:.1f} s building, {price_s:.1f} s pricing: "
+              f"{price_s / len(names):.2f} s per scenario)")
 
-        client = make_client(f"local:{args.workers}")
-        try:
-            t0 = time.perf_counter()
-            price_dataset(src, root / "sweep", names, client)
-            cluster = time.perf_counter() - t0
-        finally:
-            client.close()
-        print(f"local cluster ({args.workers} worker processes, started before timing): "
-              f"{cluster:,.1f} s")
-        print(f"speed-up: {single / cluster:.2f}x")
+        t0 = time.perf_counter()
+        result = price_dataset(src, root / "procs", names, f"local:{args.workers}")
+        procs = time.perf_counter() - t0
+        tasks = len(result.tasks)
+        print(f"{result.executor}: {procs:,.1f} s, {result.kernels_built} kernels built, "
+              f"{tasks} tasks ({procs * args.workers / tasks:.2f} worker-s per task)")
+        print(f"speed-up over one process: {single / procs:.2f}x on {args.workers} workers")
+
+        if args.dask:
+            client = make_client(f"dask-local:{args.workers}")
+            try:
+                t0 = time.perf_counter()
+                result = price_dataset(src, root / "dask", names, client)
+                dask = time.perf_counter() - t0
+            finally:
+                client.close()
+            print(f"{result.executor} (started before timing): {dask:,.1f} s, "
+                  f"{result.kernels_built} kernels built; speed-up {single / dask:.2f}x")
 
 
 if __name__ == "__main__":

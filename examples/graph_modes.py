@@ -17,4 +17,4 @@ for o in k.resolved().overrides:
 # Output:
 # graph modes (decode, other): ('FULL', 'PIECEWISE')
 # cudagraph_mode: FULL -> FULL_AND_PIECEWISE
-#   because FLASHMLA for mla layers (FlashMLA) supports CUDA graphs only up to UNIFORM_BATCH, below ALWAYS, so vLLM v0.31.0 runs mixed batches piecewise
+#   because FLASHMLA for mla layers (FlashMLA; FlashAttention 3 MLA reads no fp8 cache) supports CUDA graphs only up to UNIFORM_BATCH, below ALWAYS, so vLLM v0.31.0 runs mixed batches piecewise

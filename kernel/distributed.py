@@ -1,21 +1,26 @@
-"""Price partitioned traces, and sweeps over many deployments, on a Dask cluster.
+"""Price partitioned traces, and sweeps over many deployments, on local processes or Dask.
 
 One task prices one input partition under one scenario with the bulk path and writes one output
 partition. Every batch is priced whole: a batch whose rows straddle input partitions is moved to
-the first partition that holds it before pricing. Kernels are built once per worker process and
-reused by every task on it. A task whose worker dies is retried on another worker; a partition
-that cannot be priced is reported with its reason; the totals always balance
-(rows in = rows priced + rows rejected) across the cluster.
+the first partition that holds it before pricing. Each scenario's kernel is built exactly once
+per sweep (by a build task, in parallel) and handed to the pricing tasks as a saved resolved pool
+(:mod:`kernel.saved`), so no worker reads YAML or resolves again; a worker keeps the kernels it
+has loaded. A task whose worker dies is retried; a partition that cannot be priced is reported
+with its reason; the totals always balance (rows in = rows priced + rows rejected).
+
+Executors: ``local[:N]`` (the default) is a pool of N local processes, the fastest on one
+machine (``docs/scaling.md``); ``dask-local:N`` a local Dask cluster; an ADDRESS or a Dask
+``Client`` a Dask cluster of any size.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +58,8 @@ class SweepResult:
     summary: pl.DataFrame
     seconds: float
     failures: list[PartitionResult] = field(default_factory=list)
+    kernels_built: int = 0  # build tasks run: one per scenario
+    executor: str = ""
 
     @property
     def rows_in(self) -> int:
@@ -131,12 +138,27 @@ def _read_partition(files: Sequence[str], index: int, owned: np.ndarray,
     return pa.concat_tables(extra)
 
 
-@lru_cache(maxsize=64)
-def _worker_kernel(scenario: str, pool: int, repos: Repos) -> Any:
-    """Built once per worker process and scenario; every later task reuses it."""
+def build_kernel(scenario: str, pool: int, repos: Repos) -> bytes:
+    """A build task: the scenario's kernel as a saved resolved pool (:func:`kernel.saved.dumps`)."""
     from .build import open_pool
+    from .saved import dumps
 
-    return open_pool(scenario, repos, pool)
+    return dumps(open_pool(scenario, repos, pool))
+
+
+_LOADED: dict[str, Any] = {}  # per worker process: saved-pool digest -> Kernel
+
+
+def _worker_kernel(digest: str, saved: bytes) -> Any:
+    """The kernel of a saved pool, loaded once per worker process and reused by every task."""
+    k = _LOADED.get(digest)
+    if k is None:
+        from .saved import loads
+
+        if len(_LOADED) >= 64:
+            _LOADED.clear()
+        k = _LOADED[digest] = loads(saved, f"saved pool {digest[:12]}")
+    return k
 
 
 def scenario_key(scenario: str) -> str:
@@ -146,9 +168,12 @@ def scenario_key(scenario: str) -> str:
 
 
 def price_partition(files: Sequence[str], index: int, owned: np.ndarray, foreign: np.ndarray,
-                    scenario: str, pool: int, repos: Repos, dst: str, decode_threshold: int,
-                    column: str = BATCH_ID, donors: Sequence[int] = ()) -> PartitionResult:
-    """Price one partition under one scenario and write its priced and rejected rows.
+                    scenario: str, saved: bytes, digest: str, dst: str, decode_threshold: int,
+                    column: str = BATCH_ID, donors: Sequence[int] = (),
+                    threads: int | None = None) -> PartitionResult:
+    """Price one partition under one scenario (its kernel given as a saved pool, ``saved``,
+    identified by ``digest``) and write its priced and rejected rows with ``threads`` pricing
+    threads (None: the cores).
 
     Outputs are written aside and renamed by the bulk path, so a retried task never leaves half
     a file behind.
@@ -161,13 +186,14 @@ def price_partition(files: Sequence[str], index: int, owned: np.ndarray, foreign
     rejects = Path(dst) / "rejects" / f"scenario={key}" / f"part-{index:05d}.parquet"
     try:
         table = _read_partition(files, index, owned, foreign, column, donors)
-        k = _worker_kernel(scenario, pool, repos)
+        k = _worker_kernel(digest, saved)
         out.parent.mkdir(parents=True, exist_ok=True)
         rejects.parent.mkdir(parents=True, exist_ok=True)
         made = for_kernel(k, "sweep-partition", trace=files[index],
                           decode_threshold=decode_threshold, sm_budget=0)
         counts = price_file(k, table, out, rejects=rejects, progress=False,
-                            decode_threshold=decode_threshold, metadata=made.to_metadata(),
+                            decode_threshold=decode_threshold, workers=threads,
+                            metadata=made.to_metadata(),
                             rejects_metadata=made.as_kind("sweep-rejects").to_metadata(),
                             columns=None if column == BATCH_ID else {BATCH_ID: column})
     except Exception as exc:  # reported, never dropped: the caller lists it
@@ -177,17 +203,121 @@ def price_partition(files: Sequence[str], index: int, owned: np.ndarray, foreign
 
 
 def make_client(cluster: Any = None) -> Any:
-    """A Dask client: an existing Client, an address, ``local`` / ``local:N``, or None (local)."""
+    """A Dask client: an existing Client, an address, ``dask-local[:N]`` / ``local[:N]``, or
+    None (a local cluster of 2 workers)."""
     from distributed import Client, LocalCluster
 
     if cluster is not None and hasattr(cluster, "submit"):
         return cluster
-    if cluster is None or str(cluster).startswith("local"):
-        n = int(str(cluster).split(":", 1)[1]) if cluster and ":" in str(cluster) else 2
+    text = str(cluster) if cluster is not None else "local"
+    if text.startswith("dask-"):
+        text = text[len("dask-"):]
+    if text.startswith("local"):
+        n = _local_count(text, 2)
         local = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                              dashboard_address=":0")
         return Client(local)
-    return Client(str(cluster))
+    return Client(text)
+
+
+def _local_count(text: str, default: int) -> int:
+    """N of ``local:N`` (``default`` for a bare ``local``); a clear error otherwise."""
+    if ":" not in text:
+        return default
+    value = text.split(":", 1)[1]
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"cluster {text!r}: local:N needs N >= 1 worker processes")
+    return int(value)
+
+
+class _Processes:
+    """A pool of N local worker processes (spawned: no thread state is forked)."""
+
+    def __init__(self, n: int):
+        self.workers = n
+        self.name = f"local:{n} (processes)"
+        self._pool = self._start()
+
+    def _start(self) -> Any:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+
+    def run(self, fn: Any, calls: Sequence[tuple[Any, ...]], retries: int) -> list[Any]:
+        """``fn(*call)`` for every call, in order; a call whose worker died is run again on a
+        fresh pool, up to ``retries`` times."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        results: list[Any] = [None] * len(calls)
+        pending = list(range(len(calls)))
+        for attempt in range(retries + 1):
+            futures = {i: self._pool.submit(fn, *calls[i]) for i in pending}
+            lost = []
+            for i, fut in futures.items():
+                try:
+                    results[i] = fut.result()
+                except BrokenProcessPool:
+                    lost.append(i)
+            if not lost:
+                return results
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = self._start()
+            pending = lost
+            if attempt == retries:
+                raise RuntimeError(
+                    f"{len(lost)} task(s) lost their worker process {retries + 1} times (a "
+                    "worker was killed, or could not start: a script that starts local workers "
+                    "needs the `if __name__ == '__main__':` guard)")
+        return results
+
+    def share(self, value: Any) -> Any:
+        return value
+
+    def close(self) -> None:
+        self._pool.shutdown()
+
+
+class _Dask:
+    """A Dask client (owned: closed with its local cluster at the end)."""
+
+    def __init__(self, client: Any, own: bool):
+        self.client, self.own = client, own
+        self.worker_names = sorted(client.scheduler_info().get("workers", {})) or [None]
+        self.workers = len(self.worker_names)
+        self.name = f"dask ({self.workers} workers)"
+
+    def run(self, fn: Any, calls: Sequence[tuple[Any, ...]], retries: int) -> list[Any]:
+        stamp = time.time_ns()
+        # Spread over the workers so each loads only its share of the kernels; any worker may
+        # still take a task (a dead worker's tasks move elsewhere).
+        futures = [self.client.submit(fn, *call, pure=False, retries=retries,
+                                      key=f"{fn.__name__}-{i}-{stamp}",
+                                      workers=self.worker_names[i % self.workers],
+                                      allow_other_workers=True)
+                   for i, call in enumerate(calls)]
+        return list(self.client.gather(futures))
+
+    def share(self, value: Any) -> Any:
+        """A value every task takes, sent to every worker once (not once per task)."""
+        return self.client.scatter(value, broadcast=True, hash=False)
+
+    def close(self) -> None:
+        if self.own:
+            local = getattr(self.client, "cluster", None)
+            self.client.close()
+            if local is not None:
+                local.close()
+
+
+def _runner(cluster: Any) -> _Processes | _Dask:
+    """The executor a ``cluster`` argument names (module docstring)."""
+    if cluster is not None and hasattr(cluster, "submit"):
+        return _Dask(cluster, own=False)
+    text = "local" if cluster is None else str(cluster)
+    if text == "local" or text.startswith("local:"):
+        return _Processes(_local_count(text, os.cpu_count() or 2))
+    return _Dask(make_client(text), own=True)
 
 
 def summarise(dst: str | os.PathLike[str]) -> pl.DataFrame:
@@ -218,64 +348,82 @@ def summarise(dst: str | os.PathLike[str]) -> pl.DataFrame:
     return frame
 
 
+def _built(scenario: str, pool: int, repos: Repos) -> tuple[bytes, str]:
+    """A build task that reports a refusal instead of raising (it is listed with the others)."""
+    try:
+        return build_kernel(scenario, pool, repos), ""
+    except Exception as exc:
+        return b"", f"{type(exc).__name__}: {exc}"
+
+
 def price_dataset(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                   scenarios: Iterable[str], cluster: Any = None, *, pool: int = 0,
                   repos: Repos | None = None, decode_threshold: int = 1, retries: int = 3,
                   column: str = BATCH_ID) -> SweepResult:
-    """Price every partition of ``src`` under every scenario on a Dask cluster.
+    """Price every partition of ``src`` under every scenario on local processes or Dask.
 
-    Writes ``dst/scenario=<name>/part-NNNNN.parquet`` (one per input partition × scenario),
-    rejected rows under ``dst/rejects/``, and ``dst/summary.parquet``. Raises RuntimeError
-    naming every partition that could not be priced, after all others have finished.
+    ``cluster``: None or ``local[:N]`` (N local processes, default the cores), ``dask-local:N``,
+    a Dask ADDRESS or Client. Builds each scenario's kernel once, then writes
+    ``dst/scenario=<name>/part-NNNNN.parquet`` (one per input partition × scenario), rejected
+    rows under ``dst/rejects/``, and ``dst/summary.parquet``. Raises RuntimeError naming every
+    scenario that could not be built or partition that could not be priced, after all others
+    have finished.
     """
     t0 = time.perf_counter()
     repos = repos or Repos()
-    names = list(scenarios)
+    names = list(dict.fromkeys(scenarios))
     if not names:
         raise ValueError("price_dataset needs at least one scenario")
     files = [str(p) for p in list_partitions(src)]
     Path(dst).mkdir(parents=True, exist_ok=True)
-    client = make_client(cluster)
-    own_client = client is not cluster
+    runner = _runner(cluster)
     try:
-        id_futures = client.map(_ids_of, files, [column] * len(files), pure=False,
-                                retries=retries)
-        partition_ids = client.gather(id_futures)
+        # Kernels and partition ids in one round: both are independent of each other.
+        scans = [(f, column) for f in files]
+        builds = [(n, pool, repos) for n in names]
+        found = runner.run(_scan_or_build, [("scan", a) for a in scans]
+                           + [("build", a) for a in builds], retries)
+        partition_ids = found[:len(files)]
+        built: list[tuple[bytes, str]] = found[len(files):]
+        refused = [(n, err) for n, (_, err) in zip(names, built, strict=True) if err]
+        if refused:
+            listing = "\n".join(f"  scenario {n}: {err}" for n, err in refused)
+            raise RuntimeError(f"{len(refused)} scenario(s) could not be built:\n{listing}")
         owners = straddling_owners(partition_ids)
         foreign = _given_away(partition_ids, owners)
         donors = {i: [j for j in range(i + 1, len(files))
                       if np.isin(owned, partition_ids[j]).any()]
                   for i, owned in owners.items()}
         empty = np.array([], dtype=np.int64)
-        # Each scenario prefers one worker, so a worker builds only its share of the kernels;
-        # any worker may still take the task (a dead worker's tasks move elsewhere).
-        workers = sorted(client.scheduler_info().get("workers", {})) or [None]
-        futures = [client.submit(price_partition, files, i, owners.get(i, empty),
-                                 foreign.get(i, empty), name, pool, repos, str(dst),
-                                 decode_threshold, column, donors.get(i, []), pure=False,
-                                 retries=retries,
-                                 key=f"price-{scenario_key(name)}-{i}-{time.time_ns()}",
-                                 workers=workers[n % len(workers)],
-                                 allow_other_workers=True)
-                   for n, name in enumerate(names) for i in range(len(files))]
-        results: list[PartitionResult] = client.gather(futures)
+        threads = max(1, (os.cpu_count() or 1) // runner.workers) \
+            if isinstance(runner, _Processes) else None
+        calls: list[tuple[Any, ...]] = []
+        for name, (saved, _) in zip(names, built, strict=True):
+            digest = hashlib.sha256(saved).hexdigest()
+            shared = runner.share(saved)
+            calls.extend((files, i, owners.get(i, empty), foreign.get(i, empty), name, shared,
+                          digest, str(dst), decode_threshold, column, donors.get(i, []), threads)
+                         for i in range(len(files)))
+        results: list[PartitionResult] = runner.run(price_partition, calls, retries)
     finally:
-        if own_client:
-            local = getattr(client, "cluster", None)
-            client.close()
-            if local is not None:
-                local.close()
+        runner.close()
     failures = [r for r in results if r.error]
     done = [r for r in results if not r.error]
     summary = summarise(dst) if done else pl.DataFrame()
     if summary.height:
         write_summary(summary, Path(dst) / "summary.parquet", done, src, decode_threshold)
-    result = SweepResult(done, summary, time.perf_counter() - t0, failures)
+    result = SweepResult(done, summary, time.perf_counter() - t0, failures,
+                         kernels_built=len(built), executor=runner.name)
     if failures:
         listing = "\n".join(f"  scenario {f.scenario} partition {f.partition} "
                             f"({files[f.partition]}): {f.error}" for f in failures)
         raise RuntimeError(f"{len(failures)} partition task(s) could not be priced:\n{listing}")
     return result
+
+
+def _scan_or_build(what: str, args: tuple[Any, ...]) -> Any:
+    """One task of the first round: a partition's batch ids, or a scenario's kernel."""
+    return _ids_of(*args) if what == "scan" else _built(*args)
 
 
 def write_summary(summary: pl.DataFrame, path: Path, done: Sequence[PartitionResult],

@@ -21,7 +21,9 @@ how bulk pricing groups them without reading anything twice:
     chunk's *carry* id may continue in the next chunk. Known for in-memory tables whose batches
     are contiguous (checked on the ``batch_id`` column), and for parquet whose row-group
     statistics show ``batch_id`` ranges that increase (or decrease) from group to group,
-    touching at most at one shared id — whatever the order inside each group.
+    touching at most at one shared id — whatever the order inside each group; and, when the
+    statistics overlap, for parquet whose ``batch_id`` column (read alone, first) shows every
+    batch's rows together, e.g. whole batches out of place.
 ``"any"``
     nothing is known (one-shot streams, CSV, overlapping row groups): bulk pricing sorts.
 """
@@ -316,7 +318,8 @@ def _from_dataset(dset: ds.Dataset, names: dict[str, str], chunk_rows: int,
             for off in range(0, t.num_rows, chunk_rows):
                 yield t.slice(off, chunk_rows)
     ts._iter = chunks
-    plan = _row_group_plan(groups, frags, names["batch_id"], chunk_rows)
+    plan = (_row_group_plan(groups, frags, names["batch_id"], chunk_rows)
+            or _contiguity_plan(groups, names["batch_id"], chunk_rows))
     if plan is None:
         return ts
     carries, increasing = plan
@@ -366,6 +369,48 @@ def _row_group_plan(groups: Sequence[tuple[Any, int]], frags: Sequence[Any], bat
         if hi[a] == lo[b] if inc else lo[a] == hi[b]:
             carries[a] = hi[a] if inc else lo[a]
     return carries, inc
+
+
+def _contiguity_plan(groups: Sequence[tuple[Any, int]], batch_col: str, chunk_rows: int
+                     ) -> tuple[list[Any], bool] | None:
+    """When statistics cannot tell (row groups overlap): read the batch_id column alone and
+    check that each batch's rows are together (whole batches moved about, e.g. one written
+    late). The carry of each row group is its last id when the next group starts with it.
+    None as soon as a batch shows two runs — in the first row group for shuffled or
+    request-major logs, so that costs one column of one row group."""
+    first: list[Any] = []
+    last: list[Any] = []
+    seen: list[np.ndarray] = []
+    prev = None
+    for g, n in groups:
+        if n > ROW_GROUP_FACTOR * chunk_rows:
+            return None
+        col = g.to_table(columns=[batch_col]).column(0)
+        if col.null_count or not pa.types.is_integer(col.type):
+            return None
+        if n == 0:
+            first.append(None)
+            last.append(None)
+            continue
+        ids = np.concatenate([c.to_numpy() for c in col.chunks])
+        run_ids = ids[_runs(ids)]
+        if np.unique(run_ids).size != run_ids.size:
+            return None
+        if prev is not None and run_ids[0] == prev:
+            run_ids = run_ids[1:]  # the batch goes on from the group before
+        seen.append(run_ids)
+        first.append(ids[0])
+        last.append(ids[-1])
+        prev = ids[-1]
+    every = np.concatenate(seen) if seen else np.zeros(0, np.int64)
+    if np.unique(every).size != every.size:
+        return None
+    nonempty = [k for k in range(len(first)) if first[k] is not None]
+    carries: list[Any] = [None] * len(first)
+    for a, b in zip(nonempty[:-1], nonempty[1:], strict=True):
+        if last[a] == first[b]:
+            carries[a] = last[a]
+    return carries, bool(every.size < 2 or np.all(every[1:] > every[:-1]))
 
 
 def _stats_prove_valid(frags: Sequence[Any], column: str) -> bool:

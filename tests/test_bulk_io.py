@@ -128,6 +128,10 @@ def test_any_row_order_prices_bit_for_bit_like_the_sorted_trace(tmp_path: Path,
             assert counts.mode == "grouped"
             assert got["batch_id"].to_list() == sorted(want["batch_id"].to_list(),
                                                        reverse=True)
+        elif name == "late":  # whole batches moved: found by reading batch_id alone
+            assert counts.mode == "grouped"
+            assert got["batch_id"].to_list() == other["batch_id"].unique(
+                maintain_order=True).to_list()
         else:  # sorted through DuckDB: batch_id order, recorded in the file
             assert counts.mode == "sorted"
             assert got["batch_id"].is_sorted()
@@ -294,14 +298,23 @@ def test_parquet_row_groups_of_any_size_price_like_memory(tmp_path: Path) -> Non
     @settings(max_examples=25, deadline=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(n=st.integers(1, 60), seed=st.integers(0, 10**6), group=st.integers(1, 90),
-           chunk=st.integers(1, 60), reverse=st.booleans())
-    def check(n: int, seed: int, group: int, chunk: int, reverse: bool) -> None:
+           chunk=st.integers(1, 60), order=st.sampled_from(["plain", "reverse", "permute"]))
+    def check(n: int, seed: int, group: int, chunk: int, order: str) -> None:
         df = random_trace(n, seed)
-        if reverse:
+        reverse = order != "plain"
+        if order == "reverse":
             df = df.with_row_index("i").sort("batch_id", "i", descending=[True, False]).drop("i")
+        elif order == "permute":  # whole batches in a random order
+            rank = {b: k for k, b in enumerate(np.random.default_rng(seed).permutation(
+                df["batch_id"].unique().to_numpy()))}
+            df = (df.with_row_index("i")
+                  .with_columns(pl.col("batch_id").replace_strict(rank).alias("k"))
+                  .sort("k", "i").drop("k", "i"))
         src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
         df.write_parquet(src, row_group_size=group)
         counts = bulk.price_file(r, src, dst, chunk_rows=chunk, progress=False)
+        if group <= 4 * chunk:  # row groups read whole: batches found together
+            assert counts.mode == "grouped"
         mem = bulk.price(r, df)
         got = pl.read_parquet(dst)
         assert counts.rows_in == df.height and got.height == mem.height
@@ -325,3 +338,10 @@ def test_narrow_counts_cross_the_sort_exactly(tmp_path: Path) -> None:
     assert counts.mode == "sorted"
     want = bulk.price(r, t.with_columns(pl.col("computed") + 2**30))
     assert pl.read_parquet(dst).equals(want)
+
+
+def test_a_failed_sort_leaves_no_spill_directory(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="sort_memory='lots'"):
+        bulk.price_file(pool(), random_trace(20, 1), tmp_path / "o.parquet", order="sort",
+                        sort_memory="lots", progress=False)
+    assert not list(tmp_path.glob(".blis-*")) and not (tmp_path / "o.parquet").exists()

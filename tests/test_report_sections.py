@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from kernel.report import charts, html, sections, trace_stats
 from kernel.report.summary import fmt_duration, fmt_long, fmt_span, nearest_rank, summarise
 
-from .test_report import FakeKernel, parse, priced_frame
+from .test_report import FakeKernel, assert_self_contained, parse, priced_frame
 
 
 def test_durations_read_as_people_write_them() -> None:
@@ -86,6 +86,7 @@ def test_every_trace_section_renders_with_the_columns_present() -> None:
     df = _full_frame()
     k = FakeKernel()
     page = html.trace_report(df, k, title="t")  # type: ignore[arg-type]
+    assert_self_contained(page)  # the raster layers are data: URIs inside the SVG
     ids = parse(page).ids
     for sid in ("throughput", "step-timeline", "step-vs-tokens", "utilisation", "limits"):
         assert sid in ids, sid

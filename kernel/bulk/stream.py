@@ -208,10 +208,15 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
 
     tmp_parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".blis-sort-", dir=str(tmp_parent)))
-    con = duckdb.connect(config={"temp_directory": str(tmp), "memory_limit": sort_memory,
-                                 "preserve_insertion_order": False})
-    con.execute("SET enable_progress_bar = false")
+    con: Any = None
     try:
+        try:
+            con = duckdb.connect(config={"temp_directory": str(tmp),
+                                         "memory_limit": sort_memory,
+                                         "preserve_insertion_order": False})
+        except duckdb.Error as e:
+            raise ValueError(f"sort_memory={sort_memory!r}: {e}") from None
+        con.execute("SET enable_progress_bar = false")
         con.register("blis_rows", pa.RecordBatchReader.from_batches(schema, batches()))
         try:
             out: Any = con.sql('SELECT * FROM blis_rows ORDER BY batch_id, "row"'
@@ -239,7 +244,8 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
         if len(held):
             yield held, runs(held.batch_id), False
     finally:
-        con.close()
+        if con is not None:
+            con.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

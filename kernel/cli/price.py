@@ -137,8 +137,9 @@ def register(group: click.Group) -> None:
                        "and KV sections read them).")
     @click.option("--no-progress", is_flag=True, help="No progress bar.")
     @click.option("--cluster", default=None,
-                  help="Price on a Dask cluster (ADDRESS, or local[:N]); TRACE may then be a "
-                       "directory of parquet partitions and OUTPUT is a directory.")
+                  help="Price partitions in parallel: local[:N] worker processes, "
+                       "dask-local:N, or a Dask ADDRESS; TRACE may then be a directory of "
+                       "parquet partitions and OUTPUT is a directory.")
     @price_options
     @with_repos
     def price_cmd(trace: str, scenario: str, pool: int, output: str, rejects: str | None,

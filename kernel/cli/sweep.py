@@ -56,7 +56,8 @@ def register(group: click.Group) -> None:
                   help="Output directory (partitioned parquet + summary.parquet).")
     @click.option("--pool", default=0, show_default=True, help="Pool index in each deployment.")
     @click.option("--cluster", default="local:2", show_default=True,
-                  help="Dask scheduler ADDRESS, or local[:N] for N local worker processes.")
+                  help="local[:N]: N local worker processes; dask-local:N: a local Dask "
+                       "cluster; or a Dask scheduler ADDRESS.")
     @click.option("--decode-threshold", default=1, show_default=True)
     @format_options(TEXT_FORMATS, output=False)
     @with_repos

@@ -72,9 +72,11 @@ def handler_qwen3_5(c: Config) -> Result:
              gemm("mixer_out", hidden, vh * vd), collective("AllReduce", "mixer_out", TP)]
     moe = c.pick("num_experts") is not None
     mlp_id = "moe" if moe else "dense"
-    tail = moe_tail(c, hidden) if moe else dense_tail(c, hidden)
+    def tail() -> list[Node]:  # fresh nodes per kind: shared objects would dump as anchors
+        return moe_tail(c, hidden) if moe else dense_tail(c, hidden)
+
     gdn_id, attn_id = f"gdn_{mlp_id}", f"attn_{mlp_id}"
-    kinds = [kind(gdn_id, mixer + tail), kind(attn_id, attention_block(c, hidden) + list(tail))]
+    kinds = [kind(gdn_id, mixer + tail()), kind(attn_id, attention_block(c, hidden) + tail())]
     return kinds, compress([attn_id if t == "full_attention" else gdn_id for t in types])
 
 
@@ -257,9 +259,12 @@ def handler_glm5_next(c: Config) -> Result:
     unquant = fp8_unquantized_roles(c, GLM5_NEXT_UNQUANTIZED)
 
     def priced(nodes: list[Node]) -> list[Node]:
-        return [{**n, "weight_dtype": unquant[n["role"]]}
-                if n.get("role") in unquant and n["op"] in ("GEMM", "GroupedGEMM") else n
-                for n in nodes]
+        # In place, as the reference does: kinds built from one mixer share its node objects,
+        # which the YAML dump writes as anchors (byte-identical output needs the same sharing).
+        for n in nodes:
+            if n.get("role") in unquant and n["op"] in ("GEMM", "GroupedGEMM"):
+                n["weight_dtype"] = unquant[n["role"]]
+        return nodes
 
     kinds = [kind(kid, mhc(priced(build()))) for kid, build in builders.items()
              if kid in sequence]
