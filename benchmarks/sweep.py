@@ -99,7 +99,8 @@ def main() -> None:
         procs = time.perf_counter() - t0
         tasks = len(result.tasks)
         print(f"{result.executor}: {procs:,.1f} s, {result.kernels_built} kernels built, "
-              f"{tasks} tasks ({procs * args.workers / tasks:.2f} worker-s per task)")
+              f"{tasks} partition × scenario results ({procs * args.workers / tasks:.2f} "
+              f"worker-s each)")
         print(f"speed-up over one process: {single / procs:.2f}x on {args.workers} workers")
 
         if args.dask:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-ENGINE_BEHAVIOUR_VERSION = "0.31.0"
-ENGINE_BEHAVIOUR_COMMIT = "db9527a46873454610df6dbedf79a36d6bf1a7f6"
-KERNEL_ASSUMPTION_SET = "blis-latency-kernel"
+from pipeline.constants import (
+    ENGINE_BEHAVIOUR_COMMIT,
+    ENGINE_BEHAVIOUR_VERSION,
+    KERNEL_ASSUMPTION_SET,
+)
 
 # Public names, imported on first use so that `import kernel` stays cheap.
 _EXPORTS = {
@@ -38,6 +40,7 @@ _EXPORTS = {
     "Link": "kernel.transfer",
     "KVCapacity": "kernel.memory",
     "price_file": "kernel.bulk",
+    "calibrate": "kernel.calibration.make",
     "load_kernel": "kernel.saved",
     "save_kernel": "kernel.saved",
     "derive_graph": "pipeline.derive",

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from pipeline import db
+from pipeline.constants import KERNEL_ASSUMPTION_SET
 from pipeline.errors import DocumentError, RefusalError
 from pipeline.load import Inputs, Repos, open_inputs
 
 from . import caches as cache_model
+from . import sql_laws  # noqa: F401  (installs the cost laws the views call)
 from .origins import catalog_origins
 from .resolved import (
     Coefficients,
@@ -43,8 +45,6 @@ from .types import Resolution
 if TYPE_CHECKING:
     from .kernel import Kernel
 
-KERNEL_ASSUMPTION_SET = "blis-latency-kernel"
-ENGINE_BEHAVIOUR_VERSION = "0.31.0"
 
 __all__ = ["new", "open", "open_pool", "resolve", "refusals"]
 

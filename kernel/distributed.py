@@ -178,6 +178,34 @@ def price_partition(files: Sequence[str], index: int, owned: np.ndarray, foreign
     Outputs are written aside and renamed by the bulk path, so a retried task never leaves half
     a file behind.
     """
+    return price_partition_group(files, index, owned, foreign, [(scenario, saved, digest)], dst,
+                                 decode_threshold, column, donors, threads)[0]
+
+
+def price_partition_group(files: Sequence[str], index: int, owned: np.ndarray,
+                          foreign: np.ndarray, kernels: Sequence[tuple[str, bytes, str]],
+                          dst: str, decode_threshold: int, column: str = BATCH_ID,
+                          donors: Sequence[int] = (), threads: int | None = None
+                          ) -> list[PartitionResult]:
+    """:func:`price_partition` under several scenarios ((name, saved pool, digest) each),
+    reading the partition once: one result per scenario, in order."""
+    try:
+        table = _read_partition(files, index, owned, foreign, column, donors)
+    except Exception as exc:  # reported, never dropped: the caller lists it
+        return [_failed(name, index, dst, exc) for name, _, _ in kernels]
+    return [_price_table(table, files, index, name, saved, digest, dst, decode_threshold,
+                         column, threads) for name, saved, digest in kernels]
+
+
+def _failed(scenario: str, index: int, dst: str, exc: Exception) -> PartitionResult:
+    key = scenario_key(scenario)
+    out = Path(dst) / f"scenario={key}" / f"part-{index:05d}.parquet"
+    return PartitionResult(key, index, 0, 0, 0, 0, str(out), f"{type(exc).__name__}: {exc}")
+
+
+def _price_table(table: pa.Table, files: Sequence[str], index: int, scenario: str,
+                 saved: bytes, digest: str, dst: str, decode_threshold: int, column: str,
+                 threads: int | None) -> PartitionResult:
     from .bulk import price_file
     from .stamp import for_kernel
 
@@ -185,7 +213,6 @@ def price_partition(files: Sequence[str], index: int, owned: np.ndarray, foreign
     out = Path(dst) / f"scenario={key}" / f"part-{index:05d}.parquet"
     rejects = Path(dst) / "rejects" / f"scenario={key}" / f"part-{index:05d}.parquet"
     try:
-        table = _read_partition(files, index, owned, foreign, column, donors)
         k = _worker_kernel(digest, saved)
         out.parent.mkdir(parents=True, exist_ok=True)
         rejects.parent.mkdir(parents=True, exist_ok=True)
@@ -197,7 +224,7 @@ def price_partition(files: Sequence[str], index: int, owned: np.ndarray, foreign
                             rejects_metadata=made.as_kind("sweep-rejects").to_metadata(),
                             columns=None if column == BATCH_ID else {BATCH_ID: column})
     except Exception as exc:  # reported, never dropped: the caller lists it
-        return PartitionResult(key, index, 0, 0, 0, 0, str(out), f"{type(exc).__name__}: {exc}")
+        return _failed(scenario, index, dst, exc)
     return PartitionResult(key, index, counts.rows_in, counts.rows_priced, counts.rows_rejected,
                            counts.batches_priced, str(out))
 
@@ -397,14 +424,17 @@ def price_dataset(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         empty = np.array([], dtype=np.int64)
         threads = max(1, (os.cpu_count() or 1) // runner.workers) \
             if isinstance(runner, _Processes) else None
-        calls: list[tuple[Any, ...]] = []
-        for name, (saved, _) in zip(names, built, strict=True):
-            digest = hashlib.sha256(saved).hexdigest()
-            shared = runner.share(saved)
-            calls.extend((files, i, owners.get(i, empty), foreign.get(i, empty), name, shared,
-                          digest, str(dst), decode_threshold, column, donors.get(i, []), threads)
-                         for i in range(len(files)))
-        results: list[PartitionResult] = runner.run(price_partition, calls, retries)
+        pools = [(name, runner.share(saved), hashlib.sha256(saved).hexdigest())
+                 for name, (saved, _) in zip(names, built, strict=True)]
+        # A task prices one partition under a group of scenarios, reading it once; enough
+        # groups that every worker gets about four tasks (docs/scaling.md).
+        n_groups = min(len(names), max(1, -(-4 * runner.workers // len(files))))
+        groups = [pools[g::n_groups] for g in range(n_groups)]
+        calls = [(files, i, owners.get(i, empty), foreign.get(i, empty), group, str(dst),
+                  decode_threshold, column, donors.get(i, []), threads)
+                 for group in groups for i in range(len(files))]
+        grouped: list[list[PartitionResult]] = runner.run(price_partition_group, calls, retries)
+        results = [r for rs in grouped for r in rs]
     finally:
         runner.close()
     failures = [r for r in results if r.error]

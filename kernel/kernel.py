@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from .transfer import PDTransferDemand
     from .utilisation import Utilisation
 
-KERNEL_ASSUMPTION_SET = "blis-latency-kernel"
 EVIDENCED_METHODS = frozenset({"measured", "literature", "vendor_spec"})
 
 
@@ -131,25 +130,46 @@ class Kernel:
                                   self._pool.engine.gpu_memory_utilization or None)
 
     # -- whole traces -------------------------------------------------------------------
-    def price(self, trace: TraceInput, *, measured: str | None = None, measured_unit: str = "ns",
+    def price(self, trace: TraceInput, *, measured: str | None = None,
+              measured_unit: str = "ns", trace_format: str = "requests",
               **options: Any) -> pl.DataFrame:
         """Price every batch of a trace as columns; see :func:`kernel.bulk.price`.
 
         A calibrated kernel adds ``calibrated_ns``; ``measured`` (a trace column, in
         ``measured_unit``) adds ``measured_ns`` and each estimate's relative error, and sends
-        rows with a bad measured value to the rejects (:mod:`kernel.calibration.columns`)."""
+        rows with a bad measured value to the rejects (:mod:`kernel.calibration.columns`).
+        ``trace_format="fpm"`` reads one row per forward pass with aggregates
+        (:mod:`kernel.fpm`; its other columns are kept; impossible passes are left out)."""
         from .bulk import price
 
+        trace = self._requests(trace, trace_format, measured, options)
         return price(self, trace, **self._with_producers(measured, measured_unit, options))
 
     def price_result(self, trace: Any, *, measured: str | None = None,
-                     measured_unit: str = "ns", **options: Any) -> Any:
+                     measured_unit: str = "ns", trace_format: str = "requests",
+                     **options: Any) -> Any:
         """:meth:`price` with the rejected rows and the counts (a
         :class:`kernel.bulk.PricedResult`); see :func:`kernel.bulk.price_result`."""
         from .bulk import price_result
 
+        trace = self._requests(trace, trace_format, measured, options)
         return price_result(self, trace,
                             **self._with_producers(measured, measured_unit, options))
+
+    @staticmethod
+    def _requests(trace: Any, trace_format: str, measured: str | None,
+                  options: dict[str, Any]) -> Any:
+        """An FPM trace as request rows (its other columns kept); a request trace as is."""
+        if trace_format == "requests":
+            return trace
+        if trace_format != "fpm":
+            raise ValueError(f"trace_format must be 'requests' or 'fpm', not {trace_format!r}")
+        from .fpm import fpm_to_requests
+
+        req, batches, _rejected = fpm_to_requests(trace, columns=options.pop("columns", None))
+        options["keep"] = [*(options.get("keep") or ()),
+                           *(c for c in batches.columns if c not in ("batch_id", measured))]
+        return req.join(batches, on="batch_id", how="left")
 
     def _with_producers(self, measured: str | None, measured_unit: str,
                         options: dict[str, Any]) -> dict[str, Any]:

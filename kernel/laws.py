@@ -26,11 +26,12 @@ from typing import Any, TypeVar, overload
 import numpy as np
 from numpy.typing import NDArray
 
+from pipeline.constants import MAX_DURATION_NS
+
 Array = NDArray[Any]
 FloatT = TypeVar("FloatT", float, Array)
 IntT = TypeVar("IntT", int, Array)
 
-MAX_DURATION_NS = 2**63 - 1
 _TWO_63 = 9223372036854775808.0  # 2**63, the first float64 that no int64 holds
 CANDIDATE_RANK_WIDTHS = (2, 4, 8, 16)
 DECLARED_WIDTHS = (1, 2, 4, 8, 16)

@@ -32,6 +32,7 @@ def connect(scenarios: Iterable[str | os.PathLike[str]] | None = None,
     """A DuckDB connection holding the named scenarios (default: every embedded one) with the
     resolution views applied (docs/tables.md); ``database`` keeps it in a file. Writable: it
     is the caller's own connection."""
+    from kernel import sql_laws  # noqa: F401  (installs the cost laws the views call)
     from pipeline import db
 
     con = db.open_db(database, apply=False) if database else None

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from pipeline.constants import MAX_DURATION_NS
+
 from .resolved import Origin as CoefficientOrigin
 from .resolved import Override
-
-MAX_DURATION_NS = 2**63 - 1
 
 __all__ = [
     "Batch",

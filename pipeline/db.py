@@ -20,8 +20,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from kernel import laws
-
+from . import constants
 from . import load as _load
 from . import normalise as nz
 from .errors import DocumentError, Problem
@@ -189,49 +188,45 @@ def sql_files() -> list[Path]:
     return sorted(sql_dir().glob("*.sql"))
 
 
-# Cost laws the views call, backed by kernel.laws so that SQL and Python share one definition:
-# SQL name -> (law, argument types, result type).
-_LAWS: dict[str, tuple[Callable[..., Any], list[str], str]] = {
-    "span_law": (laws.span, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
-    "flat_span": (laws.flat_span, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
-    "ring_span": (laws.ring_span, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
-    "all2all_span": (laws.all2all_span, ["BIGINT", "BIGINT", "DOUBLE"], "DOUBLE"),
-    "us_to_ns": (laws.us_to_duration_ns, ["DOUBLE"], "BIGINT"),
-    "assumed_collective_figure": (laws.assumed_collective_figure,
-                                  ["VARCHAR", "BIGINT", "BIGINT", "DOUBLE", "BIGINT", "DOUBLE"],
-                                  "DOUBLE"),
-    "mla_context_chunk": (laws.mla_context_chunk,
-                          ["BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT"], "BIGINT"),
-}
+# Scalar functions the views call (the kernel's cost laws) are installed by the layer above:
+# kernel/sql_laws.py adds its installer here, so pipeline/ never imports kernel/ and SQL and
+# Python still share one definition of each law.
+UdfInstaller = Callable[[duckdb.DuckDBPyConnection], None]
+_UDF_INSTALLERS: list[UdfInstaller] = []
 
 
-def _capture_sizes(seqs: int, q: int, budget: int, stated_max: int | None,
-                   stated_sizes: list[int] | None, blackwell: bool,
-                   decode_full: bool) -> list[int]:
-    """``laws.capture_sizes`` for SQL: [] where vLLM refuses (90_refusals.sql says why).
-
-    A stated ceiling only matters for its conflict with stated sizes, which the view checks
-    itself, so it is not passed on when sizes are stated.
-    """
-    try:
-        return laws.capture_sizes(seqs, q, budget,
-                                  stated_max if stated_sizes is None else None, stated_sizes,
-                                  blackwell, decode_full)
-    except ValueError:
-        return []
+def add_udf_installer(install: UdfInstaller) -> None:
+    """Run ``install(con)`` on every connection before the views are applied (idempotent)."""
+    if install not in _UDF_INSTALLERS:
+        _UDF_INSTALLERS.append(install)
 
 
-def register_laws(con: duckdb.DuckDBPyConnection) -> None:
-    """Make the kernel's cost laws callable from SQL on this connection (idempotent)."""
-    have = {row[0] for row in con.execute(
-        "SELECT function_name FROM duckdb_functions() WHERE function_type = 'scalar'").fetchall()}
-    for name, (law, args, result) in _LAWS.items():
-        if name not in have:
-            con.create_function(name, law, args, result)  # type: ignore[arg-type]
-    if "capture_sizes" not in have:  # its ceiling and stated sizes may be NULL
-        con.create_function("capture_sizes", _capture_sizes,  # type: ignore[call-overload]
-                            ["BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT[]", "BOOLEAN",
-                             "BOOLEAN"], "BIGINT[]", null_handling="special")
+def install_udfs(con: duckdb.DuckDBPyConnection) -> None:
+    """Install every registered SQL function on ``con``; fail clearly when none is."""
+    if not _UDF_INSTALLERS:
+        raise RuntimeError(
+            "sql/ views call the kernel's cost laws, but no SQL function installer is "
+            "registered: import kernel.sql_laws (kernel.build and the CLI do) before "
+            "applying the views")
+    for install in _UDF_INSTALLERS:
+        install(con)
+
+
+def register_constants(con: duckdb.DuckDBPyConnection) -> None:
+    """Give SQL the kernel's constants as the one-row table ``kernel_constants`` and macros
+    over it, so that views never spell a version or a set name as a literal (idempotent)."""
+    con.execute(
+        "CREATE OR REPLACE TABLE kernel_constants AS SELECT ?::VARCHAR AS engine_version, "
+        "?::VARCHAR AS engine_commit, ?::VARCHAR AS assumption_set, "
+        "?::BIGINT AS max_duration_ns",
+        [constants.ENGINE_BEHAVIOUR_VERSION, constants.ENGINE_BEHAVIOUR_COMMIT,
+         constants.KERNEL_ASSUMPTION_SET, constants.MAX_DURATION_NS])
+    con.execute("CREATE OR REPLACE MACRO engine_version() AS "
+                "(SELECT engine_version FROM kernel_constants)")
+    con.execute("CREATE OR REPLACE MACRO vllm() AS "
+                "(SELECT 'vLLM v' || engine_version FROM kernel_constants)")
+    con.execute("CREATE OR REPLACE MACRO assumption_set() AS "
+                "(SELECT assumption_set FROM kernel_constants)")
 
 
 def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> None:
@@ -243,7 +238,8 @@ def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> Non
     call this again after registering more documents (``load_scenarios`` and
     ``kernel.build.new`` do).
     """
-    register_laws(con)
+    install_udfs(con)
+    register_constants(con)
     kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables"
                              ).fetchall())
     for path in sql_files():

@@ -59,7 +59,7 @@ SELECT scenario, pool,
             ELSE true END AS custom_all_reduce,
        CASE WHEN NOT custom_all_reduce_requested THEN NULL
             WHEN NOT custom_width_ok THEN
-                'vLLM v0.31.0 custom all-reduce supports only the rank counts '
+                vllm() || ' custom all-reduce supports only the rank counts '
                 || (SELECT go_int_list(list(CAST(value AS BIGINT) ORDER BY CAST(value AS BIGINT)))
                     FROM rules r WHERE r.version = l.rules_version
                       AND r.category = 'custom_allreduce_world_sizes')

@@ -1,5 +1,5 @@
--- What limits the CUDA graph mode of a pool (seed-methods.md §8, rules 5 and 8), as vLLM
--- v0.31.0 declares it. Two tables (created once per database, so a caller may amend them
+-- What limits the CUDA graph mode of a pool (seed-methods.md §8, rules 5 and 8), as the pinned
+-- vLLM release declares it. Two tables (created once per database, so a caller may amend them
 -- before the views run) and one view; pool_engine (40_engine_defaults.sql) applies them.
 
 -- Rule 5: a configured KV connector whose requires_piecewise_for_cudagraph() is true forces
@@ -29,7 +29,7 @@ SELECT * FROM (VALUES
 
 -- Rule 8: the CUDA-graph support each attention (or recurrent) backend's metadata builder
 -- declares (AttentionCGSupport: NEVER < UNIFORM_SINGLE_TOKEN_DECODE < UNIFORM_BATCH <
--- ALWAYS), for the backend vLLM v0.31.0 selects by default per chip kind (pre_hopper:
+-- ALWAYS), for the backend the pinned vLLM release selects by default per chip kind (pre_hopper:
 -- a100-*, l40s; hopper; blackwell: an NVFP4 peak), layer kind and cache width ('*' = any).
 CREATE TABLE IF NOT EXISTS attention_cudagraph_support AS
 SELECT * FROM (VALUES
@@ -72,7 +72,7 @@ WITH p AS (
 ), conn AS (
     -- the stated connectors; a MultiConnector's children are the other stated connectors
     SELECT p.scenario, p.pool, x.connector, coalesce(k.needs_piecewise, false) AS needs,
-           coalesce(k.why, 'not a vLLM v0.31.0 connector: the base class default') AS why
+           coalesce(k.why, 'not a ' || vllm() || ' connector: the base class default') AS why
     FROM p, (SELECT unnest([p.pd_connector, p.offload_connector]) AS connector) x
     LEFT JOIN kv_connector_graph_needs k USING (connector)
     WHERE x.connector NOT IN ('', 'MultiConnector')

@@ -1,5 +1,5 @@
 -- Engine settings after resolution (kernel-algorithm.md §1.2 steps 15–17, §1.9, §6.4–6.6;
--- seed-methods.md §7–8): each unstated setting gets vLLM v0.31.0's default (an assumption
+-- seed-methods.md §7–8): each unstated setting gets the pinned vLLM release's default (an assumption
 -- row in `assumptions`), each stated one the engine changes gets an override row.
 
 CREATE OR REPLACE VIEW pool_engine AS

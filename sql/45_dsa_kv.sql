@@ -58,17 +58,17 @@ SELECT scenario, pool, is_dsa, chip, cache, stated_cache, heads_per_rank, sm100,
        gathered_heads,
        CASE WHEN NOT is_dsa THEN NULL
             WHEN pre_hopper THEN
-                'a DSA sparse-MLA model needs a Hopper or newer part: vLLM v0.31.0 has no '
+                'a DSA sparse-MLA model needs a Hopper or newer part: ' || vllm() || ' has no '
                 || 'sparse-MLA backend for ' || chip
             WHEN backend IS NULL THEN
-                'no sparse-MLA backend in vLLM v0.31.0 serves a ''' || cache || ''' cache with dcp '
+                'no sparse-MLA backend in ' || vllm() || ' serves a ''' || cache || ''' cache with dcp '
                 || dcp || ', pcp ' || pcp || ' on this part (tried '
                 || array_to_string(priority, ', ') || ')'
             WHEN backend = 'FLASHMLA_SPARSE' AND dcp > 1 THEN
                 CASE WHEN cache IN ('auto', 'bfloat16', 'float16') THEN
                          'FLASHMLA_SPARSE with decode-context parallelism (dcp ' || dcp
                          || ') needs a quantized cache; a 16-bit ''' || cache
-                         || ''' cache is refused by vLLM v0.31.0'
+                         || ''' cache is refused by ' || vllm()
                      WHEN comm_backend <> 'ag_rs' THEN
                          'FLASHMLA_SPARSE with decode-context parallelism combines only with '
                          || 'ag_rs; dcp_comm_backend ''' || comm_backend || ''' is refused'
@@ -83,7 +83,7 @@ SELECT scenario, pool, is_dsa, chip, cache, stated_cache, heads_per_rank, sm100,
                          'FLASHMLA_SPARSE pads ' || heads_per_rank || ' local heads to '
                          || pad_local || ' but the ' || gathered_heads || ' gathered heads to '
                          || (CASE WHEN gathered_heads <= 64 THEN 64 ELSE 128 END)
-                         || '; vLLM v0.31.0 refuses mismatched kernel sizes'
+                         || '; ' || vllm() || ' refuses mismatched kernel sizes'
                      ELSE NULL END
             ELSE NULL END AS refusal
 FROM lay;

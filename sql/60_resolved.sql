@@ -8,40 +8,40 @@ SELECT * FROM (
     UNION ALL
     SELECT scenario, pool, 15, 'cudagraph_mode', requested_cudagraph_mode, mode_after_connector,
            'the KV connector ' || piecewise_connector || ' needs piecewise CUDA graphs ('
-           || piecewise_connector_why || '), so vLLM v0.31.0 captures no full graphs'
+           || piecewise_connector_why || '), so ' || vllm() || ' captures no full graphs'
     FROM pool_engine WHERE mode_after_connector <> requested_cudagraph_mode
     UNION ALL
     SELECT scenario, pool, 20, 'cudagraph_mode', mode_after_connector, 'NONE',
            'all2all_backend deepep_high_throughput with data parallelism on an MoE graph: '
-           || 'vLLM v0.31.0 runs it with no CUDA graphs'
+           || vllm() || ' runs it with no CUDA graphs'
     FROM pool_engine WHERE deepep_ht_no_graphs AND mode_after_connector <> 'NONE'
     UNION ALL
     SELECT scenario, pool, 21, 'cudagraph_mode', mode_after_deepep, mode_after_mixed,
            graph_support_backend || ' supports CUDA graphs only up to ' || graph_support
-           || ', below ALWAYS, so vLLM v0.31.0 runs mixed batches piecewise'
+           || ', below ALWAYS, so ' || vllm() || ' runs mixed batches piecewise'
     FROM pool_engine WHERE mode_after_mixed <> mode_after_deepep
     UNION ALL
     SELECT scenario, pool, 22, 'cudagraph_mode', mode_after_mixed, mode_after_never,
-           graph_support_backend || ' supports no CUDA graphs (NEVER), so vLLM v0.31.0 '
+           graph_support_backend || ' supports no CUDA graphs (NEVER), so ' || vllm() || ' '
            || 'captures decode piecewise'
     FROM pool_engine WHERE mode_after_never <> mode_after_mixed
     UNION ALL
     SELECT scenario, pool, 23, 'cudagraph_mode', mode_after_never, resolved_cudagraph_mode,
            'speculative decoding makes a decode step ' || uniform_decode_width
            || ' tokens per request, and ' || graph_support_backend || ' supports CUDA graphs '
-           || 'only up to ' || graph_support || ', below UNIFORM_BATCH, so vLLM v0.31.0 '
+           || 'only up to ' || graph_support || ', below UNIFORM_BATCH, so ' || vllm() || ' '
            || 'captures decode piecewise'
     FROM pool_engine WHERE resolved_cudagraph_mode <> mode_after_never
     UNION ALL
     SELECT scenario, pool, 30, 'mamba_cache_mode', stated_mamba_cache_mode, recurrent_cache_mode,
-           'prefix caching is on, and vLLM v0.31.0 caches a hybrid model''s recurrent state '
+           'prefix caching is on, and ' || vllm() || ' caches a hybrid model''s recurrent state '
            || 'only in align mode'
     FROM pool_engine
     WHERE hybrid AND stated_mamba_cache_mode <> '' AND stated_mamba_cache_mode <> recurrent_cache_mode
     UNION ALL
     SELECT scenario, pool, 40, 'cp_kv_cache_interleave_size', 'unstated (engine default 1)',
            CAST(interleave AS VARCHAR),
-           'a NixlConnector moves whole KV blocks, so vLLM v0.31.0 sets the decode-context '
+           'a NixlConnector moves whole KV blocks, so ' || vllm() || ' sets the decode-context '
            || 'interleave to the block size (' || block || ')'
     FROM pool_dcp WHERE interleave_overridden
     UNION ALL
@@ -57,13 +57,13 @@ CREATE OR REPLACE VIEW pool_assumptions AS
 SELECT * FROM (
     SELECT scenario, pool, 150 AS seq, 'mamba_cache_mode' AS name,
            recurrent_cache_mode AS value,
-           'unstated; vLLM v0.31.0 uses align with prefix caching on and none with it off'
+           'unstated; ' || vllm() || ' uses align with prefix caching on and none with it off'
                AS reason
     FROM pool_engine WHERE hybrid AND stated_mamba_cache_mode = ''
     UNION ALL
     SELECT scenario, pool, 160, 'block_size', CAST(resolved_block_size AS VARCHAR),
            CASE WHEN is_dsa THEN 'unstated; a DSA sparse-MLA indexer runs only on 64-token blocks'
-                ELSE 'unstated; vLLM v0.31.0 DEFAULT_BLOCK_SIZE' END
+                ELSE 'unstated; ' || vllm() || ' DEFAULT_BLOCK_SIZE' END
     FROM pool_engine WHERE stated_block_size <= 0
     UNION ALL
     SELECT scenario, pool, 170, 'dcp_comm_backend', stated_backend,
@@ -71,7 +71,7 @@ SELECT * FROM (
     FROM pool_dcp WHERE stated_backend <> '' AND NOT has_accepted_list
     UNION ALL
     SELECT scenario, pool, 171, 'dcp_comm_backend', comm_backend,
-           'unstated; vLLM v0.31.0 combines decode-context partials with all-gather + '
+           'unstated; ' || vllm() || ' combines decode-context partials with all-gather + '
            || 'reduce-scatter'
     FROM pool_dcp WHERE dcp > 1 AND stated_backend = ''
     UNION ALL
@@ -79,15 +79,15 @@ SELECT * FROM (
     FROM pool_coefficient_needs WHERE needed AND NOT required AND NOT present
     UNION ALL
     SELECT scenario, pool, 1900, 'cudagraph_mode', 'FULL_AND_PIECEWISE',
-           'unstated; the -O2 default of vLLM v0.31.0'
+           'unstated; the -O2 default of ' || vllm()
     FROM pool_engine WHERE stated_cudagraph_mode = ''
     UNION ALL
     SELECT scenario, pool, 1901, 'max_num_seqs', CAST(resolved_max_num_seqs AS VARCHAR),
-           'unstated; vLLM v0.31.0''s default for a part with this much memory'
+           'unstated; ' || vllm() || '''s default for a part with this much memory'
     FROM pool_engine WHERE stated_max_num_seqs <= 0
     UNION ALL
     SELECT scenario, pool, 1902, 'max_cudagraph_capture_size', CAST(capture_tokens AS VARCHAR),
-           'vLLM v0.31.0''s default capture sizes: min(max_num_seqs x decode query length x 2, '
+           vllm() || '''s default capture sizes: min(max_num_seqs x decode query length x 2, '
            || platform_capture_cap || ') on its size grid, capped by max_num_batched_tokens'
     FROM pool_engine
     WHERE captures_graphs AND stated_max_capture_size IS NULL AND stated_capture_sizes IS NULL
@@ -106,10 +106,10 @@ SELECT * FROM (
            'unstated; the kernel''s default for a part with this much memory'
     FROM pool_engine WHERE stated_max_num_batched_tokens <= 0
     UNION ALL
-    SELECT p.scenario, p.pool, 2100, 'engine_version', '0.31.0',
+    SELECT p.scenario, p.pool, 2100, 'engine_version', engine_version(),
            'the scenario declares engine_version ' || s.engine_version
-           || '; the kernel prices vLLM v0.31.0 behaviour'
-    FROM pools p JOIN scenarios s USING (scenario) WHERE s.engine_version <> '0.31.0'
+           || '; the kernel prices ' || vllm() || ' behaviour'
+    FROM pools p JOIN scenarios s USING (scenario) WHERE s.engine_version <> engine_version()
 );
 
 -- Expert geometry (§1.7).

@@ -21,7 +21,7 @@ FROM (
            reason
     FROM provenance_coefficients
     UNION ALL
-    SELECT scenario, pool, 1, seq, name, 'blis-latency-kernel', 'assumed',
+    SELECT scenario, pool, 1, seq, name, assumption_set(), 'assumed',
            value || ': ' || reason, 'assumption', TRY_CAST(value AS DOUBLE), CAST(NULL AS VARCHAR),
            value, 'assumption', []::VARCHAR[], reason
     FROM pool_assumptions

@@ -23,7 +23,7 @@ SELECT * FROM (
     -- step 10: served dtype
     SELECT scenario, pool, 10.0, 'quantization', quantization,
            'quantization ''' || quantization || ''' is not one this kernel prices; add it to '
-           || 'servedDType with the dtype vLLM v0.31.0 serves it at'
+           || 'servedDType with the dtype ' || vllm() || ' serves it at'
     FROM pool_dtypes WHERE served_dtype IS NULL
     UNION ALL
     -- step 11: cache dtypes (first matching rule)
@@ -50,27 +50,27 @@ SELECT * FROM (
                                                   'nvfp4_ds_mla', 'nvfp4', 'nvfp4_4over6')
                     THEN d.cache_dtype ELSE d.mamba_cache_dtype END AS value,
                CASE WHEN d.cache_dtype = 'fp8_inc' THEN
-                        'cache_dtype fp8_inc is served by no CUDA attention backend in vLLM v0.31.0'
+                        'cache_dtype fp8_inc is served by no CUDA attention backend in ' || vllm()
                     WHEN ends_with(d.cache_dtype, '_ds_mla') AND d.kv_kind <> 'sparse_mla' THEN
                         'cache_dtype ' || d.cache_dtype || ' is served only by the sparse-MLA '
                         || 'backends, and this model''s attention is ''' || d.kv_kind || ''''
                     WHEN starts_with(d.cache_dtype, 'nvfp4')
                          AND NOT ends_with(d.cache_dtype, '_ds_mla') AND latent_kind(d.kv_kind) THEN
                         'cache_dtype ' || d.cache_dtype || ' on a latent-attention model: vLLM '
-                        || 'v0.31.0 refuses plain nvfp4 with MLA'
+                        || 'v' || engine_version() || ' refuses plain nvfp4 with MLA'
                     WHEN d.cache_dtype IN ('turboquant_k8v4', 'turboquant_4bit_nc',
                                            'turboquant_k3v4_nc', 'turboquant_3bit_nc',
                                            'int4_per_token_head', 'int8_per_token_head',
                                            'fp8_per_token_head') THEN
-                        'cache_dtype ' || d.cache_dtype || ' is a vLLM v0.31.0 format this kernel '
+                        'cache_dtype ' || d.cache_dtype || ' is a ' || vllm() || ' format this kernel '
                         || 'does not price (it does not size that cache layout)'
                     WHEN d.cache_dtype NOT IN ('', 'auto', 'float16', 'bfloat16', 'fp8',
                                                'fp8_e4m3', 'fp8_e5m2', 'fp8_inc', 'fp8_ds_mla',
                                                'nvfp4_ds_mla', 'nvfp4', 'nvfp4_4over6') THEN
-                        'cache_dtype ' || d.cache_dtype || ' is not a vLLM v0.31.0 cache dtype'
+                        'cache_dtype ' || d.cache_dtype || ' is not a ' || vllm() || ' cache dtype'
                     WHEN d.mamba_cache_dtype NOT IN ('', 'auto', 'float32', 'float16', 'bfloat16')
                         THEN 'mamba_cache_dtype ' || d.mamba_cache_dtype || ' is not a vLLM '
-                             || 'v0.31.0 recurrent state dtype'
+                             || 'v' || engine_version() || ' recurrent state dtype'
                     ELSE NULL END AS reason
         FROM pool_dtypes d
     ) WHERE reason IS NOT NULL
@@ -114,7 +114,7 @@ SELECT * FROM (
     UNION ALL
     SELECT l.scenario, l.pool, 17.1, 'pcp', CAST(l.pcp AS VARCHAR),
            'prefill- and decode-context parallelism together (pcp ' || l.pcp || ', dcp ' || l.dcp
-           || ') run only on DSA sparse-MLA attention in vLLM v0.31.0'
+           || ') run only on DSA sparse-MLA attention in ' || vllm()
     FROM pool_layout l
     WHERE l.pcp > 1 AND l.dcp > 1 AND EXISTS (
         SELECT 1 FROM plan_layers pl WHERE pl.scenario = l.scenario AND pl.pool = l.pool
@@ -122,7 +122,7 @@ SELECT * FROM (
     UNION ALL
     SELECT d.scenario, d.pool, 17.2, 'dcp_q_replicate', 'true',
            'dcp_q_replicate is requested with dcp ' || d.dcp || ' on a latent-attention model: '
-           || 'vLLM v0.31.0 ignores it for MLA, so the kernel cannot price what was asked'
+           || vllm() || ' ignores it for MLA, so the kernel cannot price what was asked'
     FROM pool_dcp d WHERE coalesce(d.dcp_q_replicate, false) AND d.dcp > 1 AND d.pcp <= 1
       AND d.any_latent
     UNION ALL
@@ -209,13 +209,13 @@ SELECT * FROM (
     SELECT scenario, pool, 18.171, 'max_cudagraph_capture_size',
            CAST(stated_max_capture_size AS VARCHAR),
            'max_cudagraph_capture_size ' || stated_max_capture_size || ' differs from the largest '
-           || 'stated cudagraph_capture_sizes entry; vLLM v0.31.0 refuses the pair'
+           || 'stated cudagraph_capture_sizes entry; ' || vllm() || ' refuses the pair'
     FROM pool_engine WHERE cudagraph_mode_known AND capture_conflict
     UNION ALL
     SELECT scenario, pool, 18.172, 'cudagraph_capture_sizes',
            go_int_list(coalesce(stated_capture_sizes, [])),
            'no CUDA graph capture size survives (every size exceeds max_num_batched_tokens, or '
-           || 'rounding to the decode query length leaves none); vLLM v0.31.0 fails to start'
+           || 'rounding to the decode query length leaves none); ' || vllm() || ' fails to start'
     FROM pool_engine WHERE cudagraph_mode_known AND captures_graphs AND len(capture_sizes) = 0
     UNION ALL
     -- expert geometry

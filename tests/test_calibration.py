@@ -451,3 +451,19 @@ def test_report_gains_the_accuracy_part(splitwise: pl.DataFrame, tmp_path: Path)
     assert (tmp_path / "predicted_vs_measured.png").stat().st_size > 10_000
     plain = trace_report(priced.drop("measured_ns"))
     assert 'id="accuracy"' not in plain
+
+
+def test_measured_keyword_on_the_bulk_entry_points(h100_kernels: dict[int, kernel.Kernel],
+                                                   tmp_path: Path) -> None:
+    from kernel.bulk import price, price_file
+
+    trace = random_trace(12, 4)
+    trace = trace.with_columns((pl.col("batch_id") + 1).cast(pl.Float64).alias("t_us"))
+    k = h100_kernels[4]
+    a = price(k, trace, measured="t_us", measured_unit="us")
+    out = tmp_path / "p.parquet"
+    price_file(k, trace, out, progress=False, measured="t_us", measured_unit="us")
+    b = pl.read_parquet(out)
+    assert a.sort("batch_id").equals(b.sort("batch_id"))
+    assert a["measured_ns"].to_list() == [(i + 1) * 1000 for i in a["batch_id"].to_list()]
+    assert kernel.calibrate is kernel.calibration.make.calibrate

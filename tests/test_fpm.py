@@ -177,3 +177,15 @@ def test_price_command_reads_fpm_with_measured(tmp_path: Path) -> None:
     assert set(p["config"]) == {"h100-80gb-tp4"} and "measured_ns" in p.columns
     rej = pl.read_parquet(tmp_path / "p.rejects.fpm.parquet")
     assert rej["batch_id"].to_list() == [10**6] and rej["reason"][0] == "negative"
+
+
+def test_kernel_price_reads_fpm_in_python() -> None:
+    r, fpm = _splitwise_as_fpm("h100-80gb", 2)
+    k = kernel.open(str(scenario_path("h100-80gb", 2)))
+    p = k.price(fpm, trace_format="fpm", measured="latency_ms", measured_unit="ms")
+    assert p.height == fpm.height and set(p["config"]) == {"h100-80gb-tp2"}
+    want = k.price(r).sort("batch_id")["no_overlap_ns"]
+    assert p.sort("batch_id")["no_overlap_ns"].equals(want)
+    assert (p["measured_ns"] > 0).all() and "no_overlap_error" in p.columns
+    with pytest.raises(ValueError, match="trace_format"):
+        k.price(fpm, trace_format="csv")

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from kernel import sql_laws  # noqa: F401  (installs the cost laws the views call)
 from kernel.cli import cli
 from kernel.stamp import read_stamp
 from pipeline import db

@@ -100,3 +100,21 @@ def test_refused_or_unknown_scenarios_are_listed(tmp_path: Path, trace: pa.Table
         price_dataset(src, tmp_path / "o", [SCENARIOS[1], "no-such-scenario"], "local:1")
     with pytest.raises(ValueError, match="local:N needs N >= 1"):
         price_dataset(src, tmp_path / "o", SCENARIOS[:1], "local:0")
+
+
+def test_one_task_prices_a_partition_under_several_scenarios(tmp_path: Path,
+                                                             trace: pa.Table) -> None:
+    n = trace.num_rows
+    src = _partitions(trace, tmp_path / "src", [n // 4 + 3, n // 2 + 1, 3 * n // 4 + 5])
+    result = price_dataset(src, tmp_path / "out", SCENARIOS, "local:1")  # 1 group: 4 tasks
+    assert result.kernels_built == len(SCENARIOS) and len(result.tasks) == 4 * len(SCENARIOS)
+    for name in SCENARIOS:
+        got = pl.read_parquet(str(tmp_path / "out" / f"scenario={name}" / "*.parquet"),
+                              hive_partitioning=False).sort("batch_id")
+        assert got.equals(price(kernel.open(name), trace).sort("batch_id"))
+    part = src / "part-002.parquet"
+    pq.write_table(pq.read_table(part).drop_columns(["computed"]), part)
+    with pytest.raises(RuntimeError) as err:
+        price_dataset(src, tmp_path / "out2", SCENARIOS, "local:1")
+    for name in SCENARIOS:  # the bad partition is reported under every scenario
+        assert f"scenario {name} partition 2" in str(err.value)

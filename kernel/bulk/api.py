@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from ..trace import REJECT_SCHEMA, Rows
 from .batch_table import BatchTable
-from .columns import ColumnProducer
+from .columns import ColumnProducer, with_measured
 from .engine import Engine, PricedResult, open_priced_trace, resolved
 from .stream import SORT_MEMORY, _workers, priced_stream
 
@@ -50,15 +50,19 @@ def price_result(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshol
                  producers: Iterable[ColumnProducer] | None = None,
                  on_reject: str = "warn", workers: int | None = None,
                  chunk_rows: int = 1 << 20, tmp_dir: str | Path | None = None,
-                 sort_memory: str = SORT_MEMORY) -> PricedResult:
+                 sort_memory: str = SORT_MEMORY, measured: str | None = None,
+                 measured_unit: str = "ns") -> PricedResult:
     """Price a trace (any source :func:`kernel.sources.open_trace` takes): priced rows,
     rejects and counts, in memory.
 
     ``batches`` is an optional per-batch table (``batch_id`` + ``decode_threshold`` and/or
     ``sm_budget``). ``keep`` passes trace columns through (each batch takes its first row's
-    value); ``producers`` add computed columns (:mod:`kernel.bulk.columns`). ``strict`` is
+    value); ``producers`` add computed columns (:mod:`kernel.bulk.columns`); ``measured``
+    names a trace column of measured step times in ``measured_unit`` (adds ``measured_ns`` and
+    each estimate's relative error; bad values are rejects). ``strict`` is
     ``on_reject="raise"``. Order: module docstring.
     """
+    producers = with_measured(producers, measured, measured_unit)
     if on_reject not in ON_REJECT:
         raise ValueError(f"on_reject must be one of {ON_REJECT}, not {on_reject!r}")
     strict = strict or on_reject == "raise"
@@ -112,7 +116,8 @@ def price(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshold: int 
           sm_budget: int = 0, columns: Mapping[str, str] | None = None, batches: Any = None,
           strict: bool = False, keep: Iterable[str] | None = None,
           producers: Iterable[ColumnProducer] | None = None, on_reject: str = "warn",
-          workers: int | None = None) -> pl.DataFrame:
+          workers: int | None = None, measured: str | None = None,
+          measured_unit: str = "ns") -> pl.DataFrame:
     """One row per batch: batch_id, overlap_ns, no_overlap_ns, bottleneck, <resource>_ns,
     tokens, requests, prefill_requests, decode_requests — equal to ``k.step_time`` per batch
     — then any producers' and kept columns.
@@ -121,4 +126,5 @@ def price(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshold: int 
     """
     return price_result(k, trace, decode_threshold=decode_threshold, sm_budget=sm_budget,
                         columns=columns, batches=batches, strict=strict, keep=keep,
-                        producers=producers, on_reject=on_reject, workers=workers).priced
+                        producers=producers, on_reject=on_reject, workers=workers,
+                        measured=measured, measured_unit=measured_unit).priced

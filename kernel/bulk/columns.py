@@ -53,6 +53,7 @@ __all__ = [
     "ColumnProducer",
     "OutputSpec",
     "check_rows",
+    "with_measured",
     "price_grouped",
     "register_columns",
     "registered_columns",
@@ -103,6 +104,18 @@ class ColumnProducer:
     # with it, as for any rejected row), so rows in = priced + rejected still holds.
     check: Callable[[Mapping[str, pa.Array]], np.ndarray] | None = None
     reason: str = "bad_input"
+
+
+def with_measured(producers: Iterable[ColumnProducer] | None, measured: str | None,
+                  measured_unit: str = "ns") -> list[ColumnProducer]:
+    """``producers`` plus the measured-column producer (:mod:`kernel.calibration.columns`)
+    when ``measured`` names a trace column."""
+    out = list(producers or ())
+    if measured is not None:
+        from ..calibration.columns import measured_producer
+
+        out.append(measured_producer(measured, measured_unit))
+    return out
 
 
 def check_rows(spec: OutputSpec, rows: Rows, rejects: list[pa.Table], strict: bool) -> None:

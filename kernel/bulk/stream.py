@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 from ..sources import TraceSource
 from ..trace import REJECT_SCHEMA, Rows
 from .batch_table import BatchTable
-from .columns import ColumnProducer
+from .columns import ColumnProducer, with_measured
 from .engine import Engine, PriceCounts, Priced, open_priced_trace, resolved
 from .groups import runs
 
@@ -411,7 +411,8 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                metadata: Mapping[str, str | bytes] | None = None,
                rejects_metadata: Mapping[str, str | bytes] | None = None,
                workers: int | None = None, order: str = "auto",
-               sort_memory: str = SORT_MEMORY, tune_malloc: bool = False) -> PriceCounts:
+               sort_memory: str = SORT_MEMORY, tune_malloc: bool = False,
+               measured: str | None = None, measured_unit: str = "ns") -> PriceCounts:
     """Stream ``src`` (any source :func:`kernel.sources.open_trace` takes) into parquet at
     ``dst``, in bounded memory, whatever the row order (module docstring).
 
@@ -420,11 +421,14 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     (:mod:`kernel.bulk.columns`); ``metadata`` (``rejects_metadata``) is written into the
     output's (the rejects file's) key-value metadata. ``workers`` threads price (default: the
     cores); ``order="sort"`` sorts even a grouped source; the sort spills to ``tmp_dir``
-    (default: beside ``dst``) beyond ``sort_memory``. ``tune_malloc`` applies
+    (default: beside ``dst``) beyond ``sort_memory``. ``measured`` names a trace column of
+    measured step times in ``measured_unit`` (``measured_ns`` and each estimate's relative
+    error; bad values are rejects). ``tune_malloc`` applies
     :func:`_tune_malloc` (process-wide). Returns the counts
     (``rows_in == rows_priced + rows_rejected``).
     """
     t0 = time.perf_counter()
+    producers = with_measured(producers, measured, measured_unit)
     if tune_malloc:
         _tune_malloc()
     r = resolved(k)

@@ -51,6 +51,7 @@ def write_db(db: str | Path, k: Kernel, scenario: str, pool: int, priced: Path, 
     this scenario and pool, docs/tables.md), and the scenario's document tables and
     resolution views, so plain DuckDB can join prices with their provenance.
     """
+    from kernel import sql_laws  # noqa: F401  (installs the cost laws the views call)
     from pipeline import db as pdb
 
     con = pdb.open_db(db)

@@ -72,19 +72,6 @@ def decode_width(k: Kernel) -> int:
         return 1
 
 
-def read_table(path: str | Path) -> pl.DataFrame:
-    """A parquet / CSV / Arrow IPC file as a polars frame (by suffix)."""
-    import polars as pl
-
-    p = Path(path)
-    suffix = p.suffix.lower()
-    if suffix == ".csv":
-        return pl.read_csv(p)
-    if suffix in (".arrow", ".ipc", ".feather"):
-        return pl.read_ipc(p)
-    return pl.read_parquet(p)
-
-
 def price_trace(k: Kernel, trace: TraceInput, decode_threshold: int | None = None) -> pl.DataFrame:
     """Price a whole trace (a path or a table) in bulk: one row per batch."""
     from kernel import bulk

@@ -15,6 +15,7 @@ import duckdb
 import pyarrow as pa
 from rich.console import Console
 
+from kernel import sql_laws  # noqa: F401  (installs the cost laws the views call)
 from kernel.cli.common import make_repos, with_repos
 from kernel.cli.output import emit, format_options, resolve_format
 from kernel.stamp import for_database
