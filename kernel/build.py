@@ -255,9 +255,10 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
         cascade_attention=bool(r["cascade_attention"]), memory=memory, tiers=tiers,
         provenance=provenance, overrides=overrides, assumptions=assumptions,
         chip_hbm_peak_bps=float(r["chip_hbm_peak_bps"]))
-    resolved = replace(resolved, caches=cache_model.state_caches(
-        plan, resolved.kv_bytes_per_token, resolved.kv_layers, resolved.block_size,
-        resolved.recurrent_cache_mode, layout.tp, resolved.cache_bytes))
+    if inputs.stated_caches:
+        resolved = replace(resolved, caches=cache_model.state_caches(
+            plan, resolved.kv_bytes_per_token, resolved.kv_layers, resolved.block_size,
+            resolved.recurrent_cache_mode, layout.tp, resolved.cache_bytes))
 
     resolution = Resolution(
         tensor_parallel_width=max(layout.tp, 1), data_parallel_width=max(layout.dp, 1),

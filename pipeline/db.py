@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from . import constants
+from . import constants, sql_models
 from . import load as _load
 from . import normalise as nz
 from .errors import DocumentError, Problem
@@ -230,7 +230,8 @@ def register_constants(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> None:
-    """Run every ``sql/*.sql`` file in filename order (each creates or replaces views).
+    """Run every ``sql/*.sql`` file in dependency order (``pipeline.sql_models``; each creates
+    or replaces views).
 
     With ``materialize`` (the default) each view is computed once, in dependency order, into a
     table of the same name: later views then read rows rather than re-expanding the whole
@@ -242,7 +243,8 @@ def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> Non
     register_constants(con)
     kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables"
                              ).fetchall())
-    for path in sql_files():
+    models = sql_models.order((sql_models.parse(p) for p in sql_files()), kinds)
+    for path in (m.path for m in models):
         text = path.read_text()
         for name in _VIEW_NAME.findall(text):  # switching between views and tables
             if materialize and kinds.get(name) == "VIEW":

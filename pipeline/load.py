@@ -36,12 +36,17 @@ class Repos:
     that the registry never measured be priced from figures derived from the widest
     measurement, each marked ``assumed`` in provenance (docs/decisions.md, issue 18); off, such
     a group is refused as the reference refuses it.
+
+    ``stated_caches`` (default on) holds sliding-window and hybrid models' caches as vLLM's
+    hybrid allocator does (rings, padded state pages: docs/decisions.md G11–G16); off, every
+    graph keeps the reference's legacy formulas (window layers held as full KV).
     """
 
     scenarios: str | os.PathLike[str] | None = None
     catalog: str | os.PathLike[str] | None = None
     registry: str | os.PathLike[str] | None = None
     assumed_collective_widths: bool = True
+    stated_caches: bool = True
 
     def scenarios_root(self) -> Path:
         return Path(self.scenarios) if self.scenarios else data_dir() / "scenarios"
@@ -89,6 +94,8 @@ class Inputs:
     sources: dict[str, Loaded] = field(default_factory=dict, compare=False, repr=False)
     # the assumed extension for unmeasured collective widths (see Repos)
     assumed_collective_widths: bool = True
+    # caches held as vLLM's hybrid allocator holds them (see Repos)
+    stated_caches: bool = True
 
     @property
     def pool(self) -> Pool:
@@ -299,7 +306,8 @@ def open_inputs(scenario: str | os.PathLike[str], repos: Repos | None = None,
                                     f"{scen.engine_version!r}; published packs: {sorted(PACKS)}",
                                     line=s_line("engine_version", 0)))
     return Inputs(scen, dep, pool, graph, chip, fabric, devices, tuple(sets), rules, sources,
-                  assumed_collective_widths=repos.assumed_collective_widths)
+                  assumed_collective_widths=repos.assumed_collective_widths,
+                  stated_caches=repos.stated_caches)
 
 
 def load_identity(path: str | Path) -> tuple[ModelIdentity, Loaded]:

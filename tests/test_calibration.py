@@ -432,6 +432,9 @@ def test_price_command_measured_and_calibrated(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["price", str(tr), "-s", scen, "-o", str(out),
                                    "--calibration", str(other), "--no-progress"])
     assert res.exit_code == 1 and "refusing to apply calibration" in res.output
+    res = CliRunner().invoke(cli, ["price", str(tr), "-s", scen, "-o", str(tmp_path / "d"),
+                                   "--cluster", "local:1", "--measured", "measured_ms"])
+    assert res.exit_code == 2 and "--measured cannot be combined with --cluster" in res.output
 
 
 def test_report_gains_the_accuracy_part(splitwise: pl.DataFrame, tmp_path: Path) -> None:

@@ -231,6 +231,32 @@ def test_case_116_without_decode_rate_growth_at_hbm_bandwidth() -> None:
     assert b.hbm_s - a.hbm_s == pytest.approx(growth / r.coefficients.hbm_bps, abs=2e-9)
 
 
+@pytest.mark.parametrize("with_rate", [True, False])
+def test_cases_115_116_as_the_reference_states_them_on_the_legacy_path(with_rate: bool) -> None:
+    """kernel-algorithm §9 cases 115/116 verbatim: the HBM growth equals
+    (SVB(8192) − SVB(4096)) / rate (2e-9 s), on the legacy path the reference takes
+    (``Repos(stated_caches=False)``); the stated path keeps the same HBM term (tests above)."""
+    k = kernel.open(NEMOTRON, kernel.Repos(stated_caches=False))
+    r = rpool(k)
+    stated = rpool(open_k(NEMOTRON))
+    assert r.caches is None and stated.caches is not None
+    # the step does not depend on which path holds the caches, only the bytes held do
+    assert totals(r, decode_batch(1, 1, 8192)) == totals(stated, decode_batch(1, 1, 8192))
+    if not with_rate:
+        r = dataclasses.replace(r, coefficients=dataclasses.replace(
+            r.coefficients, attention_rate_bps=0.0, attention_by_kind={}))
+    a = totals(r, decode_batch(1, 1, 4096))
+    b = totals(r, decode_batch(1, 1, 8192))
+    svb_growth = k.sequence_variable_bytes(8192) - k.sequence_variable_bytes(4096)
+    if with_rate:
+        kinds = {layer.attn_kind for layer in r.plan.layers if layer.attn_q_heads > 0}
+        (rate,) = {r.coefficients.attention_by_kind.get(kd, (0, r.coefficients.attention_rate_bps))[1]
+                   for kd in kinds}
+    else:
+        rate = r.coefficients.hbm_bps
+    assert b.hbm_s - a.hbm_s == pytest.approx(svb_growth / rate, abs=2e-9)
+
+
 def _drop_recurrent(r: ResolvedPool, kind: str) -> ResolvedPool:
     rec = {k: v for k, v in r.coefficients.recurrent.items() if k != kind}
     return dataclasses.replace(r, coefficients=dataclasses.replace(r.coefficients,

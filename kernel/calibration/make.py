@@ -119,7 +119,6 @@ def calibrate(scenario: str | Path | Sequence[str | Path], trace: Any, measured:
     trace_src: list[dict[str, Any]] = []
     rejected_steps = 0  # steps (batches, FPM passes) set aside for their measured value
     rejected_rows = 0
-    offset = 0
     for scen, tr in zip(scenarios, traces, strict=True):
         k = kernel.open(str(scen), repos, pool)
         r = k.resolved_pool
@@ -157,9 +156,7 @@ def calibrate(scenario: str | Path | Sequence[str | Path], trace: Any, measured:
         if fold_by:
             p = p.with_columns(pl.col(fold_by).cast(pl.String))
         priced = p
-        p = p.with_columns(pl.lit(offset).alias("_trace"))
         parts.append(p)
-        offset += 1
         if isinstance(tr, str | Path):
             trace_src.append({"path": Path(tr).name, "sha256": file_sha256(tr),
                               "steps": priced.height})

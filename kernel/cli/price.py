@@ -161,6 +161,9 @@ def register(group: click.Group) -> None:
             unsupported = [name for name, given in (
                 ("--rejects", rejects), ("--strict", strict), ("--sm-budget", sm_budget),
                 ("--batches", batches_path), ("--column", column_map), ("--db", db),
+                ("--measured", measured.get("measured")),
+                ("--calibration", measured.get("calibration")),
+                ("--trace-format fpm", measured.get("trace_format") == "fpm"),
                 ("--utilisation", utilisation)) if given]
             if unsupported:
                 raise click.UsageError(f"{', '.join(unsupported)} cannot be combined with "

@@ -1,0 +1,100 @@
+"""The ``sql/`` files as models: what each defines and reads, and the order to run them in.
+
+Dependencies are derived from the SQL text rather than declared or implied by file-name
+prefixes: a file defines the views, tables and macros it creates, and depends on every other
+file whose definitions it mentions. ``order`` runs a file after everything it reads and fails
+with the file and name on a cycle or on an input that neither a file nor the database holds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+_COMMENT = re.compile(r"--[^\n]*")
+_STRING = re.compile(r"'(?:[^']|'')*'")
+_DEFINE = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP(?:ORARY)?\s+)?"
+                     r"(?:VIEW|TABLE|MACRO|FUNCTION)\s+(?:IF\s+NOT\s+EXISTS\s+)?\"?(\w+)", re.I)
+# A relation read: FROM/JOIN followed by a name that is not a function call.
+_READ = re.compile(r"\b(?:FROM|JOIN)\s+\"?([A-Za-z_]\w*)\"?(?!\s*\()", re.I)
+# Common table expressions: `WITH name AS (`, `, name AS (`, `name(col, ...) AS (`.
+_CTE = re.compile(r"(?:\bWITH\s+(?:RECURSIVE\s+)?|,\s*)([A-Za-z_]\w*)\s*(?:\([^()]*\))?\s+AS\s+"
+                  r"(?:NOT\s+)?(?:MATERIALIZED\s+)?\(", re.I)
+# `FROM` inside these calls is part of the call, not a relation read.
+_CALL_FROM = re.compile(r"\b(?:EXTRACT|TRIM|SUBSTRING|OVERLAY|POSITION)\s*\([^()]*\)", re.I)
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+class SqlOrderError(ValueError):
+    """The ``sql/`` files cannot be ordered: a cycle, a missing input or a double definition."""
+
+
+@dataclass(frozen=True)
+class SqlModel:
+    """One ``sql/*.sql`` file: the names it creates, the relations it reads, every word used."""
+
+    path: Path
+    defines: frozenset[str]
+    reads: frozenset[str]
+    words: frozenset[str]
+
+
+def parse(path: Path) -> SqlModel:
+    """What ``path`` defines and reads (comments and string literals ignored)."""
+    text = _STRING.sub("''", _COMMENT.sub("", path.read_text()))
+    defines = frozenset(n.lower() for n in _DEFINE.findall(text))
+    ctes = {n.lower() for n in _CTE.findall(text)}
+    reads = {n.lower() for n in _READ.findall(_CALL_FROM.sub("", text))}
+    words = frozenset(w.lower() for w in _WORD.findall(text))
+    return SqlModel(path, defines, frozenset(reads - ctes - defines), words - defines)
+
+
+def order(models: Iterable[SqlModel], known: Iterable[str] = ()) -> list[SqlModel]:
+    """``models`` in dependency order (ties by file name).
+
+    ``known`` names relations the database already holds (the document tables). Raises
+    :class:`SqlOrderError` on a name defined by two files, a read of a relation nothing
+    defines, or a cycle (the files on it are named).
+    """
+    models = sorted(models, key=lambda m: m.path.name)
+    owner: dict[str, SqlModel] = {}
+    for m in models:
+        for name in m.defines:
+            if name in owner:
+                raise SqlOrderError(f"{m.path.name}: defines {name!r}, which "
+                                    f"{owner[name].path.name} already defines")
+            owner[name] = m
+    have = {k.lower() for k in known}
+    for m in models:
+        missing = sorted(n for n in m.reads if n not in owner and n not in have)
+        if missing:
+            raise SqlOrderError(f"{m.path.name}: reads {', '.join(missing)}, which no sql "
+                                "file defines and the database does not hold")
+    deps = {m.path: {owner[w].path for w in m.words if w in owner} - {m.path} for m in models}
+    done: list[SqlModel] = []
+    placed: set[Path] = set()
+    pending = list(models)
+    while pending:
+        ready = [m for m in pending if deps[m.path] <= placed]
+        if not ready:
+            raise SqlOrderError("sql files depend on each other in a cycle: "
+                                + ", ".join(_cycle(pending, deps)))
+        m = ready[0]
+        done.append(m)
+        placed.add(m.path)
+        pending.remove(m)
+    return done
+
+
+def _cycle(pending: list[SqlModel], deps: dict[Path, set[Path]]) -> list[str]:
+    """One cycle among ``pending`` files, as file names, first repeated at the end."""
+    left = {m.path for m in pending}
+    path = [pending[0].path]
+    while True:
+        nxt = min(d for d in deps[path[-1]] if d in left)
+        if nxt in path:
+            loop = path[path.index(nxt):] + [nxt]
+            return [p.name for p in loop]
+        path.append(nxt)
