@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline import safe_output
 from pipeline.load import Repos
 
 BATCH_ID = "batch_id"
@@ -229,9 +230,10 @@ def _price_table(table: pa.Table, files: Sequence[str], index: int, scenario: st
                            counts.batches_priced, str(out))
 
 
-def make_client(cluster: Any = None) -> Any:
+def make_client(cluster: Any = None, connect_timeout: float | None = None) -> Any:
     """A Dask client: an existing Client, an address, ``dask-local[:N]`` / ``local[:N]``, or
-    None (a local cluster of 2 workers)."""
+    None (a local cluster of 2 workers). ``connect_timeout`` (seconds) bounds the wait for an
+    unreachable address (then OSError)."""
     from distributed import Client, LocalCluster
 
     if cluster is not None and hasattr(cluster, "submit"):
@@ -244,7 +246,9 @@ def make_client(cluster: Any = None) -> Any:
         local = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                              dashboard_address=":0")
         return Client(local)
-    return Client(text)
+    if connect_timeout is None:
+        return Client(text)
+    return Client(text, timeout=connect_timeout)
 
 
 def _local_count(text: str, default: int) -> int:
@@ -337,14 +341,14 @@ class _Dask:
                 local.close()
 
 
-def _runner(cluster: Any) -> _Processes | _Dask:
+def _runner(cluster: Any, connect_timeout: float | None = None) -> _Processes | _Dask:
     """The executor a ``cluster`` argument names (module docstring)."""
     if cluster is not None and hasattr(cluster, "submit"):
         return _Dask(cluster, own=False)
     text = "local" if cluster is None else str(cluster)
     if text == "local" or text.startswith("local:"):
         return _Processes(_local_count(text, os.cpu_count() or 2))
-    return _Dask(make_client(text), own=True)
+    return _Dask(make_client(text, connect_timeout), own=True)
 
 
 def summarise(dst: str | os.PathLike[str]) -> pl.DataFrame:
@@ -386,7 +390,7 @@ def _built(scenario: str, pool: int, repos: Repos) -> tuple[bytes, str]:
 def price_dataset(src: str | os.PathLike[str], dst: str | os.PathLike[str],
                   scenarios: Iterable[str], cluster: Any = None, *, pool: int = 0,
                   repos: Repos | None = None, decode_threshold: int = 1, retries: int = 3,
-                  column: str = BATCH_ID) -> SweepResult:
+                  column: str = BATCH_ID, connect_timeout: float | None = None) -> SweepResult:
     """Price every partition of ``src`` under every scenario on local processes or Dask.
 
     ``cluster``: None or ``local[:N]`` (N local processes, default the cores), ``dask-local:N``,
@@ -403,7 +407,7 @@ def price_dataset(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         raise ValueError("price_dataset needs at least one scenario")
     files = [str(p) for p in list_partitions(src)]
     Path(dst).mkdir(parents=True, exist_ok=True)
-    runner = _runner(cluster)
+    runner = _runner(cluster, connect_timeout)
     try:
         # Kernels and partition ids in one round: both are independent of each other.
         scans = [(f, column) for f in files]
@@ -478,7 +482,8 @@ def write_summary(summary: pl.DataFrame, path: Path, done: Sequence[PartitionRes
                           "rows_rejected": sum(r.rows_rejected for r in done),
                           "batches_priced": sum(r.batches for r in done),
                           "tasks": len(done)})
-    pq.write_table(stamped(summary.to_arrow(), stamp), path)
+    with safe_output.atomic(path) as tmp:
+        pq.write_table(stamped(summary.to_arrow(), stamp), tmp)
 
 
 def _given_away(partition_ids: Sequence[np.ndarray],

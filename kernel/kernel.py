@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import host, memory, step, transfer, utilisation
+from . import limits as _limits
 from .origins import ORIGIN_SETS
 from .resolved import ResolvedPool
 from .types import (
@@ -97,6 +98,18 @@ class Kernel:
         MFU/MBU against the chip's catalog peaks over its NoOverlap time."""
         est = step.step_time_into(self._r, batch, None)
         return utilisation.step_utilisation(self._r, batch, est.no_overlap)
+
+    # -- deployment limits ---------------------------------------------------------------
+    @cached_property
+    def limits(self) -> _limits.Limits:
+        """What this pool can schedule in one step (:mod:`kernel.limits`)."""
+        return _limits.Limits.of(self)
+
+    def check(self, batch: Batch) -> list[_limits.Breach]:
+        """Every deployment limit ``batch`` breaks (empty when the deployment could run it):
+        max_num_seqs, max_num_batched_tokens, max_model_len, kv_capacity, duration. The price
+        of such a step is still the reference's; this only says it is impossible."""
+        return _limits.check(self.limits, batch, self.step_time_into(batch, None).no_overlap)
 
     # -- memory ----------------------------------------------------------------------
     @cached_property

@@ -11,7 +11,8 @@
   stream interface (``__arrow_c_stream__``: DuckDB relations, ...).
 
 Parquet goes through :mod:`pyarrow.dataset`: one row-group fragment at a time, decoded on
-Arrow's threads (the scanner is used where a hive partition key must be filled in).
+Arrow's threads, with the dataset's schema (which fills in hive partition keys); its scanner's
+readahead is not held back by a slow consumer, so it is used only for other formats.
 
 Each source also says how its rows are laid out (:attr:`TraceSource.layout`), which decides
 how bulk pricing groups them without reading anything twice:
@@ -33,6 +34,7 @@ from __future__ import annotations
 import glob as globlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,7 @@ from .trace import (
     OPTIONAL,
     REQUIRED,
     TraceError,
+    all_distinct,
 )
 
 __all__ = ["TraceSource", "open_trace"]
@@ -84,7 +87,9 @@ def _resolve_names(schema_names: list[str], columns: Mapping[str, str] | None,
     return names
 
 
-Unit = tuple[pa.Table | pa.RecordBatch, Any]  # (rows, carry id or None)
+# (a read of the unit's rows, their count, the carry id or None): reads are deferred so a
+# pipeline can run them on its workers, ahead of the rows being priced
+Unit = tuple[Callable[[], pa.Table | pa.RecordBatch], int, Any]
 
 
 @dataclass
@@ -118,10 +123,19 @@ class TraceSource:
 
     def units(self) -> Iterator[tuple[pa.Table, Any]]:
         """Layout "batches": chunks that split no batch but their carry id's."""
+        for read, _, carry in self.unit_reads():
+            yield read(), carry
+
+    def _read_canon(self, read: Callable[[], pa.Table | pa.RecordBatch]) -> pa.Table:
+        return self._canon(read())
+
+    def unit_reads(self) -> Iterator[tuple[Callable[[], pa.Table], int, Any]]:
+        """:meth:`units`, each as (a read returning the canonical chunk, its row count,
+        the carry id), so that the reads can run elsewhere."""
         if self._units is None:
             raise TypeError("units() needs layout 'batches'")
-        for part, carry in self._units():
-            yield self._canon(part), carry
+        for read, n, carry in self._units():
+            yield partial(self._read_canon, read), n, carry
 
 
 def open_trace(src: Any, *, columns: Mapping[str, str] | None = None,
@@ -202,7 +216,7 @@ def _from_table(tbl: pa.Table, names: dict[str, str], chunk_rows: int,
     starts = _runs(ids)
     run_ids = ids[starts]
     increasing = bool(np.all(run_ids[1:] > run_ids[:-1]))
-    if not increasing and np.unique(run_ids).size != run_ids.size:
+    if not increasing and not all_distinct(run_ids):
         return ts  # a batch's rows are not together
     # cut at the batch start nearest after each multiple of chunk_rows: no batch is split
     cuts = np.unique(starts[np.minimum(np.searchsorted(starts, np.arange(chunk_rows, n,
@@ -213,7 +227,7 @@ def _from_table(tbl: pa.Table, names: dict[str, str], chunk_rows: int,
     def units() -> Iterator[Unit]:
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
             if hi > lo:
-                yield tbl.slice(lo, hi - lo), None
+                yield partial(tbl.slice, lo, hi - lo), hi - lo, None
     ts.layout, ts.sorted_ids, ts._units = "batches", increasing, units
     return ts
 
@@ -302,15 +316,14 @@ def _from_dataset(dset: ds.Dataset, names: dict[str, str], chunk_rows: int,
                                            batch_readahead=2, fragment_readahead=1,
                                            use_threads=True).to_batches()
     ts = TraceSource(names, num_rows, scan, label, schema=schema)
-    physical = parquet and all(n in f.physical_schema.names for f in frags for n in read)
-    if not physical:  # e.g. a hive partition key is read: the scanner fills it in
+    if not parquet:
         return ts
     # Parquet: one row group at a time (the scanner's readahead is not held back by a slow
     # consumer, so its memory would grow with the file), each decoded on Arrow's threads.
     groups = [(g, int(g.row_groups[0].num_rows)) for f in frags for g in f.split_by_row_group()]
 
-    def read_group(g: Any) -> pa.Table:
-        return g.to_table(columns=read, use_threads=True)
+    def read_group(g: Any) -> pa.Table:  # (the dataset schema fills in partition keys)
+        return g.to_table(schema=schema, columns=read, use_threads=True)
 
     def chunks() -> Iterator[pa.Table]:
         for g, _ in groups:
@@ -325,8 +338,8 @@ def _from_dataset(dset: ds.Dataset, names: dict[str, str], chunk_rows: int,
     carries, increasing = plan
 
     def units() -> Iterator[Unit]:
-        for (g, _), carry in zip(groups, carries, strict=True):
-            yield read_group(g), carry
+        for (g, n), carry in zip(groups, carries, strict=True):
+            yield partial(read_group, g), n, carry
     ts.layout, ts.sorted_ids, ts._units = "batches", increasing, units
     return ts
 
@@ -383,7 +396,7 @@ def _contiguity_plan(groups: Sequence[tuple[Any, int]], batch_col: str, chunk_ro
     seen: list[np.ndarray] = []
     prev = None
     for g, n in groups:
-        if n > ROW_GROUP_FACTOR * chunk_rows:
+        if n > ROW_GROUP_FACTOR * chunk_rows or batch_col not in g.physical_schema.names:
             return None
         col = g.to_table(columns=[batch_col]).column(0)
         if col.null_count or not pa.types.is_integer(col.type):
@@ -394,7 +407,7 @@ def _contiguity_plan(groups: Sequence[tuple[Any, int]], batch_col: str, chunk_ro
             continue
         ids = np.concatenate([c.to_numpy() for c in col.chunks])
         run_ids = ids[_runs(ids)]
-        if np.unique(run_ids).size != run_ids.size:
+        if not all_distinct(run_ids):
             return None
         if prev is not None and run_ids[0] == prev:
             run_ids = run_ids[1:]  # the batch goes on from the group before
@@ -403,7 +416,7 @@ def _contiguity_plan(groups: Sequence[tuple[Any, int]], batch_col: str, chunk_ro
         last.append(ids[-1])
         prev = ids[-1]
     every = np.concatenate(seen) if seen else np.zeros(0, np.int64)
-    if np.unique(every).size != every.size:
+    if not all_distinct(every):
         return None
     nonempty = [k for k in range(len(first)) if first[k] is not None]
     carries: list[Any] = [None] * len(first)

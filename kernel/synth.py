@@ -30,6 +30,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import safe_output
+
+# Requests in one synthetic trace (each costs ~40 bytes while the plan is built).
+MAX_REQUESTS = 100_000_000
+
 __all__ = ["Lengths", "SynthStats", "synth", "synth_batches", "write_synth"]
 
 SCHEMA = pa.schema([
@@ -149,6 +154,9 @@ def _plan(batches: int, requests_per_batch: float, prefill_share: float, prompt:
     rate = requests_per_batch / max(mean_life, 1e-9)  # arrivals per step (Little's law)
     warm = int(np.quantile(-(-p_probe // c) + o_probe - 1, 0.999)) + 1
     span = batches + warm
+    if rate * span > MAX_REQUESTS:  # the plan holds a few arrays of this length in memory
+        raise ValueError(f"the trace would hold ~{rate * span:,.0f} requests; at most "
+                         f"{MAX_REQUESTS:,}: lower the batches or the requests per batch")
     n = int(rng.poisson(rate * span))
     arrival = np.sort(rng.integers(-warm, batches, n)).astype(np.int64)
     p = prompt.sample(rng, n)
@@ -239,18 +247,19 @@ def write_synth(path: str | Path, batches: int, *, row_group_rows: int = 1 << 20
     schema = _schema(bool(kwargs.get("request_ids")))
     path = Path(path)
     suffix = path.suffix.lower()
-    if suffix == ".csv":
-        import pyarrow.csv as pcsv
+    with safe_output.atomic(path) as tmp:
+        if suffix == ".csv":
+            import pyarrow.csv as pcsv
 
-        with pcsv.CSVWriter(str(path), schema) as w:
-            for rb in it:
-                w.write_batch(rb)
-    elif suffix in (".arrow", ".ipc", ".feather"):
-        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
-            for rb in it:
-                w.write_batch(rb)
-    else:
-        with pq.ParquetWriter(str(path), schema, compression="lz4") as pw:
-            for rb in it:
-                pw.write_batch(rb, row_group_size=row_group_rows)
+            with pcsv.CSVWriter(str(tmp), schema) as w:
+                for rb in it:
+                    w.write_batch(rb)
+        elif suffix in (".arrow", ".ipc", ".feather"):
+            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
+                for rb in it:
+                    w.write_batch(rb)
+        else:
+            with pq.ParquetWriter(str(tmp), schema, compression="lz4") as pw:
+                for rb in it:
+                    pw.write_batch(rb, row_group_size=row_group_rows)
     return stats[0]

@@ -164,6 +164,17 @@ class Rows:
         return Rows(**dict(zip(_ARRAY_FIELDS, vals, strict=True)), extra=extra or None)
 
 
+def all_distinct(ids: np.ndarray) -> bool:
+    """No value twice (batch ids of runs: each batch's rows together). Monotone arrays, the
+    usual case, need no sort (np.unique hashes, which is slower still)."""
+    if ids.size < 2:
+        return True
+    if bool(np.all(ids[1:] > ids[:-1])) or bool(np.all(ids[1:] < ids[:-1])):
+        return True
+    s = np.sort(ids)
+    return bool(np.all(s[1:] != s[:-1]))
+
+
 _ARRAY_FIELDS = ("row", "batch_id", "scheduled", "computed", "bad", "decode_threshold",
                  "sm_budget")
 

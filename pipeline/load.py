@@ -159,16 +159,24 @@ def resolve_scenario_path(scenario: str | os.PathLike[str], repos: Repos) -> Pat
     if as_path.suffix in (".yaml", ".yml") and _is_file(as_path, text):
         return as_path
     root = repos.scenarios_root()
-    known = sorted(p.stem for p in root.glob("*.yaml")) if root.is_dir() else []
+    known = _listing(sorted(p.stem for p in root.glob("*.yaml")) if root.is_dir() else [])
     problem = _name_problem(text)
     if problem:
-        raise DocumentError(Problem(_shown(text), "", f"no scenario file {_shown(text)!r}, and {problem}; "
-                                    f"known names under {root}: {known}"))
+        raise DocumentError(Problem(_shown(text), "", f"{_shown(text)!r} is no scenario file, "
+                                    f"and not a name: {problem}; names under {root}: {known}"))
     for candidate in (root / f"{text}.yaml", root / text):
         if _is_file(candidate, text) and inside(candidate, root):
             return candidate
-    raise DocumentError(Problem(str(scenario), "", f"no scenario file {as_path} and no scenario "
-                                f"named {str(scenario)!r} under {root}; known: {known}"))
+    raise DocumentError(Problem(_shown(text), "", f"no scenario file {_shown(text)!r} and no "
+                                f"scenario named {_shown(text)!r} under {root}; names there: "
+                                f"{known}"))
+
+
+def _listing(names: list[str], most: int = 8) -> str:
+    """Names for a message: the first few, and how many in all."""
+    if len(names) <= most:
+        return ", ".join(names) or "none"
+    return ", ".join(names[:most]) + f", ... ({len(names)} in all)"
 
 
 def _stem_ok(name: str) -> bool:

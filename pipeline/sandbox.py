@@ -46,7 +46,11 @@ def open_read_only(path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
                          config={"enable_external_access": False,
                                  "autoinstall_known_extensions": False,
                                  "autoload_known_extensions": False})
-    con.execute("SET lock_configuration = true")
+    # DuckDB shares one database instance per file within a process: another connection may
+    # have locked it already (setting the lock again would then be refused).
+    rows = con.execute("SELECT current_setting('lock_configuration')").fetchall()
+    if not (rows and rows[0][0]):
+        con.execute("SET lock_configuration = true")
     return con
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from .documents import (
 )
 from .errors import DocumentError, Problem
 from .load import Inputs, Loaded, Repos, load_document
-from .rules import lookup
+from .rules import PACKS, lookup
 from .validate import check_inputs, validate_documents
 from .validate_coefficients import validate_coefficient_set
 from .validate_common import go_list, quote
@@ -48,6 +48,8 @@ class Checked:
     name: str
     file: str
     problems: list[Problem]
+    # A field-valid bundle's documents (pool 0): what the refusal checks resolve.
+    inputs: Inputs | None = field(default=None, compare=False, repr=False)
 
     def errors(self) -> list[Problem]:
         return [p for p in self.problems if p.severity == "error"]
@@ -341,8 +343,57 @@ def _load_referenced(scenario: Scenario, repos: Repos) -> tuple[dict[str, Any], 
     return docs, problems
 
 
-def check_bundle(path: Path, repos: Repos) -> Checked:
-    """A scenario bundle: decode, resolve names, load what they name, validate both layers."""
+def check_bundle(path: Path, repos: Repos, refusals: bool = True) -> Checked:
+    """A scenario bundle: decode, resolve names, load what they name, validate both layers,
+    then (``refusals``) run the refusal checks building a kernel runs, for every pool —
+    so a bundle has errors exactly when ``kernel.open`` refuses one of its pools."""
+    checked = _check_bundle(path, repos)
+    return add_refusals([checked])[0] if refusals else checked
+
+
+def add_refusals(checked: list[Checked]) -> list[Checked]:
+    """Append to each field-valid bundle the refusals of every pool (what ``kernel.build``
+    raises as :class:`RefusalError`), resolving all bundles in one database."""
+    from . import db
+
+    todo = [c for c in checked if c.inputs is not None and not c.errors()]
+    if not todo:
+        return checked
+    con = db.open_db(apply=False)
+    keys: dict[int, str] = {}
+    alone: list[Checked] = []
+    for c in todo:
+        assert c.inputs is not None
+        try:
+            keys[id(c)] = db.register(con, c.inputs)
+        except DocumentError:  # a name another bundle uses for other content: resolve alone
+            alone.append(c)
+    db.apply_views(con)
+    found: dict[str, list[tuple[Any, ...]]] = {}
+    for row in con.execute("SELECT scenario, pool, setting, value, reason FROM refusals "
+                           "ORDER BY scenario, pool, step, setting, value").fetchall():
+        found.setdefault(row[0], []).append(row[1:])
+    con.close()
+    for c in todo:
+        if c in alone:
+            assert c.inputs is not None
+            con = db.open_db(apply=False)
+            key = db.register(con, c.inputs)
+            db.apply_views(con)
+            rows = con.execute("SELECT pool, setting, value, reason FROM refusals WHERE "
+                               "scenario = ? ORDER BY pool, step, setting, value",
+                               [key]).fetchall()
+            con.close()
+        else:
+            rows = found.get(keys[id(c)], [])
+        c.problems.extend(Problem(c.file, f"deployment.pools[{pool}]",
+                                  f"the kernel refuses this pool: {setting} = {value!r}: "
+                                  f"{reason}", rule="refusal")
+                          for pool, setting, value, reason in rows)
+    return checked
+
+
+def _check_bundle(path: Path, repos: Repos) -> Checked:
     file = str(path)
     scenario, deployment, sources, problems = _decode_bundle(path)
     name = scenario.name if scenario is not None and scenario.name else path.stem
@@ -366,11 +417,19 @@ def check_bundle(path: Path, repos: Repos) -> Checked:
                         docs["devices"], tuple(docs["coefficients"]), pack, sources,
                         assumed_collective_widths=repos.assumed_collective_widths)
         report = check_inputs(inputs)
+        if not load_problems and not report.errors():
+            problems += report.problems()
+            return Checked("scenario bundle", name, file, problems, inputs)
     else:
         report = validate_documents(scenario=scenario, deployment=deployment,
                                     sources=sources, **docs)
     if load_problems:  # documents that failed to load are not validated; no rule layer
         report.rule, report.rules_applied = [], ""
     problems += load_problems + report.problems()
+    if pack is None and not load_problems:  # validation warns; opening the bundle refuses
+        problems.append(Problem(file, "engine_version", f"the kernel cannot be built: no rules "
+                                f"pack for engine version {scenario.engine_version!r}; "
+                                f"published packs: {sorted(PACKS)}", rule="refusal",
+                                line=sources["scenario"].lines.get("engine_version", 0)))
     return Checked("scenario bundle", name, file, problems)
 

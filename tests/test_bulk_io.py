@@ -325,6 +325,13 @@ def test_parquet_row_groups_of_any_size_price_like_memory(tmp_path: Path) -> Non
     check()
 
 
+def test_a_failed_sort_leaves_no_spill_directory(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="sort_memory='lots'"):
+        bulk.price_file(pool(), random_trace(20, 1), tmp_path / "o.parquet", order="sort",
+                        sort_memory="lots", progress=False)
+    assert not list(tmp_path.glob(".blis-*")) and not (tmp_path / "o.parquet").exists()
+
+
 def test_narrow_counts_cross_the_sort_exactly(tmp_path: Path) -> None:
     from kernel.synth import synth
 
@@ -338,10 +345,3 @@ def test_narrow_counts_cross_the_sort_exactly(tmp_path: Path) -> None:
     assert counts.mode == "sorted"
     want = bulk.price(r, t.with_columns(pl.col("computed") + 2**30))
     assert pl.read_parquet(dst).equals(want)
-
-
-def test_a_failed_sort_leaves_no_spill_directory(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="sort_memory='lots'"):
-        bulk.price_file(pool(), random_trace(20, 1), tmp_path / "o.parquet", order="sort",
-                        sort_memory="lots", progress=False)
-    assert not list(tmp_path.glob(".blis-*")) and not (tmp_path / "o.parquet").exists()

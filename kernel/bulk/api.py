@@ -27,6 +27,7 @@ from ..trace import REJECT_SCHEMA, Rows
 from .batch_table import BatchTable
 from .columns import ColumnProducer, with_measured
 from .engine import Engine, PricedResult, open_priced_trace, resolved
+from .over_limit import over_limit_of, with_limits
 from .stream import SORT_MEMORY, _workers, priced_stream
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def price_result(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshol
                  on_reject: str = "warn", workers: int | None = None,
                  chunk_rows: int = 1 << 20, tmp_dir: str | Path | None = None,
                  sort_memory: str = SORT_MEMORY, measured: str | None = None,
-                 measured_unit: str = "ns") -> PricedResult:
+                 measured_unit: str = "ns", reject_over_limit: bool = False) -> PricedResult:
     """Price a trace (any source :func:`kernel.sources.open_trace` takes): priced rows,
     rejects and counts, in memory.
 
@@ -60,7 +61,9 @@ def price_result(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshol
     value); ``producers`` add computed columns (:mod:`kernel.bulk.columns`); ``measured``
     names a trace column of measured step times in ``measured_unit`` (adds ``measured_ns`` and
     each estimate's relative error; bad values are rejects). ``strict`` is
-    ``on_reject="raise"``. Order: module docstring.
+    ``on_reject="raise"``. A kernel's prices carry the ``limits`` column
+    (:mod:`kernel.bulk.over_limit`); ``reject_over_limit`` sets those batches' rows aside
+    instead. Order: module docstring.
     """
     producers = with_measured(producers, measured, measured_unit)
     if on_reject not in ON_REJECT:
@@ -68,7 +71,7 @@ def price_result(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshol
     strict = strict or on_reject == "raise"
     t0 = time.perf_counter()
     src, spec = open_priced_trace(trace, columns=columns, chunk_rows=chunk_rows,
-                                  producers=producers, keep=keep)
+                                  producers=with_limits(k, producers), keep=keep)
     priced: list[pa.Table] = []
     rejects: list[pa.Table] = []
     bt_rej: list[pa.Table] = []
@@ -76,7 +79,8 @@ def price_result(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshol
           if batches is not None else None)
     eng = Engine(resolved(k), src.names, decode_threshold=decode_threshold,
                  sm_budget=sm_budget, strict=strict, batch_table=bt,
-                 on_priced=priced.append, on_rejects=rejects.append, spec=spec)
+                 on_priced=priced.append, on_rejects=rejects.append, spec=spec,
+                 over_limit=over_limit_of(k, reject_over_limit))
     eng.emit_rejects(bt_rej)
     if src.layout != "batches" and src.in_memory:
         # an in-memory table in no known order: grouped whole, first-seen order
@@ -117,7 +121,7 @@ def price(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshold: int 
           strict: bool = False, keep: Iterable[str] | None = None,
           producers: Iterable[ColumnProducer] | None = None, on_reject: str = "warn",
           workers: int | None = None, measured: str | None = None,
-          measured_unit: str = "ns") -> pl.DataFrame:
+          measured_unit: str = "ns", reject_over_limit: bool = False) -> pl.DataFrame:
     """One row per batch: batch_id, overlap_ns, no_overlap_ns, bottleneck, <resource>_ns,
     tokens, requests, prefill_requests, decode_requests — equal to ``k.step_time`` per batch
     — then any producers' and kept columns.
@@ -127,4 +131,5 @@ def price(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshold: int 
     return price_result(k, trace, decode_threshold=decode_threshold, sm_budget=sm_budget,
                         columns=columns, batches=batches, strict=strict, keep=keep,
                         producers=producers, on_reject=on_reject, workers=workers,
-                        measured=measured, measured_unit=measured_unit).priced
+                        measured=measured, measured_unit=measured_unit,
+                        reject_over_limit=reject_over_limit).priced

@@ -83,8 +83,9 @@ class BatchContext:
     totals: step.StepTotals
     priced: Mapping[str, np.ndarray]
     inputs: Mapping[str, pa.Array]
-    rows: Rows | None = None  # the chunk's request rows, grouped by batch
-    groups: Groups | None = None  # their batch boundaries (``groups.starts``)
+    # The priced rows, grouped by batch (batch b starts at starts[b]), for per-row columns.
+    rows: Rows | None = None
+    starts: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -238,7 +239,7 @@ def price_grouped(r: ResolvedPool, rows: Rows, g: Groups, decode_threshold: int 
     extra = rows.extra or {}
     if spec.producers:
         inputs = {n: extra[n].take(pa.array(first)) for n in spec.inputs}
-        ctx = BatchContext(r, summary, totals, cols, inputs, rows, g)
+        ctx = BatchContext(r, summary, totals, cols, inputs, rows, g.starts)
         for p in spec.producers:
             got = p.produce(ctx)
             for f in p.fields:

@@ -15,15 +15,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..sources import TraceSource, open_trace
 from ..trace import BATCH_COLUMNS, Rows, TraceError, coerce
 from .batch_table import BatchTable
 from .columns import OutputSpec, check_rows, price_grouped
 from .groups import Groups, batch_checks, group, groups_from_starts
+from .over_limit import reject_over_limit
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
+    from ..limits import Limits
     from ..resolved import ResolvedPool
 
 PRICE_ROWS = 1 << 18  # request rows priced at once (bounds the walk's temporaries)
@@ -40,6 +43,7 @@ class PriceCounts:
     rows_rejected: int = 0
     batches_priced: int = 0
     batch_table_rows_rejected: int = 0  # rows of the per-batch table set aside
+    batches_over_limit: int = 0  # priced batches over a deployment limit (kernel.limits)
     mode: str = "in-memory"  # in-memory | grouped | sorted (docs/traces.md)
     seconds: float = 0.0
 
@@ -94,8 +98,10 @@ class Engine:
     def __init__(self, r: ResolvedPool, names: Mapping[str, str], *, decode_threshold: int,
                  sm_budget: int, strict: bool, batch_table: BatchTable | None,
                  on_priced: Callable[[pa.Table], None],
-                 on_rejects: Callable[[pa.Table], None], spec: OutputSpec | None = None):
+                 on_rejects: Callable[[pa.Table], None], spec: OutputSpec | None = None,
+                 over_limit: Limits | None = None):
         self.r = r
+        self.over_limit = over_limit  # reject batches over these limits (else flag them)
         self.defaults = {"decode_threshold": int(decode_threshold), "sm_budget": int(sm_budget)}
         self.strict = strict
         self.inline = tuple(c for c in BATCH_COLUMNS if c in names)
@@ -150,6 +156,11 @@ class Engine:
         if g.n == 0:
             return Priced(None, rej, 0, 0)
         out = self._price_pieces(rows, g)
+        if self.over_limit is not None:
+            out, rows, g, over = reject_over_limit(self.over_limit, out, rows, g, self.strict)
+            rej += over
+            if g.n == 0:
+                return Priced(None, rej, 0, 0)
         if sort_output and g.n > 1 and not bool(np.all(g.ids[1:] > g.ids[:-1])):
             out = out.take(pa.array(np.argsort(g.ids, kind="stable")))
         return Priced(out, rej, len(rows), g.n)
@@ -177,6 +188,9 @@ class Engine:
         if p.table is not None:
             self.counts.rows_priced += p.rows
             self.counts.batches_priced += p.batches
+            if "limits" in p.table.column_names:
+                flagged = pc.sum(pc.not_equal(p.table.column("limits"), "")).as_py()
+                self.counts.batches_over_limit += int(flagged or 0)
             self.on_priced(p.table)
 
     def coerce(self, raw: pa.Table, offset: int) -> Rows:

@@ -20,6 +20,7 @@ from ..trace import (
     REJECT_SCHEMA,
     RejectedRowError,
     Rows,
+    all_distinct,
 )
 
 __all__ = ["Groups", "batch_checks", "group", "groups_from_starts", "groups_of_grouped", "runs"]
@@ -66,7 +67,7 @@ def group(rows: Rows) -> tuple[Rows, Groups]:
     starts = runs(ids)
     run_ids = ids[starts]
     if run_ids.size <= 1 or bool(np.all(run_ids[1:] > run_ids[:-1])) or \
-            np.unique(run_ids).size == run_ids.size:
+            all_distinct(run_ids):
         return rows, groups_of_grouped(ids)
     _, first, inv = np.unique(ids, return_index=True, return_inverse=True)
     inv = inv.reshape(-1)

@@ -4,7 +4,8 @@ A run is a pipeline (``docs/traces.md`` "Streaming"):
 
 1. **read**: :mod:`kernel.sources` yields Arrow chunks (parquet row-group fragments of
    pyarrow.dataset, decoded on Arrow's threads);
-2. **validate**: each chunk is checked row by row on a worker thread;
+2. **validate**: each chunk is checked row by row on a worker thread (which, in ``grouped``
+   mode, also reads it, one chunk ahead);
 3. **group**: how depends on the source's layout, known before the first row is priced, so
    nothing is ever read twice:
 
@@ -25,9 +26,7 @@ from chunk to chunk (then the parquet records ``sorting_columns``); trace order 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -40,12 +39,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import safe_output
+
 from ..sources import TraceSource
 from ..trace import REJECT_SCHEMA, Rows
 from .batch_table import BatchTable
 from .columns import ColumnProducer, with_measured
 from .engine import Engine, PriceCounts, Priced, open_priced_trace, resolved
 from .groups import runs
+from .over_limit import over_limit_of, with_limits
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
@@ -94,12 +96,18 @@ def _offsets(parts: Iterable[Any]) -> Iterator[tuple[Any, int]]:
 def _grouped_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor
                    ) -> Iterator[tuple[Rows, np.ndarray | None, bool]]:
     """Chunks of whole batches: each unit's carry id is held back for the next."""
-    def task(item: tuple[tuple[pa.Table, Any], int]) -> tuple[Any, Any]:
-        (t, carry), offset = item
-        return eng.coerce_task(t, offset), carry
+    def task(item: tuple[Callable[[], pa.Table], int, Any]) -> tuple[Any, Any]:
+        read, offset, carry = item  # read on a worker too: ahead of the pricing
+        return eng.coerce_task(read(), offset), carry
+
+    def items() -> Iterator[tuple[Callable[[], pa.Table], int, Any]]:
+        offset = 0
+        for read, n, carry in ts.unit_reads():
+            yield read, offset, carry
+            offset += n
 
     held = Rows.empty()
-    for c, carry in _ordered(pool, task, _offsets(ts.units()), 1):
+    for c, carry in _ordered(pool, task, items(), 1):
         rows = eng.take_coerced(c)
         if len(rows) == 0:
             continue  # (an empty row group: a held batch goes on holding)
@@ -206,9 +214,9 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
         for rows in parts:
             yield from rows.to_arrow().cast(schema).to_batches()
 
-    tmp_parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".blis-sort-", dir=str(tmp_parent)))
+    tmp = safe_output.make_temp_dir(tmp_parent, ".blis-sort-")  # removed on SIGINT/SIGTERM
     con: Any = None
+    stop: Any = None
     try:
         try:
             con = duckdb.connect(config={"temp_directory": str(tmp),
@@ -217,6 +225,7 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
         except duckdb.Error as e:
             raise ValueError(f"sort_memory={sort_memory!r}: {e}") from None
         con.execute("SET enable_progress_bar = false")
+        stop = safe_output.on_interrupt(con.interrupt)  # a signal stops the sort's spilling
         con.register("blis_rows", pa.RecordBatchReader.from_batches(schema, batches()))
         try:
             out: Any = con.sql('SELECT * FROM blis_rows ORDER BY batch_id, "row"'
@@ -244,9 +253,11 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
         if len(held):
             yield held, runs(held.batch_id), False
     finally:
+        if stop is not None:
+            safe_output.off_interrupt(stop)
         if con is not None:
             con.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        safe_output.remove_temp_dir(tmp)
 
 
 @dataclass
@@ -292,7 +303,7 @@ class _Sink:
                  metadata: Mapping[str, str | bytes] | None = None,
                  sorted_by: tuple[str, ...] = ()):
         self.path = path
-        self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        self.tmp = safe_output.temp_name(path)  # removed on SIGINT/SIGTERM too
         if metadata:
             schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
         self.schema = schema
@@ -340,14 +351,14 @@ class _Sink:
         if extra and not self.csv:
             self.w.add_key_value_metadata(dict(extra))
         self.w.close()
-        os.replace(self.tmp, self.path)
+        safe_output.commit(self.tmp, self.path)
 
     def abort(self) -> None:
         self.pending = []
         if self.w is not None:
             self.w.close()
             self.w = None
-        self.tmp.unlink(missing_ok=True)
+        safe_output.discard(self.tmp)
 
 
 def _plain(schema: pa.Schema) -> pa.Schema:
@@ -412,7 +423,8 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                rejects_metadata: Mapping[str, str | bytes] | None = None,
                workers: int | None = None, order: str = "auto",
                sort_memory: str = SORT_MEMORY, tune_malloc: bool = False,
-               measured: str | None = None, measured_unit: str = "ns") -> PriceCounts:
+               measured: str | None = None, measured_unit: str = "ns",
+               reject_over_limit: bool = False) -> PriceCounts:
     """Stream ``src`` (any source :func:`kernel.sources.open_trace` takes) into parquet at
     ``dst``, in bounded memory, whatever the row order (module docstring).
 
@@ -424,7 +436,8 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     (default: beside ``dst``) beyond ``sort_memory``. ``measured`` names a trace column of
     measured step times in ``measured_unit`` (``measured_ns`` and each estimate's relative
     error; bad values are rejects). ``tune_malloc`` applies
-    :func:`_tune_malloc` (process-wide). Returns the counts
+    :func:`_tune_malloc` (process-wide). A kernel's prices carry the ``limits`` column;
+    ``reject_over_limit`` sets over-limit batches aside instead. Returns the counts
     (``rows_in == rows_priced + rows_rejected``).
     """
     t0 = time.perf_counter()
@@ -435,7 +448,7 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     dst = Path(dst)
     n = _workers(workers)
     ts, spec = open_priced_trace(src, columns=columns, chunk_rows=chunk_rows,
-                                 producers=producers, keep=keep)
+                                 producers=with_limits(k, producers), keep=keep)
     bt_rej: list[pa.Table] = []
     bt = (BatchTable(batches, columns, bt_rej, strict, decode_threshold, sm_budget)
           if batches is not None else None)
@@ -445,7 +458,7 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     eng = Engine(r, ts.names, decode_threshold=decode_threshold, sm_budget=sm_budget,
                  strict=strict, batch_table=bt, on_priced=lambda t: sinks[0].write(t),
                  on_rejects=(rej_sink.write if rej_sink is not None else lambda t: None),
-                 spec=spec)
+                 spec=spec, over_limit=over_limit_of(k, reject_over_limit))
     prog = _progress(ts.num_rows, progress)
     pool = ThreadPoolExecutor(n, thread_name_prefix="blis-price")
     try:

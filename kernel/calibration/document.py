@@ -51,7 +51,9 @@ class Calibration:
         return yaml.safe_dump(self.document, sort_keys=False, allow_unicode=True, width=100)
 
     def write(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_yaml())
+        from pipeline import safe_output
+
+        safe_output.write_text(path, self.to_yaml())
 
 
 # -- reading --------------------------------------------------------------------------------

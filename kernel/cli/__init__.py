@@ -29,5 +29,9 @@ _register_commands()
 
 
 def main() -> None:
-    """The console entry point (errors become one line: :mod:`kernel.cli.errors`)."""
+    """The console entry point (errors become one line: :mod:`kernel.cli.errors`; SIGINT and
+    SIGTERM remove temporary files and exit non-zero: :mod:`pipeline.safe_output`)."""
+    from pipeline.safe_output import install_signal_handlers
+
+    install_signal_handlers()
     cli()

@@ -9,6 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
+from pipeline import safe_output
+
 from .common import make_repos, with_repos
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -71,7 +73,8 @@ def register(group: click.Group) -> None:
     @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True))
     @click.option("--scenario", "-s", "scenarios", multiple=True, required=True,
                   help="Scenario name or path: once for every trace, or once per trace.")
-    @click.option("--pool", default=0, show_default=True, help="Pool index.")
+    @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
+                  help="Pool index.")
     @click.option("--measured", required=True,
                   help="The per-batch column of measured step times.")
     @click.option("--measured-unit", "unit", default="ns", show_default=True,
@@ -80,14 +83,15 @@ def register(group: click.Group) -> None:
                   type=click.Choice(["requests", "fpm"]),
                   help="requests: one row per request per step; fpm: one row per forward "
                        "pass with aggregates (docs/traces.md).")
-    @click.option("--folds", default=5, show_default=True,
+    @click.option("--folds", default=5, show_default=True, type=click.IntRange(0),
                   help="Cross-validation folds (< 2: none).")
     @click.option("--fold-by", "fold_by", default=None,
                   help="A per-batch column whose values are held out whole (e.g. a "
                        "configuration label), instead of random steps.")
     @click.option("--name", default=None, help="The calibration's name (default model-chip).")
-    @click.option("--seed", default=0, show_default=True, help="Fold assignment seed.")
-    @click.option("--decode-threshold", default=1, show_default=True,
+    @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**63 - 1),
+                  help="Fold assignment seed.")
+    @click.option("--decode-threshold", default=1, show_default=True, type=click.IntRange(0),
                   help="scheduled > N is a prefill (unless the trace has decode_threshold).")
     @click.option("--column", "column_map", multiple=True, metavar="NAME=SOURCE",
                   help="Map a trace column, e.g. --column scheduled=num_scheduled_tokens.")
@@ -110,6 +114,7 @@ def register(group: click.Group) -> None:
             raise click.UsageError(f"{len(scenarios)} --scenario for {len(traces)} traces: "
                                    "give one, or one per trace")
         repos = make_repos(scenarios_root, catalog_root, registry_root)
+        safe_output.check_outputs([("TRACE", t) for t in traces], [("-o", output)])
         try:
             cal = calibrate(list(scenarios), list(traces), measured, unit=unit, repos=repos,
                             pool=pool, columns=_columns(column_map) or None,
@@ -152,7 +157,8 @@ def register(group: click.Group) -> None:
         for (config,), b in batches.group_by("config", maintain_order=True):
             t = requests.join(b.select(cols), on="batch_id", how="inner")
             path = out / f"{config}.parquet"
-            t.write_parquet(path)
+            with safe_output.atomic(path) as tmp:
+                t.write_parquet(tmp)
             click.echo(f"{path}  {b.height:,} steps  --scenario {b['scenario'][0]}")
 
 
@@ -221,7 +227,8 @@ class MeasuredRun:
         self.fpm_reject_path: Path | None = None
         if rej.height and rejects is not None:
             self.fpm_reject_path = rejects.with_name(rejects.stem + ".fpm.parquet")
-            rej.write_parquet(self.fpm_reject_path)
+            with safe_output.atomic(self.fpm_reject_path, "--rejects") as tmp:
+                rej.write_parquet(tmp)
 
     def report(self, out: Path) -> None:
         """After the run: FPM pass counts and the accuracy summary (printed and written)."""

@@ -43,3 +43,40 @@ def make_repos(scenarios_root: str | None, catalog_root: str | None,
     off = bool(ctx and ctx.meta.get(_NO_ASSUMED_WIDTHS))
     return Repos(scenarios=scenarios_root, catalog=catalog_root, registry=registry_root,
                  assumed_collective_widths=not off)
+
+
+# At most this many local worker processes (a mistyped count must not fork the machine away).
+MAX_LOCAL_WORKERS = 64
+
+
+class ClusterParam(click.ParamType):
+    """``local[:N]``, ``dask-local[:N]`` (1 <= N <= 64) or a Dask scheduler address
+    (``host:port`` or ``tcp://host:port``)."""
+
+    name = "cluster"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        import re
+
+        text = str(value).strip()
+        if text in ("local", "dask-local"):
+            return text
+        if text.startswith(("local:", "dask-local:")):
+            n = text.split(":", 1)[1]
+            if not n.isdigit() or not 1 <= int(n) <= MAX_LOCAL_WORKERS:
+                self.fail(f"{text!r}: N needs 1 <= N <= {MAX_LOCAL_WORKERS} workers",
+                          param, ctx)
+            return text
+        if re.fullmatch(r"(?:(?:tcp|tls|ucx|ws|wss)://)?[\w.\-\[\]:]+:\d{1,5}", text):
+            return text
+        self.fail(f"{text!r} is not local[:N], dask-local[:N] or a scheduler address HOST:PORT "
+                  "(tcp://HOST:PORT)", param, ctx)
+
+
+CLUSTER = ClusterParam()
+
+connect_timeout_option = click.option(
+    "--connect-timeout", default=10.0, show_default=True,
+    type=click.FloatRange(0, 3600, min_open=True),
+    help="Seconds to wait for a --cluster scheduler address before giving up.")

@@ -31,6 +31,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from pipeline import safe_output
 from pipeline.errors import DocumentError, RefusalError
 from pipeline.load import Repos, open_inputs
 
@@ -147,7 +148,7 @@ def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
                     "report": round(t_report - t_price, 3),
                     "total": round(t_report - t0, 3)},
     }
-    (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    safe_output.write_text(out / "summary.json", json.dumps(result, indent=2) + "\n")
     echo(f"Synthesised a chat-like trace: {batches:,} batches, {stats.requests:,} requests, "
          f"~{stats.requests_per_batch:.0f} in flight per batch, prefill chunks of up to "
          f"{stats.chunk:,} tokens; priced on {scenario}.")
@@ -168,7 +169,7 @@ def register(group: click.Group) -> None:
                   help="Batches (steps) in the synthetic trace.")
     @click.option("--scenario", default=DEFAULT_SCENARIO, show_default=True,
                   help="The scenario to price on (name or path).")
-    @click.option("--seed", default=0, show_default=True, type=int)
+    @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**63 - 1))
     @click.option("--all-scenarios", is_flag=True,
                   help="Also load, validate and resolve every embedded scenario and print a "
                        "table.")

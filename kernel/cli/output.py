@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernel.stamp import Stamp, stamped
+from pipeline import safe_output
 
 FORMATS = ("table", "parquet", "arrow", "csv", "json")
 TEXT_FORMATS = ("table", "json", "csv")
@@ -171,7 +172,7 @@ def emit(table: pa.Table, fmt: str | None, out: str | None, *, title: str = "",
         if to_stdout:
             console().print(rich)
         else:
-            with open(out, "w", encoding="utf-8") as f:  # type: ignore[arg-type]
+            with safe_output.atomic(str(out), "-o") as tmp, open(tmp, "w", encoding="utf-8") as f:
                 Console(file=f, width=240, soft_wrap=False).print(rich)
         return
     if to_stdout:
@@ -182,7 +183,7 @@ def emit(table: pa.Table, fmt: str | None, out: str | None, *, title: str = "",
         sys.stdout.buffer.flush()
         return
     path = Path(out)  # type: ignore[arg-type]
-    with open(path, "wb") as f:
+    with safe_output.atomic(path, "-o") as tmp, open(tmp, "wb") as f:  # renamed on success
         encode(table, fmt, f, stamp)
     click.echo(f"wrote {table.num_rows} row(s) to {path}", err=True)
 

@@ -9,15 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from pipeline import safe_output
 from pipeline.load import Repos
 
 from .calibrate import MeasuredRun, price_options
-from .common import make_repos, with_repos
+from .common import CLUSTER, connect_timeout_option, make_repos, with_repos
 
 if TYPE_CHECKING:
     from kernel.kernel import Kernel
 
 DEFAULT_SCENARIO = "deepseek-v3-h200-fp8-sglang-tp8"
+TRACE_SUFFIXES = (".parquet", ".csv", ".arrow", ".ipc", ".feather")
 
 
 def _columns(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -38,8 +40,10 @@ def _open_kernel(scenario: str, pool: int, repos: Any) -> Any:
     try:
         return build.open(scenario, repos, pool)
     except (DocumentError, RefusalError, IndexError, ValueError) as exc:
+        from .errors import describe
+
         raise click.ClickException(f"cannot open scenario {scenario!r} pool {pool}: "
-                                   f"{exc}") from None
+                                   f"{describe(exc)}") from None
 
 
 def write_db(db: str | Path, k: Kernel, scenario: str, pool: int, priced: Path, trace: str,
@@ -97,14 +101,32 @@ def write_db(db: str | Path, k: Kernel, scenario: str, pool: int, priced: Path, 
 
 
 def _price_on_cluster(trace: str, scenario: str, pool: int, output: str, cluster: str,
-                      decode_threshold: int, repos: Repos) -> None:
+                      decode_threshold: int, repos: Repos, connect_timeout: float) -> None:
     from kernel.distributed import price_dataset
 
-    result = price_dataset(trace, output, [scenario], cluster, pool=pool, repos=repos,
-                           decode_threshold=decode_threshold)
+    if safe_output.same_file(trace, output):
+        raise click.UsageError("OUTPUT is TRACE: write the priced partitions elsewhere")
+    try:
+        result = price_dataset(trace, output, [scenario], cluster, pool=pool, repos=repos,
+                               decode_threshold=decode_threshold,
+                               connect_timeout=connect_timeout)
+    except RuntimeError as exc:  # partitions that could not be priced, each named
+        raise click.ClickException(str(exc)) from None
     click.echo(f"rows in {result.rows_in:,} = priced {result.rows_priced:,} + rejected "
                f"{result.rows_rejected:,}; {sum(t.batches for t in result.tasks):,} batches in "
                f"{len(result.tasks)} partition(s), {result.seconds:.2f}s -> {output}")
+
+
+def _trace_files(trace: str) -> list[str]:
+    """The files TRACE names (a file, a directory of parts, a glob), to keep outputs off them."""
+    import glob
+
+    path = Path(trace)
+    if path.is_dir():
+        return [str(p) for p in sorted(path.rglob("*")) if p.is_file()]
+    if not path.exists() and any(ch in trace for ch in "*?["):
+        return sorted(glob.glob(trace, recursive=True))
+    return [trace]
 
 
 def register(group: click.Group) -> None:
@@ -112,7 +134,8 @@ def register(group: click.Group) -> None:
     @click.argument("trace")
     @click.option("--scenario", "-s", default=DEFAULT_SCENARIO, show_default=True,
                   help="Scenario name or path.")
-    @click.option("--pool", default=0, show_default=True, help="Pool index.")
+    @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
+                  help="Pool index.")
     @click.option("-o", "--output", required=True, type=click.Path(),
                   help="Priced parquet (one row per batch; .csv also works); a directory "
                        "with --cluster.")
@@ -120,16 +143,19 @@ def register(group: click.Group) -> None:
                   help="Where rejected rows go (default: OUTPUT with .rejects.parquet, "
                        "written only if there are any).")
     @click.option("--strict", is_flag=True, help="Fail on the first bad row, with its reason.")
-    @click.option("--decode-threshold", default=1, show_default=True,
+    @click.option("--reject-over-limit", is_flag=True,
+                  help="Set aside (reason over_limit) every batch that breaks a deployment "
+                       "limit, instead of pricing it flagged in the limits column.")
+    @click.option("--decode-threshold", default=1, show_default=True, type=click.IntRange(0),
                   help="scheduled > N is a prefill (unless the trace has decode_threshold).")
-    @click.option("--sm-budget", default=0, show_default=True,
+    @click.option("--sm-budget", default=0, show_default=True, type=click.IntRange(0),
                   help="SMs a step may use, 0 = all (unless the trace has sm_budget).")
     @click.option("--batches", "batches_path", type=click.Path(exists=True, dir_okay=False),
                   help="Optional per-batch table: batch_id, decode_threshold, sm_budget.")
     @click.option("--column", "column_map", multiple=True, metavar="NAME=SOURCE",
                   help="Map a trace column, e.g. --column scheduled=num_scheduled_tokens.")
     @click.option("--chunk-rows", default=1 << 20, show_default=True,
-                  help="Rows read per chunk (memory bound).")
+                  type=click.IntRange(1, 1 << 31), help="Rows read per chunk (memory bound).")
     @click.option("--db", type=click.Path(dir_okay=False),
                   help="Also store the priced table in this DuckDB file, beside provenance.")
     @click.option("--utilisation", is_flag=True,
@@ -137,17 +163,19 @@ def register(group: click.Group) -> None:
                        "prefill_tokens and kv_blocks (the report's utilisation, throughput "
                        "and KV sections read them).")
     @click.option("--no-progress", is_flag=True, help="No progress bar.")
-    @click.option("--cluster", default=None,
+    @click.option("--cluster", default=None, type=CLUSTER,
                   help="Price partitions in parallel: local[:N] worker processes, "
                        "dask-local:N, or a Dask ADDRESS; TRACE may then be a directory of "
                        "parquet partitions and OUTPUT is a directory.")
+    @connect_timeout_option
     @price_options
     @with_repos
     def price_cmd(trace: str, scenario: str, pool: int, output: str, rejects: str | None,
-                  strict: bool, decode_threshold: int, sm_budget: int,
-                  batches_path: str | None, column_map: tuple[str, ...], chunk_rows: int,
+                  strict: bool, reject_over_limit: bool, decode_threshold: int,
+                  sm_budget: int, batches_path: str | None, column_map: tuple[str, ...],
+                  chunk_rows: int,
                   db: str | None, utilisation: bool, no_progress: bool, cluster: str | None,
-                  scenarios_root: str | None, catalog_root: str | None,
+                  connect_timeout: float, scenarios_root: str | None, catalog_root: str | None,
                   registry_root: str | None, **measured: Any) -> None:
         """Price every batch of a recorded TRACE (a file, a directory, a glob) into parquet
         (docs/traces.md)."""
@@ -161,6 +189,8 @@ def register(group: click.Group) -> None:
             unsupported = [name for name, given in (
                 ("--rejects", rejects), ("--strict", strict), ("--sm-budget", sm_budget),
                 ("--batches", batches_path), ("--column", column_map), ("--db", db),
+                ("--chunk-rows", chunk_rows != 1 << 20),
+                ("--reject-over-limit", reject_over_limit),
                 ("--measured", measured.get("measured")),
                 ("--calibration", measured.get("calibration")),
                 ("--trace-format fpm", measured.get("trace_format") == "fpm"),
@@ -168,11 +198,22 @@ def register(group: click.Group) -> None:
             if unsupported:
                 raise click.UsageError(f"{', '.join(unsupported)} cannot be combined with "
                                        "--cluster (rejects go to OUTPUT/rejects/)")
-            _price_on_cluster(trace, scenario, pool, output, cluster, decode_threshold, repos)
+            _price_on_cluster(trace, scenario, pool, output, cluster, decode_threshold, repos,
+                              connect_timeout)
             return
-        k = _open_kernel(scenario, pool, repos)
         out = Path(output)
         rej = Path(rejects) if rejects else out.with_name(out.stem + ".rejects.parquet")
+        safe_output.check_outputs(
+            [*(("TRACE", f) for f in _trace_files(trace)), ("--batches", batches_path),
+             ("--calibration", measured.get("calibration"))],
+            [("-o", out), ("--rejects", rej), ("--db", db)])
+        for label, path in (("-o", out), ("--rejects", rej)):
+            if Path(trace).is_dir() and safe_output.inside(path, trace):
+                raise click.UsageError(f"{label} {path} is inside the TRACE directory, where it "
+                                       "would become part of the trace: write it elsewhere")
+        out = safe_output.check_target(out, "-o")
+        rej = safe_output.check_target(rej, "--rejects")
+        k = _open_kernel(scenario, pool, repos)
         run = MeasuredRun(k, trace, measured, rej)  # --measured, --calibration, fpm
         k = run.k
         made = stamp.for_kernel(k, trace=trace, decode_threshold=decode_threshold,
@@ -190,7 +231,8 @@ def register(group: click.Group) -> None:
                                 producers=[*(run.producers or ()),
                                            *([column_producer()] if utilisation else [])],
                                 keep=run.keep or None, metadata=made.to_metadata(),
-                                rejects_metadata=made.as_kind("rejects").to_metadata())
+                                rejects_metadata=made.as_kind("rejects").to_metadata(),
+                                reject_over_limit=reject_over_limit)
         except RejectedRowError as exc:
             raise click.ClickException(f"--strict: {exc}") from None
         except TraceError as exc:
@@ -206,6 +248,10 @@ def register(group: click.Group) -> None:
             extra = (f" (+{counts.batch_table_rows_rejected:,} per-batch table rows)"
                      if counts.batch_table_rows_rejected else "")
             click.echo(f"{counts.rows_rejected:,} rejected rows{extra} -> {rej}", err=True)
+        if counts.batches_over_limit:
+            click.echo(f"warning: {counts.batches_over_limit:,} priced batches are over a "
+                       "deployment limit (named in the limits column; --reject-over-limit sets "
+                       "them aside)", err=True)
         run.report(out)
         if db:
             write_db(db, k, scenario, pool, out, str(trace), repos)
@@ -216,21 +262,24 @@ def register(group: click.Group) -> None:
         """Trace utilities."""
 
     @trace_group.command("synth")
-    @click.option("--batches", "-n", default=100_000, show_default=True, help="Steps.")
-    @click.option("--mix", default=0.05, show_default=True, type=float,
+    @click.option("--batches", "-n", default=100_000, show_default=True,
+                  type=click.IntRange(1, 1 << 40), help="Steps.")
+    @click.option("--mix", default=0.05, show_default=True,
+                  type=click.FloatRange(0, 1, max_open=True),
                   help="Prefill share: the fraction of request rows that are prefill chunks.")
     @click.option("--requests", default=32.0, show_default=True,
+                  type=click.FloatRange(0, 1 << 20, min_open=True),
                   help="Mean requests per batch.")
     @click.option("--prompt", default="lognormal:1024:1.0", show_default=True,
                   help="Prompt lengths: fixed:N, uniform:LO:HI, lognormal:MEAN:SIGMA, "
                        "exponential:MEAN.")
     @click.option("--output-len", "output_len", default="lognormal:256:1.0",
                   show_default=True, help="Output lengths (same forms).")
-    @click.option("--budget", default=8192, show_default=True,
+    @click.option("--budget", default=8192, show_default=True, type=click.IntRange(1),
                   help="max_num_batched_tokens (caps the prefill chunk).")
-    @click.option("--chunk", default=None, type=int,
+    @click.option("--chunk", default=None, type=click.IntRange(1),
                   help="Prefill chunk size (default: solved from --mix).")
-    @click.option("--seed", default=0, show_default=True)
+    @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**63 - 1))
     @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
                   help="Trace file: .parquet, .csv or .arrow.")
     def synth_cmd(batches: int, mix: float, requests: float, prompt: str, output_len: str,
@@ -239,6 +288,10 @@ def register(group: click.Group) -> None:
         decode, leave)."""
         from kernel.synth import write_synth
 
+        if Path(output).suffix.lower() not in TRACE_SUFFIXES:
+            raise click.BadParameter(f"{output}: the suffix says the format; it must be one of "
+                                     f"{', '.join(TRACE_SUFFIXES)}", param_hint="-o/--output")
+        safe_output.check_outputs([], [("-o", output)])
         try:
             st = write_synth(output, batches, requests_per_batch=requests, prefill_share=mix,
                              prompt=prompt, output=output_len, max_num_batched_tokens=budget,

@@ -32,6 +32,52 @@ MIB = 2**20
 _GROUP = re.compile(r"^\s*(?:(\d+)\s*[x×*]\s*)?(\d+)\s*@\s*(\d+)\s*$")
 
 
+# A batch spec names at most this many requests (vLLM's max_num_seqs is far below it).
+MAX_SPEC_REQUESTS = 1 << 20
+INT64_MAX = 2**63 - 1
+
+
+def _count(text: str, what: str, where: str) -> int:
+    value = int(text)
+    if value > INT64_MAX:
+        raise click.BadParameter(f"{where}: {what} {text} is beyond 2^63-1; a token count is "
+                                 "a non-negative int64", param_hint="--batch")
+    return value
+
+
+def _field(item: dict[str, Any], key: str, i: int, spec: str) -> int:
+    value = item.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise click.BadParameter(f"{spec}: entry {i}: {key} must be a non-negative integer, "
+                                 f"got {value!r}", param_hint="--batch")
+    text = str(value).strip()
+    if not text.isdigit():
+        raise click.BadParameter(f"{spec}: entry {i}: {key} must be a non-negative integer, "
+                                 f"got {value!r}", param_hint="--batch")
+    return _count(text, key, f"{spec}: entry {i}")
+
+
+def _read_batch_file(path: Path, spec: str) -> Any:
+    from pipeline.errors import DocumentError
+    from pipeline.yamlio import read_documents, to_plain
+
+    if path.suffix.lower() == ".json":
+        try:
+            return json.loads(path.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError:
+            raise click.BadParameter(f"{spec}: not UTF-8 text; a batch file is JSON or YAML",
+                                     param_hint="--batch") from None
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"{spec}: not valid JSON at line {exc.lineno} column "
+                                     f"{exc.colno}: {exc.msg}", param_hint="--batch") from None
+    try:  # the documents' reader: alias and depth limits, UTF-8, one-line problems
+        docs = read_documents(path)
+    except DocumentError as exc:
+        raise click.BadParameter(str(exc.problems[0]).removeprefix("error: "),
+                                 param_hint="--batch") from None
+    return to_plain(docs[0])
+
+
 def parse_batch_spec(spec: str) -> list[Request]:
     """``COUNTxSCHEDULED@COMPUTED[,…]`` or a JSON/YAML file → requests, in order."""
     from kernel.types import Request
@@ -40,24 +86,22 @@ def parse_batch_spec(spec: str) -> list[Request]:
     if path.suffix.lower() in (".json", ".yaml", ".yml") or path.is_file():
         if not path.is_file():
             raise click.BadParameter(f"no such batch file: {spec}")
-        text = path.read_text()
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
+        data = _read_batch_file(path, spec)
         if isinstance(data, dict) and "requests" in data:
             data = data["requests"]
         if not isinstance(data, list):
-            raise click.BadParameter("a batch file holds a list of {scheduled, computed}")
+            raise click.BadParameter(f"{spec}: a batch file holds a list of "
+                                     "{scheduled, computed}", param_hint="--batch")
+        if len(data) > MAX_SPEC_REQUESTS:
+            raise click.BadParameter(f"{spec}: {len(data):,} requests; at most "
+                                     f"{MAX_SPEC_REQUESTS:,}", param_hint="--batch")
         out = []
         for i, item in enumerate(data):
             if not isinstance(item, dict) or "scheduled" not in item or "computed" not in item:
-                raise click.BadParameter(f"batch entry {i} needs scheduled and computed")
-            out.append(Request(int(item["scheduled"]), int(item["computed"]),
-                               int(item.get("prompt_len", 0)),
-                               int(item.get("cached_tokens", 0))))
+                raise click.BadParameter(f"{spec}: entry {i} needs scheduled and computed",
+                                         param_hint="--batch")
+            out.append(Request(*(_field(item, key, i, spec) for key in
+                                 ("scheduled", "computed", "prompt_len", "cached_tokens"))))
         return out
     out = []
     for group in spec.split(","):
@@ -67,8 +111,12 @@ def parse_batch_spec(spec: str) -> list[Request]:
         if m is None:
             raise click.BadParameter(
                 f"{group!r} is not COUNTxSCHEDULED@COMPUTED (e.g. 32x1@4095)")
-        count = int(m.group(1)) if m.group(1) else 1
-        out.extend([Request(int(m.group(2)), int(m.group(3)))] * count)
+        count = _count(m.group(1), "COUNT", group) if m.group(1) else 1
+        if len(out) + count > MAX_SPEC_REQUESTS:
+            raise click.BadParameter(f"{spec[:80]}: more than {MAX_SPEC_REQUESTS:,} requests",
+                                     param_hint="--batch")
+        out.extend([Request(_count(m.group(2), "SCHEDULED", group),
+                            _count(m.group(3), "COMPUTED", group))] * count)
     return out
 
 
@@ -109,7 +157,7 @@ def register(group: click.Group) -> None:
                        "(e.g. 32x1@4095,1x512@0), or a JSON/YAML file.")
     @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
                   help="Pool index of a disaggregated deployment.")
-    @click.option("--decode-threshold", default=1, show_default=True, type=int,
+    @click.option("--decode-threshold", default=1, show_default=True, type=click.IntRange(0),
                   help="A request scheduling more tokens than this is a prefill.")
     @click.option("--sm-budget", default=0, show_default=True, type=click.IntRange(0),
                   help="SMs available to the step (0 = all).")
@@ -126,6 +174,9 @@ def register(group: click.Group) -> None:
         k = _open(scenario, pool, make_repos(scenarios_root, catalog_root, registry_root))
         batch = Batch(reqs, decode_threshold=decode_threshold, sm_budget=sm_budget)
         est = k.step_time(batch)
+        breaches = k.check(batch)
+        for breach in breaches:  # priced as the reference does, but impossible
+            click.echo(f"warning: over a deployment limit: {breach}", err=True)
         n_pre = sum(1 for q in reqs if q.scheduled > decode_threshold
                     and q.scheduled + q.computed > 0)
         if resolve_format(fmt, None, TEXT_FORMATS) != "table":
@@ -135,6 +186,7 @@ def register(group: click.Group) -> None:
                 "decode_threshold": decode_threshold, "sm_budget": sm_budget,
                 "overlap_ns": est.overlap, "no_overlap_ns": est.no_overlap,
                 "bottleneck": est.bottleneck.value,
+                "limits": ",".join(x.limit for x in breaches),
                 **{f"{res.value}_ns": ns for res, ns in (est.per_resource or {}).items()}}],
                 fmt, None)
             return

@@ -32,6 +32,7 @@ from kernel.cli.output import (
     resolve_format,
 )
 from kernel.cli.output import console as output_console
+from pipeline import safe_output
 
 if TYPE_CHECKING:
     import polars as pl
@@ -61,7 +62,10 @@ def open_for_cli(scenario: str, repos: Repos | None = None) -> Kernel:
     try:
         return open_kernel(scenario, repos)
     except (DocumentError, RefusalError, FileNotFoundError) as exc:
-        raise click.ClickException(f"{scenario}: {exc}") from exc
+        from kernel.cli.errors import describe
+
+        where = f"{scenario}: " if isinstance(exc, RefusalError) else ""  # a document names its file
+        raise click.ClickException(where + describe(exc)) from None
 
 
 def decode_width(k: Kernel) -> int:
@@ -148,7 +152,7 @@ def compare_rows(summaries: list[TraceSummary], names: list[str]) -> list[dict[s
     for s, name in zip(summaries, names, strict=True):
         shares = s.bottleneck_share("time")
         out.append({
-            "scenario": name, "batches": s.batches,
+            "scenario": name, "batches": s.batches, "rows_rejected": s.rows_rejected,
             "total_no_overlap_ns": s.total_no_overlap_ns,
             "total_overlap_ns": s.total_overlap_ns,
             "total_vs_base": (s.total_no_overlap_ns / base.total_no_overlap_ns - 1
@@ -166,16 +170,29 @@ def compare_summaries(trace: TraceInput, scenarios: Sequence[str | Kernel], repo
                       ) -> tuple[list[TraceSummary], list[pl.DataFrame]]:
     """Price ``trace`` under each scenario (a name, a path or an open kernel); the summaries
     and the priced frames, in order."""
+    from kernel import bulk
     from kernel.report.summary import summarise
 
     summaries, frames = [], []
     for item in scenarios:
         k = open_kernel(item, repos) if isinstance(item, str) else item
-        priced = price_trace(k, trace, decode_threshold)
-        frames.append(priced)
+        dt = decode_threshold if decode_threshold is not None else decode_width(k)
+        # Rejected rows are counted in the summary, never dropped silently.
+        result = bulk.price_result(k, str(trace) if isinstance(trace, Path) else trace,
+                                   decode_threshold=dt, on_reject="ignore")
+        frames.append(result.priced)
         name = item if isinstance(item, str) else str(k.resolved_pool.scenario)
-        summaries.append(summarise(priced, k, scenario=name))
+        summaries.append(dataclasses.replace(
+            summarise(result.priced, k, scenario=name), rows_rejected=result.counts.rows_rejected,
+            reject_reasons=_reasons(result.rejects)))
     return summaries, frames
+
+
+def _reasons(rejects: pl.DataFrame) -> dict[str, int]:
+    if not rejects.height:
+        return {}
+    counts = rejects.group_by("reason").len().sort("reason")
+    return {str(r): int(n) for r, n in counts.iter_rows()}
 
 
 def register(group: click.Group) -> None:
@@ -196,6 +213,12 @@ def register(group: click.Group) -> None:
         from kernel.report.summary import anatomy_sweep, batch_limit
 
         _check_output(output, (*CHART_SUFFIXES, ".html"))
+        safe_output.check_outputs([], [("-o", output)])
+        ctx = click.get_current_context()
+        if _suffix(output) == ".html" and ctx.get_parameter_source("max_batch") \
+                is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError("--max-batch sets the chart's sweep (.png/.svg/.pdf); the "
+                                   ".html page draws its own: drop the option or write a chart")
         k = open_for_cli(scenario, make_repos(scenarios_root, catalog_root, registry_root))
         if _suffix(output) == ".html":
             html.write(html.anatomy_report(k, context=context), output)
@@ -231,6 +254,7 @@ def register(group: click.Group) -> None:
         from kernel.report.summary import summarise
 
         _check_output(output, (*CHART_SUFFIXES, ".html"))
+        safe_output.check_outputs([("PRICED", priced)], [("-o", output)])
         pf = read_priced(priced)
         frame = pf.frame
         missing = {"batch_id", "overlap_ns", "no_overlap_ns", "bottleneck"} - set(frame.columns)
@@ -274,10 +298,14 @@ def register(group: click.Group) -> None:
 
         if output is not None:
             _check_output(output, (*CHART_SUFFIXES, ".html"))
+            safe_output.check_outputs([("TRACE", t) for t in traces], [("-o", output)])
         repos = make_repos(scenarios_root, catalog_root, registry_root)
         trace = traces[0]
         priced = [is_priced(t) for t in traces]
         if all(priced):
+            if decode_threshold is not None:
+                raise click.UsageError("--decode-threshold prices a trace; priced files were "
+                                       "priced already: drop it")
             files, kernels_, names = priced_files(list(traces), list(scenarios), repos)
             summaries = [dataclasses.replace(summarise(pf.frame, k), scenario=n)
                          for pf, k, n in zip(files, kernels_, names, strict=True)]
@@ -300,6 +328,11 @@ def register(group: click.Group) -> None:
             output_console().print(protect_key(_compare_table(summaries, names)))
             for line in compare_lines(summaries, names):
                 click.echo(line)
+        for s, n in zip(summaries, names, strict=True):
+            if s.rows_rejected:  # the trace's bad rows: priced nowhere, said everywhere
+                why = ", ".join(f"{r} {c:,}" for r, c in s.reject_reasons.items())
+                click.echo(f"{n}: {s.rows_rejected:,} trace rows rejected, not priced"
+                           + (f" ({why})" if why else ""), err=True)
         if output is None:
             return
         fig = charts.compare_figure(summaries, names, title=f"{Path(trace).name} on "

@@ -19,7 +19,7 @@ from kernel import sql_laws  # noqa: F401  (installs the cost laws the views cal
 from kernel.cli.common import make_repos, with_repos
 from kernel.cli.output import emit, format_options, resolve_format
 from kernel.stamp import for_database
-from pipeline import db
+from pipeline import db, safe_output
 from pipeline.errors import DocumentError
 from pipeline.load import Repos
 
@@ -40,7 +40,9 @@ def _load(scenarios: list[str], repos: Repos, db_path: str | None) -> duckdb.Duc
         con = db.open_db(db_path, apply=False) if db_path else None
         return db.load_scenarios(scenarios or None, repos, con)
     except DocumentError as exc:
-        raise click.ClickException(str(exc)) from exc
+        from kernel.cli.errors import describe
+
+        raise click.ClickException(describe(exc)) from None
 
 
 def _resolved_db(con: duckdb.DuckDBPyConnection) -> bool:
@@ -60,6 +62,15 @@ def _key(con: duckdb.DuckDBPyConnection, scenario: str) -> str:
     return str(rows[-1][0]) if rows else scenario
 
 
+def _check_pool(con: duckdb.DuckDBPyConnection, key: str, pool: int) -> None:
+    """A pool index the deployment does not have is an error, not an empty table."""
+    rows = con.execute("SELECT count(*) FROM pools WHERE scenario = ?", [key]).fetchall()
+    n = int(rows[0][0]) if rows else 0
+    if not 0 <= pool < n:
+        raise click.BadParameter(f"{key} has {n} pool(s): the index is 0..{n - 1}, got {pool}",
+                                 param_hint="--pool")
+
+
 def _refusal_note(con: duckdb.DuckDBPyConnection, key: str, pool: int) -> bool:
     """Print the pool's refusals to stderr; True when there are any."""
     rows = con.execute("SELECT setting, value, reason FROM refusals WHERE scenario = ? AND "
@@ -75,7 +86,8 @@ def _refusal_note(con: duckdb.DuckDBPyConnection, key: str, pool: int) -> bool:
 def register(group: click.Group) -> None:
     @group.command("resolved")
     @click.argument("scenario")
-    @click.option("--pool", default=0, show_default=True, help="Pool index.")
+    @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
+                  help="Pool index.")
     @format_options()
     @with_repos
     def resolved_cmd(scenario: str, pool: int, fmt: str | None, out: str | None,
@@ -84,8 +96,10 @@ def register(group: click.Group) -> None:
         """The resolved configuration of one pool (every field pricing reads).
 
         A refused pool prints its refusals and the partial resolution, and exits 1."""
+        safe_output.check_outputs([("SCENARIO", scenario)], [("-o", out)])
         con = _load([scenario], make_repos(scenarios_root, catalog_root, registry_root), None)
         key = _key(con, scenario)
+        _check_pool(con, key, pool)
         refused = _refusal_note(con, key, pool)
         table = _arrow(con, "SELECT * FROM resolved_pools WHERE scenario = ? AND pool = ?",
                        [key, pool])
@@ -100,15 +114,18 @@ def register(group: click.Group) -> None:
 
     @group.command("provenance")
     @click.argument("scenario")
-    @click.option("--pool", default=0, show_default=True, help="Pool index.")
+    @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
+                  help="Pool index.")
     @format_options()
     @with_repos
     def provenance_cmd(scenario: str, pool: int, fmt: str | None, out: str | None,
                        scenarios_root: str | None, catalog_root: str | None,
                        registry_root: str | None) -> None:
         """Every coefficient in scope (name order), then the kernel's assumptions."""
+        safe_output.check_outputs([("SCENARIO", scenario)], [("-o", out)])
         con = _load([scenario], make_repos(scenarios_root, catalog_root, registry_root), None)
         key = _key(con, scenario)
+        _check_pool(con, key, pool)
         _refusal_note(con, key, pool)
         table = _arrow(con, f"SELECT {PROVENANCE_COLUMNS} FROM provenance "
                        "WHERE scenario = ? AND pool = ? ORDER BY position", [key, pool])
@@ -117,15 +134,18 @@ def register(group: click.Group) -> None:
 
     @group.command("evidence")
     @click.argument("scenario")
-    @click.option("--pool", default=0, show_default=True, help="Pool index.")
+    @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
+                  help="Pool index.")
     @format_options()
     @with_repos
     def evidence_cmd(scenario: str, pool: int, fmt: str | None, out: str | None,
                      scenarios_root: str | None, catalog_root: str | None,
                      registry_root: str | None) -> None:
         """How many provenance entries rest on evidence, of how many, and which are assumed."""
+        safe_output.check_outputs([("SCENARIO", scenario)], [("-o", out)])
         con = _load([scenario], make_repos(scenarios_root, catalog_root, registry_root), None)
         key = _key(con, scenario)
+        _check_pool(con, key, pool)
         table = _arrow(con, "SELECT evidenced, total, assumed_names FROM evidence "
                        "WHERE scenario = ? AND pool = ?", [key, pool])
         emit(table, fmt, out, title=f"{key} pool {pool}: evidence", transpose=True,
@@ -150,6 +170,7 @@ def register(group: click.Group) -> None:
         if db_path and scenarios:
             raise click.UsageError("--db queries a database as it is; --scenario loads "
                                    "scenarios into a fresh one: give one of them")
+        safe_output.check_outputs([("--db", db_path)], [("-o", out)])
         if db_path:
             con = sandbox.open_read_only(db_path)
         else:

@@ -34,7 +34,9 @@ def open_kernel_at(scenario: str, repos: Repos, pool: int) -> Kernel:
     try:
         k: Kernel = kernel.open(scenario, repos, pool)
     except (DocumentError, RefusalError, FileNotFoundError, IndexError) as exc:
-        raise click.ClickException(f"{scenario} pool {pool}: {exc}") from exc
+        from kernel.cli.errors import describe
+
+        raise click.ClickException(f"{scenario} pool {pool}: {describe(exc)}") from None
     return k
 
 

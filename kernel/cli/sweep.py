@@ -9,9 +9,10 @@ import click
 import polars as pl
 from rich.table import Table
 
+from pipeline import safe_output
 from pipeline.load import Repos
 
-from .common import make_repos, with_repos
+from .common import CLUSTER, connect_timeout_option, make_repos, with_repos
 from .output import TEXT_FORMATS, emit, format_options, protect_key, resolve_format
 from .output import console as output_console
 
@@ -24,6 +25,10 @@ def match_scenarios(patterns: tuple[str, ...], repos: Repos) -> list[str]:
         if Path(pattern).is_file():
             chosen.append(pattern)
             continue
+        if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
+            raise click.BadParameter(f"{pattern!r}: a glob is relative to the current directory "
+                                     "and has no '..' (give an existing file path instead)",
+                                     param_hint="--scenarios")
         hits = [p for p in sorted(Path().glob(pattern)) if p.suffix in (".yaml", ".yml")]
         hits_names = [str(p) for p in hits] or fnmatch.filter(known, pattern)
         if not hits_names:
@@ -54,23 +59,32 @@ def register(group: click.Group) -> None:
                   help="Scenario name glob (repeatable) or scenario file path.")
     @click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
                   help="Output directory (partitioned parquet + summary.parquet).")
-    @click.option("--pool", default=0, show_default=True, help="Pool index in each deployment.")
-    @click.option("--cluster", default="local:2", show_default=True,
+    @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
+                  help="Pool index in each deployment.")
+    @click.option("--cluster", default="local:2", show_default=True, type=CLUSTER,
                   help="local[:N]: N local worker processes; dask-local:N: a local Dask "
                        "cluster; or a Dask scheduler ADDRESS.")
-    @click.option("--decode-threshold", default=1, show_default=True)
+    @click.option("--decode-threshold", default=1, show_default=True, type=click.IntRange(0))
+    @connect_timeout_option
     @format_options(TEXT_FORMATS, output=False)
     @with_repos
     def sweep(trace: str, patterns: tuple[str, ...], out: str, pool: int, cluster: str,
-              decode_threshold: int, fmt: str | None, scenarios_root: str | None,
-              catalog_root: str | None, registry_root: str | None) -> None:
+              decode_threshold: int, connect_timeout: float, fmt: str | None,
+              scenarios_root: str | None, catalog_root: str | None,
+              registry_root: str | None) -> None:
         """Price TRACE (a parquet file or a directory of partitions) under every scenario."""
         from kernel.distributed import price_dataset
 
         repos = make_repos(scenarios_root, catalog_root, registry_root)
         names = match_scenarios(patterns, repos)
-        result = price_dataset(trace, out, names, cluster, pool=pool, repos=repos,
-                               decode_threshold=decode_threshold)
+        if safe_output.same_file(trace, out):
+            raise click.UsageError("-o is TRACE: write the sweep elsewhere")
+        try:
+            result = price_dataset(trace, out, names, cluster, pool=pool, repos=repos,
+                                   decode_threshold=decode_threshold,
+                                   connect_timeout=connect_timeout)
+        except RuntimeError as exc:  # partitions that could not be priced, each named
+            raise click.ClickException(str(exc)) from None
         if resolve_format(fmt, None, TEXT_FORMATS) != "table":
             emit(result.summary.to_arrow(), fmt, None)
             return

@@ -103,11 +103,12 @@ def _new(width: float = 9.0, height: float = 5.0) -> Figure:
 
 def save(fig: Figure, path: str | Path) -> Path:
     """Write ``fig`` to ``path``; the format follows the suffix (.png, .svg, .pdf)."""
+    from pipeline import safe_output
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fmt = path.suffix.lstrip(".").lower() or "png"
-    with _rc({"svg.hashsalt": path.stem}):
-        fig.savefig(path, format=fmt, metadata=_metadata(fmt))
+    with _rc({"svg.hashsalt": path.stem}), safe_output.atomic(path) as tmp:
+        fig.savefig(tmp, format=fmt, metadata=_metadata(fmt))
     return path
 
 

@@ -154,6 +154,10 @@ def _summary_html(s: TraceSummary) -> str:
     if gpu is not None:
         cards.insert(2, _card("GPU time", f"{gpu / 1e9:,.0f} GPU-s",
                               f"wall time × {s.gpus} GPUs of the pool (NoOverlap)"))
+    if s.over_limit is not None:
+        which = ", ".join(f"{name} {n:,}" for name, n in s.over_limit.items() if n)
+        cards.append(_card("over a deployment limit", f"{s.over_limit_batches:,}",
+                           which or "no batch breaks a limit"))
     if s.evidence is not None:
         cards.append(_card("evidence", f"{ratio:.0%}" if ratio is not None else "-",
                            f"{s.evidence[0]}/{s.evidence[1]} provenance entries"))
@@ -362,7 +366,9 @@ def anatomy_report(k: Kernel, *, context: int = 4096, embed: str = "svg") -> str
 
 
 def write(text: str, path: str | Path) -> Path:
+    from pipeline import safe_output
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    with safe_output.atomic(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
     return path

@@ -262,6 +262,12 @@ class TraceSummary:
         if self.gpus is None:
             return None
         return (self.total_overlap_ns if overlap else self.total_no_overlap_ns) * self.gpus
+    # Batches over each deployment limit (kernel.limits); None: the table has no limits column.
+    over_limit: dict[str, int] | None = None
+    over_limit_batches: int = 0
+    # Trace rows set aside when this summary's trace was priced (when known), by reason.
+    rows_rejected: int = 0
+    reject_reasons: dict[str, int] = field(default_factory=dict)
 
     @property
     def evidence_ratio(self) -> float | None:
@@ -301,6 +307,14 @@ class TraceSummary:
         if gpu is not None:
             out.insert(-2, f"GPU time        {gpu / 1e9:,.0f} GPU-s NoOverlap "
                        f"(wall time × {self.gpus} GPUs of the pool)")
+        if self.rows_rejected:
+            why = ", ".join(f"{r} {n:,}" for r, n in self.reject_reasons.items())
+            out.append(f"rejected        {self.rows_rejected:,} trace rows set aside"
+                       + (f" ({why})" if why else ""))
+        if self.over_limit is not None:
+            which = ", ".join(f"{name} {n:,}" for name, n in self.over_limit.items() if n)
+            out.append(f"limits          {self.over_limit_batches:,} batches over a deployment "
+                       f"limit" + (f" ({which})" if which else ""))
         if self.evidence is not None:
             ev, total = self.evidence
             ratio = self.evidence_ratio
@@ -321,6 +335,8 @@ class TraceSummary:
             "bottleneck_time_ns": dict(self.bottleneck_time_ns),
             "evidence": list(self.evidence) if self.evidence else None,
             "gpus": self.gpus, "gpu_no_overlap_ns": self.gpu_ns(),
+            "over_limit": dict(self.over_limit) if self.over_limit is not None else None,
+            "over_limit_batches": self.over_limit_batches,
         }
 
 
@@ -373,4 +389,16 @@ def summarise(priced: pl.DataFrame, k: Kernel | None = None,
         evidence=evidence,
         scenario=scenario,
         gpus=gpus,
+        **_over_limit(priced),
     )
+
+
+def _over_limit(priced: pl.DataFrame) -> dict[str, Any]:
+    """Batches over each deployment limit, from the ``limits`` column (kernel.limits)."""
+    from kernel.limits import NAMES
+
+    if "limits" not in priced.columns:
+        return {}
+    flagged = priced["limits"].fill_null("")
+    per = {name: int(flagged.str.contains(rf"(^|,){name}(,|$)").sum()) for name in NAMES}
+    return {"over_limit": per, "over_limit_batches": int((flagged != "").sum())}

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from .. import safe_output
 from .config import DeriveError
 from .emit import dump_graph
 from .registry import derive_config
@@ -65,7 +66,7 @@ def write_graph(graph: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     target = out / "graph.yaml"
-    target.write_text(dump_graph(graph))
+    safe_output.write_text(target, dump_graph(graph))
     return target
 
 
@@ -84,15 +85,15 @@ def add_model(config: str | os.PathLike[str], catalog: str | os.PathLike[str],
         raise DeriveError(f"{entry}: already holds a different config.json; remove the entry "
                           f"or choose another --name")
     entry.mkdir(parents=True, exist_ok=True)
-    (entry / "config.json").write_bytes(data)
+    safe_output.write_bytes(entry / "config.json", data)
     if quant is not None:
-        (entry / QUANT_FILE).write_bytes(_read(quant, "quantisation config"))
+        safe_output.write_bytes(entry / QUANT_FILE, _read(quant, "quantisation config"))
     identity = {"name": model,
                 "source": {"provider": "huggingface",
                            "repo": repo or _repo_from_file(path, model),
                            "revision": revision,
                            "retrieved": _dt.date.today().isoformat()}}
-    (entry / "model.yaml").write_text(yaml.safe_dump(identity, sort_keys=False))
+    safe_output.write_text(entry / "model.yaml", yaml.safe_dump(identity, sort_keys=False))
     return write_graph(graph, entry)
 
 

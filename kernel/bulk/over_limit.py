@@ -1,0 +1,102 @@
+"""Deployment limits in bulk: the ``limits`` column and ``reject_over_limit``.
+
+The arithmetic is :mod:`kernel.limits` (shared with the scalar ``Kernel.check``); this module
+only plugs it into bulk pricing: :func:`limits_producer` is a column producer
+(:mod:`kernel.bulk.columns`) naming, per priced batch, the limits it breaks ("" for none), and
+:func:`reject_over_limit` moves every row of such a batch to the rejects (reason
+``over_limit``, the limits and both values in ``detail``) instead of pricing it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from .. import limits
+from ..trace import REJECT_SCHEMA, RejectedRowError, Rows
+from .columns import BatchContext, ColumnProducer
+from .groups import Groups, groups_of_grouped
+
+if TYPE_CHECKING:
+    from ..kernel import Kernel
+
+__all__ = ["LIMITS_FIELD", "OVER_LIMIT", "limits_producer", "reject_over_limit",
+           "with_limits"]
+
+OVER_LIMIT = "over_limit"
+LIMITS_FIELD = pa.field("limits", pa.string())
+
+
+def limits_producer(lim: limits.Limits) -> ColumnProducer:
+    """The ``limits`` column for a pool with limits ``lim``."""
+
+    def produce(ctx: BatchContext) -> dict[str, Any]:
+        if ctx.rows is None or ctx.starts is None:  # pragma: no cover - price_grouped sets them
+            raise RuntimeError("the limits column needs the priced rows")
+        masks = limits.check_rows(lim, ctx.starts, ctx.rows.scheduled, ctx.rows.computed,
+                                  np.asarray(ctx.priced["no_overlap_ns"]))
+        return {"limits": pa.array(limits.labels(masks), pa.string())}
+
+    return ColumnProducer("limits", (LIMITS_FIELD,), produce)
+
+
+def with_limits(k: Any, producers: Any) -> list[ColumnProducer]:
+    """``producers`` with the ``limits`` column first when ``k`` is a kernel (a bare
+    ResolvedPool does not know its KV capacity, so it gets no column)."""
+    from ..kernel import Kernel
+
+    given = list(producers or ())
+    if not isinstance(k, Kernel) or any(p.name == "limits" for p in given):
+        return given
+    return [limits_producer(k.limits), *given]
+
+
+def over_limit_of(k: Kernel | Any, reject: bool) -> limits.Limits | None:
+    """The limits to reject by (None: keep over-limit batches, flagged)."""
+    from ..kernel import Kernel
+
+    if not reject:
+        return None
+    if not isinstance(k, Kernel):
+        raise ValueError("reject_over_limit needs a Kernel (a ResolvedPool does not carry "
+                         "its KV capacity)")
+    return k.limits
+
+
+def reject_over_limit(lim: limits.Limits, out: pa.Table, rows: Rows, g: Groups, strict: bool
+                      ) -> tuple[pa.Table, Rows, Groups, list[pa.Table]]:
+    """Move the rows of every batch ``out`` flags to the rejects; the rest, re-grouped."""
+    labels = np.asarray(out.column("limits").to_pylist(), dtype=object)
+    flagged = labels != ""
+    if not flagged.any():
+        return out, rows, g, []
+    no_overlap = out.column("no_overlap_ns").to_numpy()
+    ends = np.append(g.starts[1:], len(rows))
+    detail = {}
+    for b in np.flatnonzero(flagged).tolist():
+        lo, hi = int(g.starts[b]), int(ends[b])
+        found = limits.check_slice(lim, rows.scheduled[lo:hi], rows.computed[lo:hi],
+                                   int(no_overlap[b]))
+        detail[b] = "; ".join(str(x) for x in found)
+    row_flag = flagged[g.inv]
+    idx = np.flatnonzero(row_flag)
+    sub = rows.take(idx)
+    batch = g.inv[idx]
+    tbl = pa.table({
+        "row": pa.array(sub.row, pa.int64()),
+        "batch_id": pa.array(sub.batch_id, pa.int64()),
+        "reason": pa.array([OVER_LIMIT] * idx.size, pa.string()),
+        "column": pa.array(labels[batch].tolist(), pa.string()),
+        "detail": pa.array([detail[int(b)] for b in batch], pa.string()),
+        "source": pa.array(["trace"] * idx.size, pa.string()),
+        "values": pa.array([f"batch_id={i}, scheduled={s}, computed={c}" for i, s, c in
+                            zip(sub.batch_id.tolist(), sub.scheduled.tolist(),
+                                sub.computed.tolist(), strict=True)], pa.string()),
+    }, schema=REJECT_SCHEMA)
+    if strict:
+        raise RejectedRowError(tbl.slice(0, 1).to_pylist()[0])
+    keep = np.flatnonzero(~row_flag)
+    kept = rows.take(keep)
+    return out.filter(pa.array(~flagged)), kept, groups_of_grouped(kept.batch_id), [tbl]

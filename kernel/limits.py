@@ -1,0 +1,147 @@
+"""Deployment limits: is a step something the deployment could ever schedule?
+
+The kernel prices any batch it is given, exactly as the reference does; this module only
+*flags* a step that breaks one of the deployment's limits, so an impossible step is never
+priced silently:
+
+* ``max_num_seqs``: more requests than the scheduler runs at once;
+* ``max_num_batched_tokens``: more scheduled tokens than the step's token budget;
+* ``max_model_len``: a request whose context (computed + scheduled) exceeds the model length
+  (not checked when the pool states no ``max_model_len``);
+* ``kv_capacity``: the batch holds more KV blocks than the pool's KV cache has — each request
+  holds ``ceil(context / (block_size × DCP shards))`` blocks (docs/decisions.md);
+* ``duration``: the step's NoOverlap time saturated at 2^63−1 ns.
+
+:func:`check` is the scalar form (one batch, a list of :class:`Breach`); :func:`check_rows`
+the array form (rows grouped by batch → one bit mask per batch), and :func:`labels` turns
+masks into the ``limits`` column. Both read the same :class:`Limits`, so they agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .types import MAX_DURATION_NS, Batch
+
+if TYPE_CHECKING:
+    from .kernel import Kernel
+
+# The limits in a fixed order: bit i of a mask is NAMES[i].
+NAMES = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_capacity", "duration")
+BIT = {name: 1 << i for i, name in enumerate(NAMES)}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one pool can schedule in one step (0 = not stated, not checked)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    kv_blocks: int
+    block_tokens: int  # tokens one KV block holds for one request (block_size × DCP shards)
+
+    @classmethod
+    def of(cls, k: Kernel) -> Limits:
+        r = k.resolved_pool
+        cap = k.kv_capacity()
+        shard = r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers else 1
+        return cls(max_num_seqs=int(r.max_num_seqs),
+                   max_num_batched_tokens=int(r.max_num_batched_tokens),
+                   max_model_len=int(r.max_model_len), kv_blocks=int(cap.num_blocks),
+                   block_tokens=max(int(r.block_size), 1) * shard)
+
+
+@dataclass(frozen=True)
+class Breach:
+    """One limit a step breaks: the limit, the deployment's value and the step's."""
+
+    limit: str
+    allowed: int
+    value: int
+    unit: str
+
+    def __str__(self) -> str:
+        if self.limit == "duration":
+            return f"duration: the step time saturated at 2^63-1 ns ({self.value:,} ns)"
+        return f"{self.limit} {self.allowed:,} < {self.value:,} {self.unit}"
+
+
+def blocks_held(context: int, block_tokens: int) -> int:
+    """KV blocks one request holds at ``context`` tokens."""
+    return -(-context // block_tokens)
+
+
+def check(limits: Limits, batch: Batch, no_overlap_ns: int) -> list[Breach]:
+    """Every limit ``batch`` breaks, in :data:`NAMES` order (empty: the step is possible)."""
+    contexts = [q.computed + q.scheduled for q in batch.requests]
+    return _breaches(limits, len(batch.requests), batch.tokens(), max(contexts, default=0),
+                     sum(blocks_held(c, limits.block_tokens) for c in contexts), no_overlap_ns)
+
+
+def check_slice(limits: Limits, scheduled: np.ndarray, computed: np.ndarray,
+                no_overlap_ns: int) -> list[Breach]:
+    """:func:`check` for one batch given as its rows' columns (exact Python integers)."""
+    s = [int(x) for x in scheduled.tolist()]
+    contexts = [a + int(b) for a, b in zip(s, computed.tolist(), strict=True)]
+    return _breaches(limits, len(s), sum(s), max(contexts, default=0),
+                     sum(blocks_held(c, limits.block_tokens) for c in contexts), no_overlap_ns)
+
+
+def _breaches(limits: Limits, n: int, tokens: int, longest: int, held: int,
+              no_overlap_ns: int) -> list[Breach]:
+    out: list[Breach] = []
+    if limits.max_num_seqs and n > limits.max_num_seqs:
+        out.append(Breach("max_num_seqs", limits.max_num_seqs, n, "requests"))
+    if limits.max_num_batched_tokens and tokens > limits.max_num_batched_tokens:
+        out.append(Breach("max_num_batched_tokens", limits.max_num_batched_tokens, tokens,
+                          "scheduled tokens"))
+    if limits.max_model_len and longest > limits.max_model_len:
+        out.append(Breach("max_model_len", limits.max_model_len, longest,
+                          "tokens of context in one request"))
+    if held > limits.kv_blocks:
+        out.append(Breach("kv_capacity", limits.kv_blocks, held, "KV blocks held"))
+    if no_overlap_ns >= MAX_DURATION_NS:
+        out.append(Breach("duration", MAX_DURATION_NS - 1, no_overlap_ns, "ns"))
+    return out
+
+
+def check_rows(limits: Limits, starts: np.ndarray, scheduled: np.ndarray,
+               computed: np.ndarray, no_overlap_ns: np.ndarray) -> np.ndarray:
+    """:func:`check` for many batches: rows grouped by batch (batch ``b`` is rows
+    ``starts[b]`` up to the next start), one ``uint8`` mask per batch (bit i = NAMES[i])."""
+    nb = int(starts.size)
+    mask = np.zeros(nb, np.uint8)
+    if nb == 0:
+        return mask
+    s = scheduled.astype(np.int64, copy=False)
+    ctx = s + computed.astype(np.int64, copy=False)  # per-batch sums are checked to fit int64
+    requests = np.diff(np.append(starts, s.size))
+    tokens = np.add.reduceat(s, starts)
+    longest = np.maximum.reduceat(ctx, starts)
+    held = np.add.reduceat(-(-ctx // limits.block_tokens), starts)
+    if limits.max_num_seqs:
+        mask |= np.where(requests > limits.max_num_seqs, BIT["max_num_seqs"], 0).astype(np.uint8)
+    if limits.max_num_batched_tokens:
+        mask |= np.where(tokens > limits.max_num_batched_tokens,
+                         BIT["max_num_batched_tokens"], 0).astype(np.uint8)
+    if limits.max_model_len:
+        mask |= np.where(longest > limits.max_model_len, BIT["max_model_len"], 0).astype(np.uint8)
+    mask |= np.where(held > limits.kv_blocks, BIT["kv_capacity"], 0).astype(np.uint8)
+    mask |= np.where(np.asarray(no_overlap_ns) >= MAX_DURATION_NS, BIT["duration"],
+                     0).astype(np.uint8)
+    return mask
+
+
+def names(mask: int) -> list[str]:
+    """The limit names set in one mask, in :data:`NAMES` order."""
+    return [name for name in NAMES if mask & BIT[name]]
+
+
+def labels(masks: np.ndarray) -> list[str]:
+    """The ``limits`` column: the names each mask sets, comma-separated ("" for none)."""
+    table = {m: ",".join(names(m)) for m in np.unique(masks).tolist()}
+    return [table[m] for m in masks.tolist()]
