@@ -270,7 +270,7 @@ def limits_section(ctx: ReportContext) -> Section | None:
         return None
     lim = ctx.limits
     n = ctx.priced.height
-    if not lim.flags:
+    if not lim.checked:
         return _missing(SECTION_IDS["limits"], "Steps over a limit",
                         "No limit could be checked: the trace has no limits column and no "
                         "scenario was given (--scenario).")

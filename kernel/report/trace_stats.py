@@ -115,6 +115,7 @@ class Limits:
     source: str  # "limits column" or "derived from tokens/requests/KV against the pool"
     flags: dict[str, np.ndarray]  # limit name -> bool per step
     any: np.ndarray  # bool per step: over at least one limit
+    checked: bool = True  # False: nothing to check against (no column, no pool limits)
 
     @property
     def count(self) -> int:
@@ -171,7 +172,7 @@ def limit_flags(priced: pl.DataFrame, *, max_num_batched_tokens: int = 0,
     anyf = np.zeros(n, dtype=bool)
     for f in flags.values():
         anyf |= f
-    return Limits(source, flags, anyf)
+    return Limits(source, flags, anyf, checked="limits" in priced.columns or bool(flags))
 
 
 # -- the median steps ---------------------------------------------------------------------------
