@@ -554,6 +554,11 @@ def dtype_bytes(dtype: str) -> float:
         raise ValueError(f"dtype {dtype!r} has no known byte width") from None
 
 
+def known_cache_dtype(declared: str) -> bool:
+    """Whether ``declared`` names a cache dtype: auto ('' or 'auto') or one with a width."""
+    return declared in ("", "auto") or declared in _CACHE_DTYPE_BYTES
+
+
 def cache_dtype_bytes(declared: str, fallback_bytes: float) -> float:
     """Bytes per cache element of a declared cache dtype (§1.6 cacheDTypeBytes, 19ac88e6)."""
     if declared in ("", "auto"):

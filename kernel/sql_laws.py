@@ -48,6 +48,30 @@ def _capture_sizes(seqs: int, q: int, budget: int, stated_max: int | None,
         return []
 
 
+def _dtype_bytes(dtype: str | None) -> float:
+    """``laws.dtype_bytes`` for SQL: 0.0 for an absent or unknown dtype (views test ``> 0``)."""
+    try:
+        return laws.dtype_bytes(dtype) if dtype is not None else 0.0
+    except ValueError:
+        return 0.0
+
+
+def _cache_dtype_bytes(declared: str | None, fallback: float | None) -> float | None:
+    """``laws.cache_dtype_bytes`` for SQL: NULL for a name it does not know (90_refusals.sql
+    refuses it) or an auto cache over an unknown fallback; NULL declared means auto."""
+    declared = declared or ""
+    if not laws.known_cache_dtype(declared) or (declared in ("", "auto") and fallback is None):
+        return None
+    return laws.cache_dtype_bytes(declared, 0.0 if fallback is None else fallback)
+
+
+# Laws whose SQL form gives an absent argument a meaning: SQL name -> (law, args, result).
+_NULL_AWARE: dict[str, tuple[Callable[..., Any], list[str], str]] = {
+    "dtype_bytes": (_dtype_bytes, ["VARCHAR"], "DOUBLE"),
+    "cache_dtype_bytes": (_cache_dtype_bytes, ["VARCHAR", "DOUBLE"], "DOUBLE"),
+}
+
+
 def register_laws(con: duckdb.DuckDBPyConnection) -> None:
     """Make the kernel's cost laws callable from SQL on this connection (idempotent)."""
     have = {row[0] for row in con.execute(
@@ -55,11 +79,14 @@ def register_laws(con: duckdb.DuckDBPyConnection) -> None:
     for name, (law, args, result) in _LAWS.items():
         if name not in have:
             con.create_function(name, law, args, result)  # type: ignore[arg-type]
+    for name, (law, args, result) in _NULL_AWARE.items():
+        if name not in have:
+            con.create_function(name, law, args, result,  # type: ignore[call-overload]
+                                null_handling="special")
     if "capture_sizes" not in have:  # its ceiling and stated sizes may be NULL
         con.create_function("capture_sizes", _capture_sizes,  # type: ignore[call-overload]
                             ["BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT[]", "BOOLEAN",
                              "BOOLEAN"], "BIGINT[]", null_handling="special")
-
 
 
 db.add_udf_installer(register_laws)

@@ -60,3 +60,24 @@ def test_views_without_the_kernel_laws_fail_clearly(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(db, "_UDF_INSTALLERS", [])
     with pytest.raises(RuntimeError, match="kernel.sql_laws"):
         db.apply_views(duckdb.connect())
+
+
+def test_sql_dtype_widths_are_the_kernel_laws() -> None:
+    """dtype_bytes / cache_dtype_bytes in SQL are kernel.laws (no SQL copy left to drift)."""
+    from kernel import (
+        laws,
+        sql_laws,  # noqa: F401  (installs the cost laws the views call)
+    )
+
+    con = duckdb.connect()
+    db.install_udfs(con)
+    for d in ("bf16", "fp16", "fp8", "int8", "nvfp4", "mxfp4", "int4", "fp32"):
+        assert con.execute("SELECT dtype_bytes(?)", [d]).fetchone() == (laws.dtype_bytes(d),)
+    assert con.execute("SELECT dtype_bytes('fp7'), dtype_bytes(NULL)").fetchone() == (0.0, 0.0)
+    for declared in ("fp8", "fp8_e5m2", "bfloat16", "nvfp4", "nvfp4_ds_mla", "float32"):
+        for fallback in (1.0, 4.0):
+            assert con.execute("SELECT cache_dtype_bytes(?, ?)", [declared, fallback]
+                               ).fetchone() == (laws.cache_dtype_bytes(declared, fallback),)
+    assert con.execute("SELECT cache_dtype_bytes(NULL, 1.0), cache_dtype_bytes('auto', 4.0), "
+                       "cache_dtype_bytes('fp9', 2.0), cache_dtype_bytes('', NULL)"
+                       ).fetchone() == (2.0, 4.0, None, None)
