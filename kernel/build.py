@@ -253,7 +253,8 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
         mla_context_chunk=int(r["mla_context_chunk"]),
         async_scheduling=bool(r["async_scheduling"]),
         cascade_attention=bool(r["cascade_attention"]), memory=memory, tiers=tiers,
-        provenance=provenance, overrides=overrides, assumptions=assumptions)
+        provenance=provenance, overrides=overrides, assumptions=assumptions,
+        chip_hbm_peak_bps=float(r["chip_hbm_peak_bps"]))
     if inputs.stated_caches:
         resolved = replace(resolved, caches=cache_model.state_caches(
             plan, resolved.kv_bytes_per_token, resolved.kv_layers, resolved.block_size,

@@ -352,7 +352,8 @@ def _runner(cluster: Any, connect_timeout: float | None = None) -> _Processes | 
 
 
 def summarise(dst: str | os.PathLike[str]) -> pl.DataFrame:
-    """Per scenario: batches, total GPU time, p50/p99 step time and bottleneck shares."""
+    """Per scenario: batches, wall time (Σ NoOverlap), p50/p99 step time and each
+    bottleneck's share of wall time (the measure ``compare`` reports)."""
     pattern = str(Path(dst) / "scenario=*" / "*.parquet")
     con = duckdb.connect()
     frame = con.sql(f"""
@@ -362,11 +363,16 @@ def summarise(dst: str | os.PathLike[str]) -> pl.DataFrame:
                sum(overlap_ns)::BIGINT AS total_overlap_ns,
                quantile_disc(no_overlap_ns, 0.5) AS p50_ns,
                quantile_disc(no_overlap_ns, 0.99) AS p99_ns,
-               avg((bottleneck = 'sm')::INT) AS share_sm,
-               avg((bottleneck = 'hbm')::INT) AS share_hbm,
-               avg((bottleneck = 'nvlink')::INT) AS share_nvlink,
-               avg((bottleneck = 'nic')::INT) AS share_nic,
-               avg((bottleneck = 'host')::INT) AS share_host
+               coalesce(sum(no_overlap_ns) FILTER (WHERE bottleneck = 'sm'), 0)::DOUBLE
+                   / greatest(sum(no_overlap_ns), 1) AS share_sm,
+               coalesce(sum(no_overlap_ns) FILTER (WHERE bottleneck = 'hbm'), 0)::DOUBLE
+                   / greatest(sum(no_overlap_ns), 1) AS share_hbm,
+               coalesce(sum(no_overlap_ns) FILTER (WHERE bottleneck = 'nvlink'), 0)::DOUBLE
+                   / greatest(sum(no_overlap_ns), 1) AS share_nvlink,
+               coalesce(sum(no_overlap_ns) FILTER (WHERE bottleneck = 'nic'), 0)::DOUBLE
+                   / greatest(sum(no_overlap_ns), 1) AS share_nic,
+               coalesce(sum(no_overlap_ns) FILTER (WHERE bottleneck = 'host'), 0)::DOUBLE
+                   / greatest(sum(no_overlap_ns), 1) AS share_host
         FROM read_parquet('{pattern}', hive_partitioning = true)
         GROUP BY scenario ORDER BY scenario""").pl()
     con.close()

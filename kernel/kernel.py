@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import host, memory, step, transfer
+from . import host, memory, step, transfer, utilisation
 from . import limits as _limits
 from .origins import ORIGIN_SETS
 from .resolved import ResolvedPool
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .calibration.document import Calibration
     from .protocols import TraceInput
     from .transfer import PDTransferDemand
+    from .utilisation import Utilisation
 
 EVIDENCED_METHODS = frozenset({"measured", "literature", "vendor_spec"})
 
@@ -91,6 +92,12 @@ class Kernel:
         cal = as_calibration(calibration)
         check_applies(cal, self._r.model_name, self._r.chip_name, force)
         return Kernel(self._r, self._pool, self._resolution, self._documents, cal)
+
+    def utilisation(self, batch: Batch) -> Utilisation:
+        """Per-rank FLOPs, HBM and network bytes of one step as its terms count them, and
+        MFU/MBU against the chip's catalog peaks over its NoOverlap time."""
+        est = step.step_time_into(self._r, batch, None)
+        return utilisation.step_utilisation(self._r, batch, est.no_overlap)
 
     # -- deployment limits ---------------------------------------------------------------
     @cached_property

@@ -282,3 +282,5 @@ class ResolvedPool:
     # The caches this pool states (windowed or hybrid graphs, kernel/caches.py); None keeps the
     # legacy per-token formulas.
     caches: StatedCaches | None = None
+    # The chip's catalog HBM bandwidth, not derated (MBU's denominator); 0 = not from a catalog.
+    chip_hbm_peak_bps: float = 0.0

@@ -55,6 +55,7 @@ __all__ = [
     "BatchSummary",
     "StepTotals",
     "compose",
+    "dcp_charge_bytes",
     "finish",
     "prepared",
     "stack_summaries",
@@ -716,15 +717,7 @@ def _compose(p: _Prepared, s: BatchSummary,
             has_rows = rows > 0
             rf = laws.as_f64(rows)
             for what, kc, heads in L.dcp_charges:
-                if what == "q":
-                    nbytes = rf * heads * L.dcp_qW * 2
-                elif what == "a2a":
-                    nbytes = rf * heads * (L.dcp_oW + 2) * 2
-                elif what == "lse":
-                    nbytes = dcp * rf * heads * 4
-                else:
-                    nbytes = rf * heads * L.dcp_oW * 2
-                t = kc.seconds(nbytes)
+                t = kc.seconds(dcp_charge_bytes(L, what, rf, heads, dcp))
                 if kc.crosses:
                     cross = laws.select(has_rows, cross + t, cross)
                 else:
@@ -774,6 +767,18 @@ def _compose(p: _Prepared, s: BatchSummary,
         laws.select(empty, zero, tot_sm), laws.select(empty, zero, tot_hbm), laws.select(empty, zero, tot_nv),
         laws.select(empty, zero, tot_nic), laws.duration_seconds(host_ns), host_ns,
         laws.select(empty, zero, overlap), empty)
+
+
+def dcp_charge_bytes(L: _Layer, what: str, rows: Any, heads: float, dcp: int) -> Any:
+    """Bytes of one DCP decode collective (§2.8): the query gather, the all-to-all of outputs
+    and LSEs, the LSE gather, or the output combine, over ``rows`` decode rows."""
+    if what == "q":
+        return rows * heads * L.dcp_qW * 2
+    if what == "a2a":
+        return rows * heads * (L.dcp_oW + 2) * 2
+    if what == "lse":
+        return dcp * rows * heads * 4
+    return rows * heads * L.dcp_oW * 2
 
 
 def _context_gathers(p: _Prepared, L: _Layer, runs: Any, pre: Any, on_node: Any,

@@ -193,6 +193,7 @@ SELECT l.scenario, l.pool, l.role, l.chip, l.model, l.tp, l.pp, l.dp, l.pcp, l.d
        c.tflops_nvfp4 AS chip_nvfp4_tflops,
        d.served_dtype, d.served_bytes, d.checkpoint_bytes, d.gemm_suffix, d.peak_flops,
        c.bw_peak_tbs * 1e12 * cv.hbm_derate AS hbm_bps,
+       c.bw_peak_tbs * 1e12 AS chip_hbm_peak_bps,
        n.eps_max, n.m_half, coalesce(n.n_half, 0)::DOUBLE AS n_half, coalesce(n.k_half, 0)::DOUBLE AS k_half,
        (n.n_half IS NOT NULL AND n.k_half IS NOT NULL) AS shape_aware,
        c.intra_node_bw_gbps * 1e9 AS nvlink_bps,

@@ -48,7 +48,7 @@ def test_demo_writes_every_output(demo_out: tuple[Path, str]) -> None:
 
 def test_demo_prints_the_summary(demo_out: tuple[Path, str]) -> None:
     out, text = demo_out
-    for needle in ("batches", f"{BATCHES:,}", "total GPU time", "p50", "p99", "bottleneck",
+    for needle in ("batches", f"{BATCHES:,}", "wall time", "GPU time", "p50", "p99", "bottleneck",
                    "evidence", "report.html", "priced.parquet"):
         assert needle in text, needle
 

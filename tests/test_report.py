@@ -157,7 +157,7 @@ def test_summarise_agrees_with_the_frame() -> None:
     assert math.isclose(sum(s.bottleneck_share("time").values()), 1.0)
     assert s.evidence == (2, 3) and s.scenario == "fake-scenario"
     text = "\n".join(s.lines())
-    for needle in ("batches", "total GPU time", "p50", "p99", "bottleneck", "2/3"):
+    for needle in ("batches", "wall time", "p50", "p99", "bottleneck", "2/3"):
         assert needle in text
 
 
@@ -331,7 +331,8 @@ def test_cli_compare_two_deployments(tmp_path: Path, small_trace: Path) -> None:
                                  "--scenario", OTHER, "-o", str(tmp_path / "c.html")])
     assert r.exit_code == 0, r.output
     assert DS3 in r.output and OTHER in r.output and "p99" in r.output
-    assert f"{OTHER} vs {DS3}: total" in r.output and "bottleneck shift" in r.output
+    assert f"{OTHER} vs {DS3}: wall time" in r.output and "bottleneck shift" in r.output
+    assert "share of wall time" in r.output and "GPU-s" in r.output
     text = (tmp_path / "c.html").read_text()
     assert_self_contained(text)
     assert html.CHART_IDS["compare"] in parse(text).ids

@@ -13,9 +13,13 @@ from pathlib import Path
 import pytest
 
 from kernel.report import html
+from kernel.report.sections import SECTION_IDS
 
 DS3 = "deepseek-v3-h200-fp8-sglang-tp8"
 CHARTS = ("anatomy", "bottleneck_map", "step_time", "by_bottleneck")
+# The trace sections' charts (issue 17).
+SECTION_CHARTS = ("chart-throughput", "chart-step-timeline", "chart-step-vs-tokens",
+                  "chart-utilisation", "chart-kv-occupancy", "chart-layer-kinds")
 
 
 def _chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -32,10 +36,13 @@ def _report(tmp: Path) -> Path:
     import kernel
     from kernel import bulk
     from kernel.synth import synth
+    from kernel.utilisation import column_producer
 
     k = kernel.open(DS3)
-    priced = bulk.price(k, synth(400, requests_per_batch=32, seed=5))
-    svg = html.write(html.trace_report(priced, k, title="browser test"), tmp / "report.html")
+    trace = synth(400, requests_per_batch=32, seed=5)
+    priced = bulk.price(k, trace, producers=[column_producer()])
+    svg = html.write(html.trace_report(priced, k, title="browser test", trace=trace),
+                     tmp / "report.html")
     html.write(html.trace_report(priced, None, embed="png", title="png embed"),
                tmp / "report_png.html")
     return svg
@@ -54,8 +61,12 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     for name in CHARTS:
         cid = html.CHART_IDS[name]
         assert f'<svg id="{cid}"' in text, f"chart {cid} missing from the rendered DOM"
-    for section in ("summary", "charts", "configuration", "provenance"):
+    for section in ("summary", "charts", "configuration", "provenance", *SECTION_IDS.values()):
         assert f'id="{section}"' in text, section
+    for cid in SECTION_CHARTS:
+        assert f'<svg id="{cid}"' in text, f"chart {cid} missing from the rendered DOM"
+    assert 'class="missing"' not in text  # every section had the data it needs
+    assert "steps break a deployment limit" in text and "prefill tokens/s" in text
 
     shot = tmp_path / "shot.png"
     r = _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,2000", url)

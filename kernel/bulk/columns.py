@@ -12,6 +12,7 @@ function that computes them for a whole set of batches at once::
         # ctx.totals   step.StepTotals of arrays (compose's result, before finish)
         # ctx.priced   the base columns as numpy arrays (overlap_ns, sm_ns, tokens, ...)
         # ctx.inputs   the trace columns named in ``inputs``, one value per batch (its first row)
+        # ctx.rows, ctx.groups  the request rows (grouped by batch) and the batch boundaries
         return {"limits": ...}  # one entry per field, each of length ctx.n
 
     register_columns(ColumnProducer("limits", (pa.field("limits", pa.string()),), produce))

@@ -4,13 +4,16 @@ Synthesises a realistic continuous-batching trace (:mod:`kernel.synth`), prices 
 the default scenario (:mod:`kernel.bulk`), and writes into ``--out`` (default ``out/``):
 
 * ``trace.parquet`` — the synthetic trace (one row per request per step);
-* ``priced.parquet`` — one row per batch: Overlap, NoOverlap, bottleneck, per-resource ns;
+* ``priced.parquet`` — one row per batch: Overlap, NoOverlap, bottleneck, per-resource ns,
+  and the utilisation columns (FLOPs, bytes, MFU, MBU, prefill tokens, KV blocks);
 * ``report.html`` — a self-contained report (summary, charts, configuration, provenance);
-* ``anatomy.png``, ``bottleneck_map.png``, ``step_time.png``, ``by_bottleneck.png``;
+* ``anatomy.png``, ``bottleneck_map.png``, ``step_time.png``, ``by_bottleneck.png`` and one
+  PNG per trace section (throughput, timeline, step_vs_tokens, utilisation, kv_occupancy,
+  layer_kinds);
 * ``summary.json`` — the printed numbers;
 
-then prints a short summary (batches, total GPU time, bottleneck shares, p50/p99 step time,
-evidence ratio). ``--all-scenarios`` also loads, validates and resolves every embedded
+then prints a short summary (batches, wall time, GPU time, bottleneck shares, p50/p99 step
+time, evidence ratio). ``--all-scenarios`` also loads, validates and resolves every embedded
 scenario (every pool) and prints what each one is and how much of it rests on evidence.
 """
 
@@ -104,6 +107,7 @@ def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
     from kernel.report import html
     from kernel.report.summary import summarise
     from kernel.synth import Lengths, write_synth
+    from kernel.utilisation import column_producer
 
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -122,7 +126,7 @@ def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
     made = stamp.for_kernel(k, trace=trace, decode_threshold=decode_width(k), sm_budget=0)
     counts = bulk.price_file(k, trace, priced_path, progress=False,
                              decode_threshold=decode_width(k), tune_malloc=True,
-                             metadata=made.to_metadata())
+                             metadata=made.to_metadata(), producers=[column_producer()])
     priced = pl.read_parquet(priced_path)
     t_price = time.perf_counter()
     summary = summarise(priced, k, scenario=scenario)
@@ -132,7 +136,7 @@ def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
                 f"{stats.chunk:,} tokens) priced on {scenario}: {r.model_name} on "
                 f"{r.chip_name}, tp={k.resolved().tensor_parallel()}")
     page = html.trace_report(priced, k, summary=summary, png_dir=out, subtitle=subtitle,
-                             title="blis-kernel demo: a synthetic trace, priced")
+                             title="blis-kernel demo: a synthetic trace, priced", trace=trace)
     html.write(page, out / "report.html")
     t_report = time.perf_counter()
     result = summary.as_dict() | {

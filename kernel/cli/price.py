@@ -153,6 +153,10 @@ def register(group: click.Group) -> None:
                   type=click.IntRange(1, 1 << 31), help="Rows read per chunk (memory bound).")
     @click.option("--db", type=click.Path(dir_okay=False),
                   help="Also store the priced table in this DuckDB file, beside provenance.")
+    @click.option("--utilisation", is_flag=True,
+                  help="Add per-step flops, hbm_bytes, nvlink_bytes, nic_bytes, mfu, mbu, "
+                       "prefill_tokens and kv_blocks (the report's utilisation, throughput "
+                       "and KV sections read them).")
     @click.option("--no-progress", is_flag=True, help="No progress bar.")
     @click.option("--cluster", default=None, type=CLUSTER,
                   help="Price partitions in parallel: local[:N] worker processes, "
@@ -165,7 +169,7 @@ def register(group: click.Group) -> None:
                   strict: bool, reject_over_limit: bool, decode_threshold: int,
                   sm_budget: int, batches_path: str | None, column_map: tuple[str, ...],
                   chunk_rows: int,
-                  db: str | None, no_progress: bool, cluster: str | None,
+                  db: str | None, utilisation: bool, no_progress: bool, cluster: str | None,
                   connect_timeout: float, scenarios_root: str | None, catalog_root: str | None,
                   registry_root: str | None, **measured: Any) -> None:
         """Price every batch of a recorded TRACE (a file, a directory, a glob) into parquet
@@ -173,6 +177,7 @@ def register(group: click.Group) -> None:
         from kernel import stamp
         from kernel.bulk import price_file
         from kernel.trace import RejectedRowError, TraceError
+        from kernel.utilisation import column_producer
 
         repos = make_repos(scenarios_root, catalog_root, registry_root)
         if cluster is not None:
@@ -183,7 +188,8 @@ def register(group: click.Group) -> None:
                 ("--reject-over-limit", reject_over_limit),
                 ("--measured", measured.get("measured")),
                 ("--calibration", measured.get("calibration")),
-                ("--trace-format fpm", measured.get("trace_format") == "fpm")) if given]
+                ("--trace-format fpm", measured.get("trace_format") == "fpm"),
+                ("--utilisation", utilisation)) if given]
             if unsupported:
                 raise click.UsageError(f"{', '.join(unsupported)} cannot be combined with "
                                        "--cluster (rejects go to OUTPUT/rejects/)")
@@ -216,7 +222,9 @@ def register(group: click.Group) -> None:
                                 chunk_rows=chunk_rows, progress=not no_progress,
                                 decode_threshold=decode_threshold, sm_budget=sm_budget,
                                 columns=parse_column_options(column_map), batches=batches_path,
-                                tune_malloc=True, producers=run.producers,
+                                tune_malloc=True,
+                                producers=[*(run.producers or ()),
+                                           *([column_producer()] if utilisation else [])],
                                 keep=run.keep or None, metadata=made.to_metadata(),
                                 rejects_metadata=made.as_kind("rejects").to_metadata(),
                                 reject_over_limit=reject_over_limit)

@@ -97,11 +97,11 @@ def _check_output(path: str, allowed: tuple[str, ...]) -> None:
 def _compare_table(summaries: list[TraceSummary], names: list[str]) -> Table:
     from kernel.report.summary import fmt_duration
 
-    table = Table(title="One trace, several deployments (NoOverlap)")
+    table = Table(title="One trace, several deployments (NoOverlap; shares are of wall time)")
     table.add_column("scenario", no_wrap=True)
-    for col in ("total", "Δ total", "p50", "p99", "Δ p99"):
+    for col in ("wall", "Δ wall", "GPU-s", "p50", "p99", "Δ p99"):
         table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("binds most (share of time)", no_wrap=True)
+    table.add_column("binds most", no_wrap=True)
     base = summaries[0]
     for i, (s, name) in enumerate(zip(summaries, names, strict=True)):
         shares = s.bottleneck_share("time")
@@ -110,7 +110,9 @@ def _compare_table(summaries: list[TraceSummary], names: list[str]) -> Table:
                if base.total_no_overlap_ns else 0.0)
         rel99 = (s.p99_no_overlap_ns / base.p99_no_overlap_ns - 1
                  if base.p99_no_overlap_ns else 0.0)
+        gpu = s.gpu_ns()
         table.add_row(name, fmt_duration(s.total_no_overlap_ns), "-" if i == 0 else f"{rel:+.1%}",
+                      "-" if gpu is None else f"{gpu / 1e9:,.0f}",
                       fmt_duration(s.p50_no_overlap_ns), fmt_duration(s.p99_no_overlap_ns),
                       "-" if i == 0 else f"{rel99:+.1%}",
                       f"{top} ({shares.get(top, 0.0):.0%})" if shares else "-")
@@ -135,9 +137,11 @@ def compare_lines(summaries: list[TraceSummary], names: list[str]) -> list[str]:
                if base.total_no_overlap_ns else 0.0)
         rel99 = (s.p99_no_overlap_ns / base.p99_no_overlap_ns - 1
                  if base.p99_no_overlap_ns else 0.0)
-        out.append(f"{name} vs {names[0]}: total {fmt_duration(s.total_no_overlap_ns)} "
-                   f"({rel:+.1%}), p99 {fmt_duration(s.p99_no_overlap_ns)} ({rel99:+.1%}), "
-                   f"bottleneck shift (share of time): {_shift(base, s)}")
+        gpu = s.gpu_ns()
+        gpu_text = "" if gpu is None else f", GPU time {gpu / 1e9:,.0f} GPU-s"
+        out.append(f"{name} vs {names[0]}: wall time {fmt_duration(s.total_no_overlap_ns)} "
+                   f"({rel:+.1%}){gpu_text}, p99 {fmt_duration(s.p99_no_overlap_ns)} ({rel99:+.1%}), "
+                   f"bottleneck shift (share of wall time): {_shift(base, s)}")
     return out
 
 
@@ -206,7 +210,7 @@ def register(group: click.Group) -> None:
                 registry_root: str | None) -> None:
         """Step anatomy of SCENARIO: where the time of a decode step goes, by batch size."""
         from kernel.report import charts, html
-        from kernel.report.summary import anatomy_sweep
+        from kernel.report.summary import anatomy_sweep, batch_limit
 
         _check_output(output, (*CHART_SUFFIXES, ".html"))
         safe_output.check_outputs([], [("-o", output)])
@@ -221,7 +225,8 @@ def register(group: click.Group) -> None:
         else:
             points = anatomy_sweep(k, context, range(1, max_batch + 1))
             fig = charts.anatomy_figure(points, context=context,
-                                        title=f"Step anatomy: {k.resolved_pool.scenario}")
+                                        title=f"Step anatomy: {k.resolved_pool.scenario}",
+                                        limit=batch_limit(k, context))
             charts.save(fig, output)
         click.echo(f"wrote {output}")
 
@@ -232,9 +237,15 @@ def register(group: click.Group) -> None:
     @click.option("--scenario", default=None,
                   help="The scenario the trace was priced on (default: the one the file's "
                        "stamp names; a different one is refused): adds the anatomy, "
-                       "bottleneck map, resolved configuration and provenance.")
+                       "bottleneck map, KV capacity, limits, resolved configuration and "
+                       "provenance.")
+    @click.option("--trace", "trace_path", default=None,
+                  type=click.Path(exists=True, dir_okay=False),
+                  help="The request-level trace that was priced: adds the per-layer-kind "
+                       "breakdown of the median decode and prefill steps.")
     @with_repos
-    def report(priced: str, output: str, scenario: str | None, scenarios_root: str | None,
+    def report(priced: str, output: str, scenario: str | None, trace_path: str | None,
+               scenarios_root: str | None,
                catalog_root: str | None, registry_root: str | None) -> None:
         """Report on a priced trace (PRICED.parquet from `blis-kernel price`)."""
         from kernel.cli.stamped import kernel_for
@@ -253,7 +264,7 @@ def register(group: click.Group) -> None:
         k = kernel_for(pf, scenario, make_repos(scenarios_root, catalog_root, registry_root))
         summary = summarise(frame, k, scenario=scenario or pf.scenario)
         if _suffix(output) == ".html":
-            html.write(html.trace_report(frame, k, summary=summary,
+            html.write(html.trace_report(frame, k, summary=summary, trace=trace_path,
                                          title=f"blis-kernel: {Path(priced).name}"), output)
         else:
             mask = frame["prefill_requests"] > 0 if "prefill_requests" in frame.columns else None
@@ -328,16 +339,19 @@ def register(group: click.Group) -> None:
                                     f"{len(names)} deployment{'s' if len(names) > 1 else ''}")
         if _suffix(output) == ".html":
             chart = html.Chart.of(fig, html.CHART_IDS["compare"], "Comparison",
-                                  "Total NoOverlap time by binding resource, and p50/p99 step "
-                                  "time, per deployment.")
+                                  "Wall time (NoOverlap, steps back to back) split by binding "
+                                  "resource — shares of time, as sweep reports them — and "
+                                  "p50/p99 step time, per deployment.")
             rows = "".join(
                 f"<tr><td>{n}</td><td class='n'>{s.batches:,}</td>"
                 f"<td class='n'>{s.total_no_overlap_ns:,}</td>"
+                f"<td class='n'>{'-' if s.gpu_ns() is None else f'{s.gpu_ns():,}'}</td>"
                 f"<td class='n'>{s.p50_no_overlap_ns:,}</td>"
                 f"<td class='n'>{s.p99_no_overlap_ns:,}</td></tr>"
                 for n, s in zip((escape(x) for x in names), summaries, strict=True))
             table = ("<section id='compare'><h2>Totals (ns)</h2><table><thead><tr>"
-                     "<th>scenario</th><th>batches</th><th>total NoOverlap</th><th>p50</th>"
+                     "<th>scenario</th><th>batches</th><th>wall time (NoOverlap)</th>"
+                     "<th>GPU time (GPU-ns)</th><th>p50</th>"
                      f"<th>p99</th></tr></thead><tbody>{rows}</tbody></table></section>")
             html.write(html.render(title=f"blis-kernel: {Path(trace).name} compared",
                                    subtitle=", ".join(names), charts_=[chart],

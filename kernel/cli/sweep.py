@@ -39,8 +39,9 @@ def match_scenarios(patterns: tuple[str, ...], repos: Repos) -> list[str]:
 
 
 def summary_table(frame: pl.DataFrame) -> Table:
-    table = Table(title="Sweep summary (NoOverlap)")
-    for col in ("scenario", "batches", "total GPU s", "p50 µs", "p99 µs", "top bottleneck"):
+    table = Table(title="Sweep summary (NoOverlap; shares are of wall time, as compare reports)")
+    for col in ("scenario", "batches", "wall time s", "p50 µs", "p99 µs",
+                "binds most (share of wall time)"):
         table.add_column(col)
     shares = ["sm", "hbm", "nvlink", "nic", "host"]
     for row in frame.iter_rows(named=True):

@@ -3,7 +3,8 @@
 Each ``*_figure`` function takes plain data (see :mod:`kernel.report.summary`) and returns a
 :class:`matplotlib.figure.Figure`; :func:`save` writes it as PNG/SVG/PDF by suffix,
 :func:`to_svg` returns it as an inline ``<svg>`` element (text kept as text, with an ``id``)
-and :func:`to_png_data_uri` as a base64 ``data:`` URI. Times are shown in µs.
+and :func:`to_png_data_uri` as a base64 ``data:`` URI. Each time axis has one unit (µs or ms),
+named in its label.
 """
 
 from __future__ import annotations
@@ -25,15 +26,15 @@ import polars as pl  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.colors import BoundaryNorm, ListedColormap  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
 from .summary import (  # noqa: E402
     RESOURCES,
     AnatomyPoint,
+    BatchLimit,
     BottleneckGrid,
     TraceSummary,
-    fmt_duration,
     nearest_rank,
 )
 
@@ -98,10 +99,6 @@ def _new(width: float = 9.0, height: float = 5.0) -> Figure:
     return fig
 
 
-def _us(ns: Sequence[int] | np.ndarray) -> np.ndarray:
-    return np.asarray(ns, dtype=np.float64) / 1e3
-
-
 # -- output ---------------------------------------------------------------------------------
 
 def save(fig: Figure, path: str | Path) -> Path:
@@ -151,28 +148,37 @@ def to_png_data_uri(fig: Figure) -> str:
 
 # -- step anatomy ------------------------------------------------------------------------------
 
-def anatomy_figure(points: Sequence[AnatomyPoint], *, context: int, title: str = "") -> Figure:
-    """Per-resource time and Overlap/NoOverlap (µs) against decode batch size.
+def anatomy_figure(points: Sequence[AnatomyPoint], *, context: int, title: str = "",
+                   limit: BatchLimit | None = None) -> Figure:
+    """Per-resource time and Overlap/NoOverlap (µs, or ms past 10 ms) against decode batch
+    size.
 
-    The band along the bottom shows which resource binds at each batch size.
+    The band along the bottom shows which resource binds at each batch size; batch sizes
+    beyond ``limit`` (max_num_seqs, or the requests whose KV fits) are greyed out.
     """
     fig = _new(9.0, 5.4)
     with _rc():
         ax = fig.add_subplot()
         xs = np.array([p.batch_size for p in points])
+        worst = max((p.no_overlap_ns for p in points), default=0)
+        unit, scale = ("ms", 1e6) if worst >= 10e6 else ("µs", 1e3)
+
+        def t(ns: Sequence[int]) -> np.ndarray:
+            return np.asarray(ns, dtype=np.float64) / scale
+
         present = [r for r in RESOURCES if any(p.per_resource.get(r, 0) for p in points)]
         extra = sorted({r for p in points for r in p.per_resource} - set(RESOURCES))
         for r in present + [r for r in extra if any(p.per_resource.get(r, 0) for p in points)]:
-            ax.plot(xs, _us([p.per_resource.get(r, 0) for p in points]), color=_color(r),
+            ax.plot(xs, t([p.per_resource.get(r, 0) for p in points]), color=_color(r),
                     lw=1.6, label=_label(r))
-        ax.plot(xs, _us([p.no_overlap_ns for p in points]), color="black", lw=2.6,
+        ax.plot(xs, t([p.no_overlap_ns for p in points]), color="black", lw=2.6,
                 label="NoOverlap (sum)")
-        ax.plot(xs, _us([p.overlap_ns for p in points]), color="black", lw=2.0, ls="--",
+        ax.plot(xs, t([p.overlap_ns for p in points]), color="black", lw=2.0, ls="--",
                 label="Overlap")
         # The binding resource as a coloured strip under the curves (one span per run).
         edges = _edges(xs) if len(xs) else np.zeros(0)
         if len(points):
-            top = max(max(p.no_overlap_ns for p in points), 1) / 1e3
+            top = max(worst, 1) / scale
             ax.set_ylim(-0.07 * top, top * 1.08)
             start = 0
             for i in range(1, len(points) + 1):
@@ -180,13 +186,17 @@ def anatomy_figure(points: Sequence[AnatomyPoint], *, context: int, title: str =
                     ax.axvspan(edges[start], edges[i], ymin=0.0, ymax=0.04, lw=0, alpha=0.9,
                                color=_color(points[start].bottleneck))
                     start = i
+        if len(xs) and limit is not None and limit.size < xs.max():
+            lo = max(limit.size + 0.5, edges[0])
+            ax.axvspan(lo, edges[-1], color="#9a9a9a", alpha=0.35, lw=0, zorder=3,
+                       label=f"beyond {limit.reason}:\nthe pool cannot hold these batches")
         if len(xs):
             ax.set_xlim(edges[0], edges[-1])
             ticks = _batch_ticks(int(xs.min()), int(xs.max()))
             ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.set_xlabel("decode batch size (requests)")
-        ax.set_ylabel("time per step (µs)")
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.set_ylabel(f"time per step ({unit})")
+        ax.yaxis.set_major_formatter(FuncFormatter(_plain))
         fig.suptitle(title or "Step anatomy")
         ax.set_title(f"uniform decode at context {context:,} tokens; the strip along the "
                      "bottom shows the binding resource", fontsize=9, color="#444")
@@ -214,8 +224,11 @@ def _batch_ticks(lo: int, hi: int) -> list[int]:
 
 # -- bottleneck map -------------------------------------------------------------------------
 
-def bottleneck_map_figure(grid: BottleneckGrid, *, title: str = "") -> Figure:
-    """A categorical heatmap: which resource binds at each batch size × context length."""
+def bottleneck_map_figure(grid: BottleneckGrid, *, title: str = "",
+                          limits: Mapping[int, int] | None = None) -> Figure:
+    """A categorical heatmap: which resource binds at each batch size × context length.
+
+    ``limits`` (context → the largest batch the pool holds there) hatches the cells beyond."""
     fig = _new(9.0, 5.4)
     with _rc({"axes.grid": False}):
         ax = fig.add_subplot()
@@ -238,8 +251,16 @@ def bottleneck_map_figure(grid: BottleneckGrid, *, title: str = "") -> Figure:
                 for j, t in enumerate(row):
                     ax.text(j, i, _short(t / scale), ha="center", va="center", fontsize=7.5,
                             color="white")
-        ax.legend(handles=[Patch(color=_color(r), label=_label(r)) for r in cats],
-                  loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+        handles = [Patch(color=_color(r), label=_label(r)) for r in cats]
+        beyond = [(i, j) for i, c in enumerate(grid.contexts) for j, n in enumerate(grid.sizes)
+                  if limits is not None and c in limits and n > limits[c]]
+        for i, j in beyond:
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="#9a9a9a", alpha=0.75,
+                                   hatch="///", edgecolor="white", lw=0))
+        if beyond:
+            handles.append(Patch(facecolor="#9a9a9a", hatch="///", edgecolor="white",
+                                 label="beyond what the pool holds"))
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
                   title="binding resource")
         ax.set_title(f"uniform decode steps; cell text: NoOverlap step time ({unit})", fontsize=9,
                      color="#444")
@@ -259,18 +280,21 @@ def _short(v: float) -> str:
 def step_time_histogram_figure(no_overlap_ns: Sequence[int] | np.ndarray | pl.Series, *,
                                with_prefill: Sequence[bool] | np.ndarray | pl.Series | None = None,
                                title: str = "") -> Figure:
-    """Histogram of per-step NoOverlap time (µs) with p50 and p99 marked.
+    """Histogram of per-step NoOverlap time with p50 and p99 marked, in one unit (µs or ms)
+    on the axis and in the labels.
 
-    ``with_prefill`` (one flag per step) splits the bars into decode-only steps and steps
-    that carry prefill work. A wide spread gets a log time axis; a tall peak a log count axis.
+    ``with_prefill`` (one flag per step) draws decode-only steps and steps that carry prefill
+    work as two outlined series side by side — never stacked, so each bar height is read
+    directly. A wide spread gets a log time axis; a tall peak a log count axis.
     """
     values = np.asarray(no_overlap_ns, dtype=np.int64)
     fig = _new(9.0, 4.8)
+    unit, scale = ("ms", 1e6) if values.size and values.max() >= 2e6 else ("µs", 1e3)
     with _rc():
         ax = fig.add_subplot()
-        us = _us(values)
-        if us.size:
-            lo, hi = float(us.min()), float(us.max())
+        t = values / scale
+        if t.size:
+            lo, hi = float(t.min()), float(t.max())
             bins: Any = np.linspace(lo, hi if hi > lo else lo + 1.0, 61)
             if lo > 0 and hi / lo > 4:
                 bins = np.geomspace(lo, hi * 1.0001, 61)
@@ -278,15 +302,17 @@ def step_time_histogram_figure(no_overlap_ns: Sequence[int] | np.ndarray | pl.Se
                 ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
             if with_prefill is not None:
                 mask = np.asarray(with_prefill, dtype=bool)
-                counts, _, _ = ax.hist([us[~mask], us[mask]], bins=bins, stacked=True,
-                                       color=["#4c72b0", "#dd8452"], alpha=0.9,
-                                       label=[f"decode-only steps ({int((~mask).sum()):,})",
-                                              f"steps with prefill ({int(mask.sum()):,})"])
-                heights = np.asarray(counts[-1])
+                heights = []
+                for sel, color, label in ((~mask, "#4c72b0", "decode-only steps"),
+                                          (mask, "#dd8452", "steps with prefill")):
+                    h, _, _ = ax.hist(t[sel], bins=bins, histtype="step", lw=1.8, color=color,
+                                      label=f"{label} ({int(sel.sum()):,})")
+                    heights.append(np.asarray(h))
+                allh = np.concatenate(heights)
             else:
-                counts, _, _ = ax.hist(us, bins=bins, color="#4c72b0", alpha=0.9)
-                heights = np.asarray(counts)
-            nonzero = heights[heights > 0]
+                h, _, _ = ax.hist(t, bins=bins, color="#4c72b0", alpha=0.9)
+                allh = np.asarray(h)
+            nonzero = allh[allh > 0]
             if nonzero.size and nonzero.max() > 20 * np.median(nonzero):
                 ax.set_yscale("log")
                 ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
@@ -294,15 +320,15 @@ def step_time_histogram_figure(no_overlap_ns: Sequence[int] | np.ndarray | pl.Se
             ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
             for q, style in ((0.50, "-"), (0.99, "--")):
                 ns = nearest_rank(values, q)
-                ax.axvline(ns / 1e3, color="#c44e52", ls=style, lw=1.8)
-                ax.annotate(f"p{int(q * 100)} = {fmt_duration(ns)}", xy=(ns / 1e3, 1.0),
+                ax.axvline(ns / scale, color="#c44e52", ls=style, lw=1.8)
+                ax.annotate(f"p{int(q * 100)} = {ns / scale:,.3g} {unit}", xy=(ns / scale, 1.0),
                             xycoords=("data", "axes fraction"), xytext=(4, -14),
                             textcoords="offset points", color="#c44e52", fontsize=9.5)
             if with_prefill is not None:
                 fig.legend(loc="outside lower center", ncols=2, frameon=False)
-        ax.set_xlabel("NoOverlap step time (µs)")
-        ax.set_ylabel("batches")
-        ax.set_title(title or f"Step-time distribution ({values.size:,} batches)")
+        ax.set_xlabel(f"NoOverlap step time ({unit})")
+        ax.set_ylabel("steps")
+        ax.set_title(title or f"Step-time distribution ({values.size:,} steps)")
     return fig
 
 
@@ -327,7 +353,7 @@ def time_by_bottleneck_figure(summary: TraceSummary | Mapping[str, int], *,
             share = times[r] / total if total else 0.0
             ax.annotate(f"{share:.1%}", xy=(b.get_x() + b.get_width() / 2, b.get_height()),
                         xytext=(0, 3), textcoords="offset points", ha="center", fontsize=9)
-        ax.set_ylabel(f"GPU time ({unit}, NoOverlap)")
+        ax.set_ylabel(f"wall time ({unit}, NoOverlap)")
         ax.set_title(title or "Time by binding resource")
         if vals:
             ax.set_ylim(0, max(vals) * 1.15 or 1)
@@ -346,8 +372,8 @@ def _time_unit(ns: float) -> tuple[str, float]:
 
 def compare_figure(summaries: Sequence[TraceSummary], names: Sequence[str], *,
                    title: str = "") -> Figure:
-    """One trace under several deployments: total time stacked by binding resource, and
-    p50/p99 step time."""
+    """One trace under several deployments: wall time split by binding resource (shares of
+    time, as ``sweep`` reports them), GPU time alongside, and p50/p99 step time."""
     fig = _new(10.0, max(3.2, 1.6 + 0.6 * len(names)))
     with _rc():
         ax, ax2 = fig.subplots(1, 2, sharey=True, width_ratios=[3, 2])
@@ -361,12 +387,14 @@ def compare_figure(summaries: Sequence[TraceSummary], names: Sequence[str], *,
             ax.barh(ys, w, left=left, color=_color(r), label=_label(r))
             left += w
         for y, s in zip(ys, summaries, strict=True):
-            ax.annotate(f" {fmt_duration(s.total_no_overlap_ns)}", xy=(left[y], y),
-                        va="center", fontsize=9)
+            gpu = s.gpu_ns()
+            note = f" {s.total_no_overlap_ns / scale:,.4g} {unit}" + (
+                f" × {s.gpus} GPUs = {gpu / 1e9:,.0f} GPU-s" if gpu is not None else "")
+            ax.annotate(note, xy=(left[y], y), va="center", fontsize=9)
         ax.set_yticks(ys, list(names))
         ax.invert_yaxis()
-        ax.set_xlabel(f"total GPU time ({unit}, NoOverlap), by binding resource")
-        ax.set_xlim(0, (left.max() if left.size else 1) * 1.25 or 1)
+        ax.set_xlabel(f"wall time ({unit}, NoOverlap), split by binding resource")
+        ax.set_xlim(0, (left.max() if left.size else 1) * 1.6 or 1)
         h = 0.38
         unit2, scale2 = _time_unit(max((s.p99_no_overlap_ns for s in summaries), default=0))
         ax2.barh(ys - h / 2, [s.p50_no_overlap_ns / scale2 for s in summaries], h,

@@ -28,10 +28,16 @@ __all__ = [
     "RESOURCE_COLUMNS",
     "RESOURCES",
     "TraceSummary",
+    "BatchLimit",
     "anatomy_sweep",
+    "batch_limit",
     "bottleneck_grid",
     "decode_batch",
     "fmt_duration",
+    "fmt_long",
+    "fmt_si",
+    "fmt_span",
+    "gpus_of_pool",
     "nearest_rank",
     "summarise",
 ]
@@ -47,7 +53,9 @@ MAP_CONTEXTS: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768,
 
 
 def fmt_duration(ns: float) -> str:
-    """A duration in the unit that reads best: ns, µs, ms or s (three significant digits)."""
+    """A duration in the unit that reads best: ns, µs, ms (three significant digits) or
+    seconds — three significant digits below 100 s, then whole seconds to four significant
+    digits with thousands separators (195,100 s), never scientific notation."""
     a = abs(ns)
     if a < 1e3:
         return f"{ns:.0f} ns"
@@ -55,16 +63,61 @@ def fmt_duration(ns: float) -> str:
         return f"{ns / 1e3:.3g} µs"
     if a < 1e9:
         return f"{ns / 1e6:.3g} ms"
-    return f"{ns / 1e9:.4g} s"
+    secs = ns / 1e9
+    if a < 100e9:
+        return f"{secs:.3g} s"
+    digits = len(str(int(abs(secs))))
+    return f"{round(secs, 4 - digits):,.0f} s"
+
+
+_SI = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def fmt_si(value: float, unit: str) -> str:
+    """A count with an SI prefix and three significant digits: 1.06 EFLOP, 4.08 PB."""
+    for scale, prefix in _SI:
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+_SPANS = (("d", 86_400), ("h", 3_600), ("min", 60), ("s", 1))
+
+
+def fmt_span(ns: float) -> str:
+    """A long duration as its two largest calendar units ("2 d 6 h", "3 h 12 min", "4 min
+    10 s"); under a minute, :func:`fmt_duration`."""
+    if abs(ns) < 60e9:
+        return fmt_duration(ns)
+    left = int(round(abs(ns) / 1e9))
+    parts: list[str] = []
+    for unit, size in _SPANS:
+        n, left = divmod(left, size)
+        if n or parts:
+            parts.append(f"{n} {unit}")
+        if len(parts) == 2:
+            break
+    parts = [p for p in parts if not p.startswith("0 ")] or parts[:1]
+    return ("-" if ns < 0 else "") + " ".join(parts)
+
+
+def fmt_long(ns: float) -> str:
+    """``fmt_span`` with the exact seconds alongside once it exceeds a minute:
+    "2 d 6 h (195,100 s)"."""
+    if abs(ns) < 60e9:
+        return fmt_duration(ns)
+    return f"{fmt_span(ns)} ({fmt_duration(ns)})"
 
 
 def nearest_rank(values: Sequence[int] | np.ndarray, q: float) -> int:
-    """The nearest-rank ``q`` quantile (0 < q <= 1) of ``values``: an observed value."""
-    arr = np.sort(np.asarray(values, dtype=np.int64))
+    """The nearest-rank ``q`` quantile (0 < q <= 1) of ``values``: an observed value.
+
+    A selection (``np.partition``), not a sort: linear in the number of values."""
+    arr = np.asarray(values, dtype=np.int64)
     if arr.size == 0:
         return 0
-    rank = max(math.ceil(q * arr.size), 1)
-    return int(arr[min(rank, arr.size) - 1])
+    rank = min(max(math.ceil(q * arr.size), 1), arr.size) - 1
+    return int(np.partition(arr, rank)[rank])
 
 
 # -- sweeps over a kernel ---------------------------------------------------------------------
@@ -144,6 +197,40 @@ def bottleneck_grid(k: Kernel, sizes: Iterable[int] = MAP_SIZES,
     return BottleneckGrid(sizes_t, ctx_t, tuple(cells), tuple(times))
 
 
+def gpus_of_pool(k: Kernel) -> int | None:
+    """The GPUs one pool occupies: tp × pp × dp × pcp (DCP reuses the TP ranks); None when
+    the kernel does not say."""
+    lay = getattr(k.resolved_pool, "layout", None)
+    if lay is None:
+        return None
+    return max(lay.tp, 1) * max(lay.pp, 1) * max(lay.dp, 1) * max(lay.pcp, 1)
+
+
+@dataclass(frozen=True)
+class BatchLimit:
+    """The largest decode batch a pool can hold at one context, and what sets it."""
+
+    size: int
+    reason: str  # "max_num_seqs = 256" or "KV capacity at 4,096 tokens"
+
+
+def batch_limit(k: Kernel, context: int) -> BatchLimit | None:
+    """min(max_num_seqs, the requests whose KV fits at ``context``): vLLM's concurrency rule,
+    KV blocks × page / (SequenceVariableBytes(context) + SequenceAdmissionBytes)."""
+    r = k.resolved_pool
+    out: list[BatchLimit] = []
+    seqs = int(getattr(r, "max_num_seqs", 0) or 0)
+    if seqs > 0:
+        out.append(BatchLimit(seqs, f"max_num_seqs = {seqs:,}"))
+    if hasattr(k, "kv_capacity") and hasattr(k, "sequence_variable_bytes"):
+        cap = k.kv_capacity()
+        per = k.sequence_variable_bytes(context) + k.sequence_admission_bytes()
+        if per > 0:
+            fit = int(cap.num_blocks * cap.page_bytes // per)
+            out.append(BatchLimit(fit, f"KV capacity at {context:,} tokens ({fit:,} requests)"))
+    return min(out, key=lambda b: b.size) if out else None
+
+
 # -- a priced trace -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -168,6 +255,13 @@ class TraceSummary:
     resource_time_ns: dict[str, int]  # Σ per-resource busy time over the trace
     evidence: tuple[int, int] | None = None  # (evidenced, total) provenance entries
     scenario: str | None = None
+    gpus: int | None = None  # GPUs of the pool (with a kernel): GPU time = wall time × gpus
+
+    def gpu_ns(self, overlap: bool = False) -> int | None:
+        """GPU time (GPU-nanoseconds): wall time × the pool's GPUs; None without a kernel."""
+        if self.gpus is None:
+            return None
+        return (self.total_overlap_ns if overlap else self.total_no_overlap_ns) * self.gpus
     # Batches over each deployment limit (kernel.limits); None: the table has no limits column.
     over_limit: dict[str, int] | None = None
     over_limit_batches: int = 0
@@ -200,8 +294,8 @@ class TraceSummary:
             f"batches         {self.batches:,} ({self.requests:,} request-steps: "
             f"{self.prefill_requests:,} prefill, {self.decode_requests:,} decode; "
             f"{self.tokens:,} tokens)",
-            f"total GPU time  {fmt_duration(self.total_no_overlap_ns)} NoOverlap, "
-            f"{fmt_duration(self.total_overlap_ns)} Overlap",
+            f"wall time       {fmt_long(self.total_no_overlap_ns)} NoOverlap, "
+            f"{fmt_long(self.total_overlap_ns)} Overlap (steps back to back)",
             f"step time       p50 {fmt_duration(self.p50_no_overlap_ns)}, "
             f"p99 {fmt_duration(self.p99_no_overlap_ns)}, "
             f"max {fmt_duration(self.max_no_overlap_ns)} (NoOverlap); "
@@ -209,6 +303,10 @@ class TraceSummary:
             f"p99 {fmt_duration(self.p99_overlap_ns)} (Overlap)",
             f"bottleneck      {binds or '-'}",
         ]
+        gpu = self.gpu_ns()
+        if gpu is not None:
+            out.insert(-2, f"GPU time        {gpu / 1e9:,.0f} GPU-s NoOverlap "
+                       f"(wall time × {self.gpus} GPUs of the pool)")
         if self.rows_rejected:
             why = ", ".join(f"{r} {n:,}" for r, n in self.reject_reasons.items())
             out.append(f"rejected        {self.rows_rejected:,} trace rows set aside"
@@ -236,6 +334,7 @@ class TraceSummary:
             "bottleneck_batches": dict(self.bottleneck_batches),
             "bottleneck_time_ns": dict(self.bottleneck_time_ns),
             "evidence": list(self.evidence) if self.evidence else None,
+            "gpus": self.gpus, "gpu_no_overlap_ns": self.gpu_ns(),
             "over_limit": dict(self.over_limit) if self.over_limit is not None else None,
             "over_limit_batches": self.over_limit_batches,
         }
@@ -262,7 +361,9 @@ def summarise(priced: pl.DataFrame, k: Kernel | None = None,
     times = {str(r["bottleneck"]): int(r["t"]) for r in by.iter_rows(named=True)}
     order = _ordered(counts)
     evidence = None
+    gpus = None
     if k is not None:
+        gpus = gpus_of_pool(k)
         ev, total, _ = k.evidence()
         evidence = (int(ev), int(total))
         if scenario is None:
@@ -287,6 +388,7 @@ def summarise(priced: pl.DataFrame, k: Kernel | None = None,
                           if c in priced.columns},
         evidence=evidence,
         scenario=scenario,
+        gpus=gpus,
         **_over_limit(priced),
     )
 
