@@ -313,7 +313,8 @@ class TraceSummary:
                        + (f" ({why})" if why else ""))
         if self.over_limit is not None:
             which = ", ".join(f"{name} {n:,}" for name, n in self.over_limit.items() if n)
-            out.append(f"limits          {self.over_limit_batches:,} batches over a deployment "
+            noun = "batch" if self.over_limit_batches == 1 else "batches"
+            out.append(f"limits          {self.over_limit_batches:,} {noun} over a deployment "
                        f"limit" + (f" ({which})" if which else ""))
         if self.evidence is not None:
             ev, total = self.evidence
