@@ -577,6 +577,20 @@ def stack_summaries(summaries: Sequence[BatchSummary]) -> BatchSummary:
 # --- 2. everything after the walk ----------------------------------------------------------
 
 
+def secondary_read_tokens(a: Any, n_dec_kv: Any, decode_requests: Any, dcp: int,
+                          inter: int) -> Any:
+    """Tokens a secondary attention read (indexer, window, compressed stream) covers per rank:
+    capped by its window, divided by its compression, sharded by DCP (scalar or array)."""
+    n: Any = n_dec_kv
+    if a.window > 0:
+        n = laws.go_min(n, laws.as_f64(a.window * decode_requests))
+    if a.compress > 1:
+        n = n / a.compress
+    if a.shards:
+        n = laws.as_f64(laws.dcp_local_tokens_one(laws.round_half(n), dcp, inter))
+    return n
+
+
 def compose(r: ResolvedPool, s: BatchSummary) -> StepTotals:
     """Per-layer terms, head, host and totals (§2.4–§2.6) from a (scalar or array) summary."""
     p = prepared(r)
@@ -680,13 +694,7 @@ def _compose(p: _Prepared, s: BatchSummary,
             else:
                 flops = laws.select(pre, flops + layer_causal * L.q_heads * L.head_dim / tp, flops)
             for a in L.secondaries:
-                n: Any = n_dec_kv
-                if a.window > 0:
-                    n = laws.go_min(n, laws.as_f64(a.window * s.decode_requests))
-                if a.compress > 1:
-                    n = n / a.compress
-                if a.shards:
-                    n = laws.as_f64(laws.dcp_local_tokens_one(laws.round_half(n), dcp, inter))
+                n = secondary_read_tokens(a, n_dec_kv, s.decode_requests, dcp, inter)
                 attn = laws.select(dec, attn + (a.floor_s + n * a.per_tok / a.rate), attn)
         elementwise = T * L.elementwise / tp
         rec: Any = 0.0

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import laws
-from .step import BatchSummary, dcp_charge_bytes, prepared, summarise
+from .step import BatchSummary, dcp_charge_bytes, prepared, secondary_read_tokens, summarise
 from .types import Batch
 
 __all__ = [
@@ -124,13 +124,7 @@ def _counts(r: Any, s: BatchSummary) -> WorkCounts:
             causal = s.causal_flops if L.window_idx < 0 else s.windowed[L.window_idx]
             lf = laws.select(pre, lf + causal * L.q_heads * L.head_dim / tp, lf)
             for a in L.secondaries:
-                n: Any = n_dec_kv
-                if a.window > 0:
-                    n = laws.go_min(n, laws.as_f64(a.window * s.decode_requests))
-                if a.compress > 1:
-                    n = n / a.compress
-                if a.shards:
-                    n = laws.as_f64(laws.dcp_local_tokens_one(laws.round_half(n), dcp, inter))
+                n = secondary_read_tokens(a, n_dec_kv, s.decode_requests, dcp, inter)
                 lb = laws.select(dec, lb + n * a.per_tok, lb)
         ln: Any = 0.0
         lx: Any = 0.0
