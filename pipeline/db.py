@@ -27,6 +27,7 @@ from .errors import DocumentError, Problem
 from .load import Inputs, Repos, open_inputs, resolve_scenario_path
 from .resources import sql_dir
 
+
 def open_db(path: str | os.PathLike[str] | None = None,
             apply: bool = True) -> duckdb.DuckDBPyConnection:
     """A connection with every document table present (empty if new) and the views applied."""
