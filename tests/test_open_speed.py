@@ -1,0 +1,45 @@
+"""Reading documents faster changes nothing they say: the composer without tag resolution and
+the path-free conversion give the trees the full conversion gives, and every refusal still
+names its key path and line."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline import yamlio
+from pipeline.errors import DocumentError
+
+_RESOLVING = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+scalars = (st.integers(-10**6, 10**6) | st.floats(allow_nan=False) | st.booleans()
+           | st.none() | st.text("ab yes~:#'\"-", max_size=6))
+values = st.recursive(scalars, lambda c: st.lists(c, max_size=3)
+                      | st.dictionaries(st.text("xyz", min_size=1, max_size=2), c, max_size=3),
+                      max_leaves=25)
+
+
+@settings(max_examples=80, deadline=None)
+@given(values, st.sampled_from([None, True, False]))
+def test_fast_reading_equals_the_full_conversion_of_resolved_nodes(value: object,
+                                                                    flow: bool | None) -> None:
+    text = yaml.safe_dump(value, default_flow_style=flow)
+    fast = yamlio.read_documents("v.yaml", text)
+    full = [yamlio._convert(n, "v.yaml", "") for n in yaml.compose_all(text, Loader=_RESOLVING)]
+    assert fast == full
+
+
+@pytest.mark.parametrize(("text", "path", "message"), [
+    ("a:\n  b: 1\n  b: 2\n", "a.b", "duplicate key 'b' (first at line 2)"),
+    ("a:\n  - x: 1\n    <<: {y: 2}\n", "a[0].<<", "merge keys are not accepted"),
+    ("a:\n  ? [1, 2]\n  : 3\n", "a", "a mapping key must be a plain scalar"),
+])
+def test_refusals_still_name_the_key_path(text: str, path: str, message: str) -> None:
+    with pytest.raises(DocumentError) as err:
+        yamlio.read_documents("bad.yaml", text)
+    problem = err.value.problems[0]
+    assert problem.path == path
+    assert message in problem.message
+    assert problem.line > 0
