@@ -1,14 +1,22 @@
-"""Reading documents faster changes nothing they say: the composer without tag resolution and
-the path-free conversion give the trees the full conversion gives, and every refusal still
-names its key path and line."""
+"""Faster opens and sweeps change no result: the YAML composer without tag resolution and the
+path-free conversion give the trees the full conversion gives (every refusal still names its
+key path and line), and a sweep task prices alike on any number of threads."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import kernel
+from kernel.distributed import price_partition_group
+from kernel.saved import dumps
+from kernel.synth import synth
 from pipeline import yamlio
 from pipeline.errors import DocumentError
 
@@ -43,3 +51,21 @@ def test_refusals_still_name_the_key_path(text: str, path: str, message: str) ->
     assert problem.path == path
     assert message in problem.message
     assert problem.line > 0
+
+
+def test_a_sweep_task_prices_alike_on_any_number_of_threads(tmp_path: Path) -> None:
+    """Workers price with cores / N threads: the partition's priced rows do not depend on it."""
+    trace = synth(600, requests_per_batch=6, prefill_share=0.2, seed=5)
+    src = tmp_path / "t.parquet"
+    pq.write_table(trace, src)
+    saved = dumps(kernel.open("llama-3.1-8b-h100-tp1"))
+    empty = np.array([], dtype=np.int64)
+    got = []
+    for threads in (1, 2, 3):
+        out = tmp_path / f"out-{threads}"
+        (r,) = price_partition_group([str(src)], 0, empty, empty, [("s", saved, "d")],
+                                     str(out), 1, threads=threads)
+        assert r.error == "" and r.rows_in == trace.num_rows
+        got.append(pq.read_table(r.output).replace_schema_metadata(None))
+    assert got[0].num_rows > 0
+    assert all(g.equals(got[0]) for g in got[1:])
