@@ -81,15 +81,13 @@ def arrow_type(tp: Any) -> pa.DataType:
                     "column(...) declaration (rows=, as_json=, skip=...)")
 
 
-def _record_type(tp: Any) -> tuple[Any, bool]:
-    """(the dataclass, whether the field may be None) of a record-valued field, or (None, _)."""
+def _record_type(tp: Any) -> Any:
+    """The dataclass of a record-valued field (``R`` or ``R | None``), else None."""
     origin, args = type_shape(tp)
     if origin in (typing.Union, types.UnionType):
         stated = [a for a in args if a is not type(None)]
-        if len(stated) == 1 and dataclasses.is_dataclass(stated[0]):
-            return stated[0], True
-        return None, False
-    return (tp, False) if dataclasses.is_dataclass(tp) else (None, False)
+        return stated[0] if len(stated) == 1 and dataclasses.is_dataclass(stated[0]) else None
+    return tp if dataclasses.is_dataclass(tp) else None
 
 
 def _item_type(tp: Any) -> Any:
@@ -188,7 +186,7 @@ def _walk(cls: type, prefix: str, start: str | None, stop: str | None
         if meta.get("as_json"):
             out.append((Column(name, pa.string(), _chain(get, _json), src), absent))
             continue
-        record, _optional = _record_type(tp)
+        record = _record_type(tp)
         if record is not None:
             default = record()
             for col, inner_absent in _walk(record, prefix + (meta.get("prefix") or ""),
@@ -290,35 +288,3 @@ def table(parts: tuple[Part, ...], rows: Sequence[Mapping[str, Any]],
     data = {c.name: [c.get(row[role]) for row in rows] for c, role in zip(cols, roles,
                                                                          strict=True)}
     return pa.Table.from_pydict(data, schema=arrow_schema or schema(parts))
-
-
-def untabled_fields(cls: type) -> dict[str, str]:
-    """``Class.field`` → the reason no table holds it, for ``cls`` and the records it nests."""
-    out: dict[str, str] = {}
-    hints = type_hints(cls)
-    for f in dataclasses.fields(cls):
-        meta = _meta(f)
-        if meta.get("skip"):
-            out[f"{cls.__name__}.{f.name}"] = meta["skip"]
-            continue
-        record, _ = _record_type(hints[f.name])
-        if record is not None and not meta.get("present"):
-            out.update(untabled_fields(record))
-    return out
-
-
-def child_tables(cls: type) -> dict[str, str]:
-    """``Class.field`` → the table its items are rows of, for ``cls`` and nested records."""
-    out: dict[str, str] = {}
-    hints = type_hints(cls)
-    for f in dataclasses.fields(cls):
-        meta = _meta(f)
-        if meta.get("skip"):
-            continue
-        if meta.get("rows"):
-            out[f"{cls.__name__}.{f.name}"] = meta["rows"]
-            continue
-        record, _ = _record_type(hints[f.name])
-        if record is not None and not meta.get("present"):
-            out.update(child_tables(record))
-    return out
