@@ -28,7 +28,7 @@ in the rejects table: ``rows in = rows priced + rows rejected``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,10 @@ __all__ = [
     "Rows",
     "TraceError",
     "coerce",
+    "record_rejects",
     "reject_frame",
+    "reject_table",
+    "row_values",
 ]
 
 REQUIRED = ("batch_id", "scheduled", "computed", "prompt_len")
@@ -90,6 +93,48 @@ class RejectedRowError(TraceError):
         self.reject = dict(reject)
         super().__init__(f"row {reject['row']} (batch {reject['batch_id']}) rejected: "
                          f"{reject['reason']}: {reject['detail']}")
+
+
+def reject_table(row: Any, batch_id: Any, reason: str | Sequence[str],
+                 column: str | Sequence[str], detail: str | Sequence[str],
+                 values: Sequence[str], *, source: str = "trace",
+                 batch_id_null: np.ndarray | None = None) -> pa.Table:
+    """The one constructor of :data:`REJECT_SCHEMA` tables: one row per rejected input row.
+
+    ``row`` and ``batch_id`` are integer arrays (``batch_id_null`` marks unreadable ids);
+    ``reason``, ``column`` and ``detail`` are one value per row or one string for all;
+    ``values`` is the row as read (``"name=value, ..."``), one per row.
+    """
+    n = len(values)
+
+    def text(v: str | Sequence[str]) -> pa.Array:
+        return pa.array([v] * n if isinstance(v, str) else list(v), pa.string())
+
+    return pa.table({
+        "row": pa.array(np.asarray(row, np.int64), pa.int64()),
+        "batch_id": pa.array(np.asarray(batch_id, np.int64), pa.int64(), mask=batch_id_null),
+        "reason": text(reason),
+        "column": text(column),
+        "detail": text(detail),
+        "source": text(source),
+        "values": pa.array(list(values), pa.string()),
+    }, schema=REJECT_SCHEMA)
+
+
+def row_values(rows: Rows) -> list[str]:
+    """The ``values`` text of validated rows rejected with their batch."""
+    return [f"batch_id={b}, scheduled={x}, computed={y}" for b, x, y in
+            zip(rows.batch_id.tolist(), rows.scheduled.tolist(), rows.computed.tolist(),
+                strict=True)]
+
+
+def record_rejects(tbl: pa.Table, rejects: list[pa.Table] | None, strict: bool) -> None:
+    """Strict mode raises :class:`RejectedRowError` at the table's first row; otherwise the
+    table joins ``rejects`` (when collected)."""
+    if strict and tbl.num_rows:
+        raise RejectedRowError(tbl.slice(0, 1).to_pylist()[0])
+    if rejects is not None:
+        rejects.append(tbl)
 
 
 # -- validated rows -----------------------------------------------------------------------
@@ -310,19 +355,9 @@ def coerce(raw: pa.Table, offset: int, *, rejects: list[pa.Table] | None = None,
                 cols.append("computed")
                 details.append("computed + scheduled exceeds int64")
         id_bad = codes["batch_id"] != 0 if "batch_id" in codes else np.zeros(n, bool)
-        tbl = pa.table({
-            "row": pa.array(idx + offset, pa.int64()),
-            "batch_id": pa.array(values["batch_id"][idx], pa.int64(), mask=id_bad[idx]),
-            "reason": pa.array(reasons, pa.string()),
-            "column": pa.array(cols, pa.string()),
-            "detail": pa.array(details, pa.string()),
-            "source": pa.array([source] * idx.size, pa.string()),
-            "values": pa.array(_values_text(raw, idx), pa.string()),
-        }, schema=REJECT_SCHEMA)
-        if strict:
-            raise RejectedRowError(tbl.slice(0, 1).to_pylist()[0])
-        if rejects is not None:
-            rejects.append(tbl)
+        tbl = reject_table(idx + offset, values["batch_id"][idx], reasons, cols, details,
+                           _values_text(raw, idx), source=source, batch_id_null=id_bad[idx])
+        record_rejects(tbl, rejects, strict)
         if id_bad.any():  # rows without a batch cannot take part in batch checks
             rows = rows.take(np.flatnonzero(~id_bad))
     return rows

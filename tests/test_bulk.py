@@ -392,3 +392,27 @@ def test_streaming_equals_in_memory_for_any_chunking(tmp_path: Path) -> None:
         assert pl.read_parquet(rej).sort("row").equals(mem.rejects.sort("row"))
 
     check()
+
+
+def test_every_reject_table_comes_from_the_one_constructor() -> None:
+    from kernel.trace import REJECT_SCHEMA, RejectedRowError, record_rejects, reject_table
+
+    t = reject_table(np.array([4, 9]), np.array([1, 0]), "null", ["scheduled", "computed"],
+                     "d", ["a", "b"], source="batches", batch_id_null=np.array([False, True]))
+    assert t.schema == REJECT_SCHEMA
+    assert t.to_pylist() == [
+        {"row": 4, "batch_id": 1, "reason": "null", "column": "scheduled", "detail": "d",
+         "source": "batches", "values": "a"},
+        {"row": 9, "batch_id": None, "reason": "null", "column": "computed", "detail": "d",
+         "source": "batches", "values": "b"}]
+    got: list[pa.Table] = []
+    record_rejects(t, got, strict=False)
+    assert got == [t]
+    with pytest.raises(RejectedRowError, match="row 4 .batch 1. rejected: null: d"):
+        record_rejects(t, got, strict=True)
+    # no module builds a rejects table by hand any more
+    root = Path(__file__).resolve().parents[1] / "kernel"
+    by_hand = [str(p.relative_to(root)) for p in root.rglob("*.py")
+               if "schema=REJECT_SCHEMA" in p.read_text() or
+               "RejectedRowError(tbl" in p.read_text()]
+    assert by_hand == ["trace.py"]

@@ -18,11 +18,11 @@ from ..trace import (
     BATCH_COLUMNS,
     BATCH_REJECTED,
     DUPLICATE_BATCH,
-    REJECT_SCHEMA,
     UNKNOWN_BATCH,
-    RejectedRowError,
     Rows,
     coerce,
+    record_rejects,
+    reject_table,
 )
 
 __all__ = ["BatchTable"]
@@ -55,19 +55,11 @@ class BatchTable:
             dup[:-1] |= same
         if dup.any():
             d = order[dup]
-            tbl = pa.table({
-                "row": pa.array(ok.row[d], pa.int64()),
-                "batch_id": pa.array(ok.batch_id[d], pa.int64()),
-                "reason": pa.array([DUPLICATE_BATCH] * d.size, pa.string()),
-                "column": pa.array(["batch_id"] * d.size, pa.string()),
-                "detail": pa.array(["the per-batch table names this batch more than once"]
-                                   * d.size, pa.string()),
-                "source": pa.array(["batches"] * d.size, pa.string()),
-                "values": pa.array([f"batch_id={b}" for b in ok.batch_id[d].tolist()]),
-            }, schema=REJECT_SCHEMA)
-            if strict:
-                raise RejectedRowError(tbl.slice(0, 1).to_pylist()[0])
-            rejects.append(tbl)
+            record_rejects(reject_table(
+                ok.row[d], ok.batch_id[d], DUPLICATE_BATCH, "batch_id",
+                "the per-batch table names this batch more than once",
+                [f"batch_id={b}" for b in ok.batch_id[d].tolist()], source="batches"),
+                rejects, strict)
             for b, rw in zip(ok.batch_id[d].tolist(), ok.row[d].tolist(), strict=True):
                 self.banned_row.setdefault(int(b), int(rw))
             self.banned = np.union1d(self.banned, ok.batch_id[d])
@@ -106,39 +98,20 @@ class BatchTable:
             if ban.any():
                 idx = np.flatnonzero(ban)
                 bids = rows.batch_id[idx].tolist()
-                tbl = pa.table({
-                    "row": pa.array(rows.row[idx], pa.int64()),
-                    "batch_id": pa.array(rows.batch_id[idx], pa.int64()),
-                    "reason": pa.array([BATCH_REJECTED] * idx.size, pa.string()),
-                    "column": pa.array([""] * idx.size, pa.string()),
-                    "detail": pa.array([f"row {self.banned_row[b]} of the per-batch table "
-                                        "was rejected" for b in bids], pa.string()),
-                    "source": pa.array(["trace"] * idx.size, pa.string()),
-                    "values": pa.array([f"batch_id={b}" for b in bids], pa.string()),
-                }, schema=REJECT_SCHEMA)
-                if strict:
-                    raise RejectedRowError(tbl.slice(0, 1).to_pylist()[0])
-                if rejects is not None:
-                    rejects.append(tbl)
+                record_rejects(reject_table(
+                    rows.row[idx], rows.batch_id[idx], BATCH_REJECTED, "",
+                    [f"row {self.banned_row[b]} of the per-batch table was rejected"
+                     for b in bids], [f"batch_id={b}" for b in bids]), rejects, strict)
                 rows.bad[idx] = True  # bad rows are already reported
 
     def unknown(self, rejects: list[pa.Table] | None, strict: bool) -> int:
         miss = np.flatnonzero(~self.seen)
         if miss.size == 0:
             return 0
-        tbl = pa.table({
-            "row": pa.array(self.rows[miss], pa.int64()),
-            "batch_id": pa.array(self.ids[miss], pa.int64()),
-            "reason": pa.array([UNKNOWN_BATCH] * miss.size, pa.string()),
-            "column": pa.array(["batch_id"] * miss.size, pa.string()),
-            "detail": pa.array(["no request row of the trace has this batch id"] * miss.size,
-                               pa.string()),
-            "source": pa.array(["batches"] * miss.size, pa.string()),
-            "values": pa.array([f"batch_id={b}" for b in self.ids[miss].tolist()]),
-        }, schema=REJECT_SCHEMA)
-        if strict:
-            raise RejectedRowError(tbl.slice(0, 1).to_pylist()[0])
-        if rejects is not None:
-            rejects.append(tbl)
+        record_rejects(reject_table(
+            self.rows[miss], self.ids[miss], UNKNOWN_BATCH, "batch_id",
+            "no request row of the trace has this batch id",
+            [f"batch_id={b}" for b in self.ids[miss].tolist()], source="batches"),
+            rejects, strict)
         return int(miss.size)
 

@@ -121,7 +121,7 @@ def with_measured(producers: Iterable[ColumnProducer] | None, measured: str | No
 
 def check_rows(spec: OutputSpec, rows: Rows, rejects: list[pa.Table], strict: bool) -> None:
     """Run the producers' row checks on coerced rows: mark failing rows bad, record why."""
-    from ..trace import REJECT_SCHEMA, RejectedRowError
+    from ..trace import record_rejects, reject_table
 
     for p in spec.producers:
         if p.check is None or len(rows) == 0:
@@ -133,20 +133,10 @@ def check_rows(spec: OutputSpec, rows: Rows, rejects: list[pa.Table], strict: bo
             continue
         col = p.inputs[0] if p.inputs else ""
         shown = extra[col].take(pa.array(idx)).to_pylist() if col else [None] * idx.size
-        tbl = pa.table({
-            "row": pa.array(rows.row[idx], pa.int64()),
-            "batch_id": pa.array(rows.batch_id[idx], pa.int64()),
-            "reason": pa.array([p.reason] * idx.size, pa.string()),
-            "column": pa.array([col] * idx.size, pa.string()),
-            "detail": pa.array([str(d) for d in detail[idx]], pa.string()),
-            "source": pa.array(["trace"] * idx.size, pa.string()),
-            "values": pa.array([f"batch_id={b}, {col}={v!r}" for b, v in
-                                zip(rows.batch_id[idx].tolist(), shown, strict=True)],
-                               pa.string()),
-        }, schema=REJECT_SCHEMA)
-        if strict:
-            raise RejectedRowError(tbl.slice(0, 1).to_pylist()[0])
-        rejects.append(tbl)
+        record_rejects(reject_table(
+            rows.row[idx], rows.batch_id[idx], p.reason, col, [str(d) for d in detail[idx]],
+            [f"batch_id={b}, {col}={v!r}" for b, v in
+             zip(rows.batch_id[idx].tolist(), shown, strict=True)]), rejects, strict)
         rows.bad[idx] = True
 
 

@@ -17,10 +17,11 @@ from ..trace import (
     CONFLICT,
     INT64_MAX,
     OVERFLOW,
-    REJECT_SCHEMA,
-    RejectedRowError,
     Rows,
     all_distinct,
+    record_rejects,
+    reject_table,
+    row_values,
 )
 
 __all__ = ["Groups", "batch_checks", "group", "groups_from_starts", "groups_of_grouped", "runs"]
@@ -134,22 +135,8 @@ def batch_checks(rows: Rows, g: Groups, inline_batch_cols: tuple[str, ...],
                    else detail[int(b)] for b in rb]
         cols = ["" if reason[b] == 1 else column[int(b)] for b in rb]
         sub = rows.take(sib)
-        values = [f"batch_id={b}, scheduled={x}, computed={y}"
-                  for b, x, y in zip(sub.batch_id.tolist(), sub.scheduled.tolist(),
-                                     sub.computed.tolist(), strict=True)]
-        tbl = pa.table({
-            "row": pa.array(sub.row, pa.int64()),
-            "batch_id": pa.array(sub.batch_id, pa.int64()),
-            "reason": pa.array(reasons, pa.string()),
-            "column": pa.array(cols, pa.string()),
-            "detail": pa.array(details, pa.string()),
-            "source": pa.array(["trace"] * sib.size, pa.string()),
-            "values": pa.array(values, pa.string()),
-        }, schema=REJECT_SCHEMA)
-        if strict:
-            raise RejectedRowError(tbl.slice(0, 1).to_pylist()[0])
-        if rejects is not None:
-            rejects.append(tbl)
+        record_rejects(reject_table(sub.row, sub.batch_id, reasons, cols, details,
+                                    row_values(sub)), rejects, strict)
     keep = np.flatnonzero(~rej_row)
     rows = rows.take(keep)
     return rows, groups_of_grouped(rows.batch_id)

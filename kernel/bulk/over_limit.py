@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import limits
-from ..trace import REJECT_SCHEMA, RejectedRowError, Rows
+from ..trace import Rows, record_rejects, reject_table, row_values
 from .columns import BatchContext, ColumnProducer
 from .groups import Groups, groups_of_grouped
 
@@ -84,19 +84,9 @@ def reject_over_limit(lim: limits.Limits, out: pa.Table, rows: Rows, g: Groups, 
     idx = np.flatnonzero(row_flag)
     sub = rows.take(idx)
     batch = g.inv[idx]
-    tbl = pa.table({
-        "row": pa.array(sub.row, pa.int64()),
-        "batch_id": pa.array(sub.batch_id, pa.int64()),
-        "reason": pa.array([OVER_LIMIT] * idx.size, pa.string()),
-        "column": pa.array(labels[batch].tolist(), pa.string()),
-        "detail": pa.array([detail[int(b)] for b in batch], pa.string()),
-        "source": pa.array(["trace"] * idx.size, pa.string()),
-        "values": pa.array([f"batch_id={i}, scheduled={s}, computed={c}" for i, s, c in
-                            zip(sub.batch_id.tolist(), sub.scheduled.tolist(),
-                                sub.computed.tolist(), strict=True)], pa.string()),
-    }, schema=REJECT_SCHEMA)
-    if strict:
-        raise RejectedRowError(tbl.slice(0, 1).to_pylist()[0])
+    tbl = reject_table(sub.row, sub.batch_id, OVER_LIMIT, labels[batch].tolist(),
+                       [detail[int(b)] for b in batch], row_values(sub))
+    record_rejects(tbl, None, strict)
     keep = np.flatnonzero(~row_flag)
     kept = rows.take(keep)
     return out.filter(pa.array(~flagged)), kept, groups_of_grouped(kept.batch_id), [tbl]
