@@ -4,7 +4,8 @@
 :mod:`pipeline.normalise` created empty; ``register(con, inputs)`` adds one scenario's
 documents (idempotently: a document already present with the same content is skipped, one
 with different content under the same name is an error); ``apply_views(con)`` runs every
-``sql/*.sql`` file in filename order. Views compute for every scenario and pool at once.
+``sql/*.sql`` file in dependency order and materialises the views of the files whose header
+declares it. Views compute for every scenario and pool at once.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,6 @@ from . import normalise as nz
 from .errors import DocumentError, Problem
 from .load import Inputs, Repos, open_inputs, resolve_scenario_path
 from .resources import sql_dir
-
-_VIEW_NAME = re.compile(r"CREATE OR REPLACE VIEW\s+(\w+)")
 
 
 def open_db(path: str | os.PathLike[str] | None = None,
@@ -233,27 +231,39 @@ def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> Non
     """Run every ``sql/*.sql`` file in dependency order (``pipeline.sql_models``; each creates
     or replaces views).
 
-    With ``materialize`` (the default) each view is computed once, in dependency order, into a
-    table of the same name: later views then read rows rather than re-expanding the whole
-    chain, which keeps resolving many scenarios at once fast. Derived tables are a snapshot:
-    call this again after registering more documents (``load_scenarios`` and
-    ``kernel.build.new`` do).
+    A file whose header declares ``-- materialize: true`` has each of its views computed once,
+    right after the file runs, into a table of the same name (:func:`materialize_view`): later
+    files then read rows rather than re-expanding the whole chain, which keeps resolving many
+    scenarios at once fast. Derived tables are a snapshot: call this again after registering
+    more documents (``load_scenarios`` and ``kernel.build.new`` do). ``materialize=False``
+    leaves every view a plain view whatever the headers say (slow; for debugging).
     """
     install_udfs(con)
     register_constants(con)
     kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables"
                              ).fetchall())
     models = sql_models.order((sql_models.parse(p) for p in sql_files()), kinds)
-    for path in (m.path for m in models):
-        text = path.read_text()
-        for name in _VIEW_NAME.findall(text):  # switching between views and tables
-            if materialize and kinds.get(name) == "VIEW":
-                con.execute(f'DROP VIEW "{name}"')
-            elif not materialize and kinds.get(name) == "BASE TABLE":
+    for model in models:
+        for name in model.views:  # a table left by an earlier materialisation gives way
+            if kinds.get(name) == "BASE TABLE":
                 con.execute(f'DROP TABLE "{name}"')
-        if materialize:
-            text = text.replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TABLE")
         try:
-            con.execute(text)
+            con.execute(model.path.read_text())
+            if materialize and model.materialize:
+                for name in model.views:
+                    materialize_view(con, name)
         except duckdb.Error as exc:  # a broken view file is a programming error: say which
-            raise RuntimeError(f"{path.name}: {exc}") from exc
+            raise RuntimeError(f"{model.path.name}: {exc}") from exc
+
+
+def materialize_view(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Replace the view ``name`` by a table of the same name holding its rows.
+
+    DuckDB has no materialised views. The view's own query fills a staging table, the view is
+    dropped and the table takes its name; views reading ``name`` bind by name when queried, so
+    they read the table from then on.
+    """
+    staging = f"__materializing_{name}"
+    con.execute(f'CREATE OR REPLACE TABLE "{staging}" AS SELECT * FROM "{name}"')
+    con.execute(f'DROP VIEW "{name}"')
+    con.execute(f'ALTER TABLE "{staging}" RENAME TO "{name}"')

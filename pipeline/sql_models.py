@@ -4,6 +4,10 @@ Dependencies are derived from the SQL text rather than declared or implied by fi
 prefixes: a file defines the views, tables and macros it creates, and depends on every other
 file whose definitions it mentions. ``order`` runs a file after everything it reads and fails
 with the file and name on a cycle or on an input that neither a file nor the database holds.
+
+Whether a file's views are materialised is declared, once, in its header: a comment line
+``-- materialize: true`` or ``-- materialize: false`` before the first statement. A missing,
+repeated or misspelt declaration fails with the file named (:class:`SqlHeaderError`).
 """
 
 from __future__ import annotations
@@ -25,30 +29,74 @@ _CTE = re.compile(r"(?:\bWITH\s+(?:RECURSIVE\s+)?|,\s*)([A-Za-z_]\w*)\s*(?:\([^(
 # `FROM` inside these calls is part of the call, not a relation read.
 _CALL_FROM = re.compile(r"\b(?:EXTRACT|TRIM|SUBSTRING|OVERLAY|POSITION)\s*\([^()]*\)", re.I)
 _WORD = re.compile(r"[A-Za-z_]\w*")
+_VIEW = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP(?:ORARY)?\s+)?VIEW\s+"
+                   r"(?:IF\s+NOT\s+EXISTS\s+)?\"?(\w+)", re.I)
+# The declaration line, and anything that looks like an attempt at one (to reject misspellings).
+_MATERIALIZE = re.compile(r"^--\s*(materiali[sz]e)\s*:\s*(\S*)\s*$", re.I | re.M)
+MATERIALIZE_VALUES = {"true": True, "false": False}
 
 
-class SqlOrderError(ValueError):
+class SqlModelError(ValueError):
+    """An ``sql/`` file cannot be used as a model (the message names the file)."""
+
+
+class SqlHeaderError(SqlModelError):
+    """A file's header lacks a valid ``-- materialize: true|false`` declaration."""
+
+
+class SqlOrderError(SqlModelError):
     """The ``sql/`` files cannot be ordered: a cycle, a missing input or a double definition."""
 
 
 @dataclass(frozen=True)
 class SqlModel:
-    """One ``sql/*.sql`` file: the names it creates, the relations it reads, every word used."""
+    """One ``sql/*.sql`` file: the names it creates, the relations it reads, every word used,
+    the views it creates (in file order) and whether its header asks for them materialised."""
 
     path: Path
     defines: frozenset[str]
     reads: frozenset[str]
     words: frozenset[str]
+    views: tuple[str, ...] = ()
+    materialize: bool = False
 
 
 def parse(path: Path) -> SqlModel:
-    """What ``path`` defines and reads (comments and string literals ignored)."""
-    text = _STRING.sub("''", _COMMENT.sub("", path.read_text()))
+    """What ``path`` defines and reads (comments and string literals ignored), and its
+    ``-- materialize:`` declaration."""
+    raw = path.read_text()
+    text = _STRING.sub("''", _COMMENT.sub("", raw))
     defines = frozenset(n.lower() for n in _DEFINE.findall(text))
     ctes = {n.lower() for n in _CTE.findall(text)}
     reads = {n.lower() for n in _READ.findall(_CALL_FROM.sub("", text))}
     words = frozenset(w.lower() for w in _WORD.findall(text))
-    return SqlModel(path, defines, frozenset(reads - ctes - defines), words - defines)
+    views = tuple(dict.fromkeys(n.lower() for n in _VIEW.findall(text)))
+    materialize = _declared_materialize(path.name, raw, views)
+    return SqlModel(path, defines, frozenset(reads - ctes - defines), words - defines,
+                    views, materialize)
+
+
+def _declared_materialize(name: str, raw: str, views: tuple[str, ...]) -> bool:
+    """The header's ``-- materialize: true|false``; a clear error when it is not usable."""
+    found = list(_MATERIALIZE.finditer(raw))
+    allowed = "write '-- materialize: true' or '-- materialize: false' in the file's header"
+    if not found:
+        raise SqlHeaderError(f"{name}: no materialize declaration; {allowed}")
+    if len(found) > 1:
+        raise SqlHeaderError(f"{name}: materialize is declared {len(found)} times; {allowed} "
+                             "once")
+    m = found[0]
+    header = raw[:m.start()]
+    if any(line.strip() and not line.lstrip().startswith("--")
+           for line in header.splitlines()):
+        raise SqlHeaderError(f"{name}: the materialize declaration comes after the first "
+                             f"statement; {allowed}")
+    if m.group(1).lower() != "materialize" or m.group(2) not in MATERIALIZE_VALUES:
+        raise SqlHeaderError(f"{name}: {m.group(0).strip()!r} is not a valid declaration; "
+                             f"{allowed}")
+    if MATERIALIZE_VALUES[m.group(2)] and not views:
+        raise SqlHeaderError(f"{name}: declares 'materialize: true' but creates no view")
+    return MATERIALIZE_VALUES[m.group(2)]
 
 
 def order(models: Iterable[SqlModel], known: Iterable[str] = ()) -> list[SqlModel]:

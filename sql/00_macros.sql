@@ -1,3 +1,4 @@
+-- materialize: false
 -- Pure helper laws used by the views (kernel-algorithm.md §2.3, §1.5, §1.6).
 
 -- The span laws (span_law, flat_span, ring_span, all2all_span) and us_to_ns are not macros:

@@ -1,3 +1,4 @@
+-- materialize: true
 -- Model-level facts from the graph alone (kernel-algorithm.md §1.7, §1.8).
 
 -- Each stacked layer kind: how many times it occurs and where it first appears.

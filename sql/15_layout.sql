@@ -1,3 +1,4 @@
+-- materialize: true
 -- Layout (kernel-algorithm.md §6.1, §2.7): widths, node spanning, SP-MoE, custom all-reduce.
 
 CREATE OR REPLACE VIEW pool_layout AS

@@ -1,3 +1,4 @@
+-- materialize: true
 -- Served dtype, compute peak and suffix, cache and state bytes (kernel-algorithm.md §1.5–1.7).
 
 CREATE OR REPLACE VIEW pool_dtypes AS

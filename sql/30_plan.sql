@@ -1,3 +1,4 @@
+-- materialize: true
 -- The plan (kernel-algorithm.md §1.8; kernel-behaviour.md §3.10): one row per distinct
 -- layer kind per pool (plus the head under '__head__'), with FLOPs/bytes per token, the
 -- fused dense GEMMs, expert geometry, attention and recurrent fields, kernel launches and

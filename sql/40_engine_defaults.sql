@@ -1,3 +1,4 @@
+-- materialize: true
 -- Engine settings after resolution (kernel-algorithm.md §1.2 steps 15–17, §1.9, §6.4–6.6;
 -- seed-methods.md §7–8): each unstated setting gets the pinned vLLM release's default (an assumption
 -- row in `assumptions`), each stated one the engine changes gets an override row.

@@ -1,3 +1,4 @@
+-- materialize: true
 -- DSA sparse-MLA backend selection (kernel-algorithm.md §6.7) and KV geometry (§1.7).
 
 CREATE OR REPLACE VIEW pool_dsa_backend AS

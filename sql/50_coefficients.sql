@@ -1,3 +1,4 @@
+-- materialize: true
 -- Coefficient scoping (kernel-algorithm.md §1.4) and unit lifting to SI (§1.3).
 --
 -- Sets apply in the scenario's order; within the scenario's sets the last entry whose scope

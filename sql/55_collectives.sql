@@ -1,3 +1,4 @@
+-- materialize: true
 -- Collective keys, group geometry and width snapping (kernel-algorithm.md §1.10, §2.7).
 
 -- The (op, group) keys lifted for each pool.

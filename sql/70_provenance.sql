@@ -1,3 +1,4 @@
+-- materialize: true
 -- Provenance (kernel-algorithm.md §7; kernel-behaviour.md §6): every coefficient in scope in
 -- ascending name order, then the kernel's assumptions in the order they were recorded.
 -- `scope` is the reference's text ("hardware: <first>", "<value>: <reason>"); the typed

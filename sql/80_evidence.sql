@@ -1,3 +1,4 @@
+-- materialize: true
 -- Evidence (kernel-behaviour.md §6): entries resting on evidence, the total, assumed names.
 CREATE OR REPLACE VIEW evidence AS
 SELECT scenario, pool,

@@ -1,3 +1,4 @@
+-- materialize: true
 -- Refusals (kernel-algorithm.md §8; kernel-behaviour.md §7): one row per reason a pool cannot
 -- be priced. `step` follows the order of New() (§1.2) so the first row is the one the Go
 -- kernel would report; build.py raises RefusalError(setting, value, reason) for it.

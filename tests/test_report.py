@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 import re
+import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from types import SimpleNamespace
@@ -220,10 +223,50 @@ def test_every_chart_saves_as_png_and_inlines_as_svg(tmp_path: Path) -> None:
     assert "HBM (memory)" in charts.to_svg(figs["map"], "m")
 
 
+def _render(out: Path) -> None:
+    """The same charts as files: a PNG and an SVG by suffix, and the report's PNGs."""
+    charts.save(charts.anatomy_figure(_points(), context=4096), out / "anatomy.png")
+    charts.save(charts.anatomy_figure(_points(), context=4096), out / "anatomy.svg")
+    html.trace_report(priced_frame(), None, png_dir=out)
+
+
+def _png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:
+    """(type, payload) of every chunk of a PNG file, in order."""
+    assert data.startswith(PNG_MAGIC)
+    chunks, at = [], len(PNG_MAGIC)
+    while at < len(data):
+        size = int.from_bytes(data[at:at + 4], "big")
+        chunks.append((data[at + 4:at + 8], data[at + 8:at + 8 + size]))
+        at += 12 + size
+    return chunks
+
+
 def test_svg_and_png_are_deterministic(tmp_path: Path) -> None:
     a = charts.to_svg(charts.anatomy_figure(_points(), context=4096), "x")
     b = charts.to_svg(charts.anatomy_figure(_points(), context=4096), "x")
     assert a == b
+    # Render once here and once in a fresh interpreter (another hash seed, an empty matplotlib
+    # cache), so equal bytes mean equal files across runs, not one buffer written twice.
+    here, fresh = tmp_path / "here", tmp_path / "fresh"
+    here.mkdir()
+    fresh.mkdir()
+    _render(here)
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    code = "import sys, pathlib; from tests.test_report import _render; " \
+           "_render(pathlib.Path(sys.argv[1]))"
+    done = subprocess.run([sys.executable, "-c", code, str(fresh)], env=env, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    names = sorted(p.name for p in here.iterdir())
+    assert {"anatomy.png", "anatomy.svg", "step_time.png"} <= set(names)
+    assert names == sorted(p.name for p in fresh.iterdir())
+    for name in names:
+        assert (here / name).read_bytes() == (fresh / name).read_bytes(), name
+    # Nothing dated is embedded: matplotlib's Agg PNG carries a Software text chunk only (no
+    # tIME chunk, no Creation Time), so byte equality is the right test, not pixels alone.
+    chunks = _png_chunks((here / "anatomy.png").read_bytes())
+    assert b"tIME" not in [kind for kind, _ in chunks]
+    assert not [body for kind, body in chunks if b"Time" in body and kind.endswith(b"Xt")]
 
 
 # -- the HTML -------------------------------------------------------------------------------

@@ -7,15 +7,17 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from pipeline import db, sql_models
 from pipeline import normalise as nz
-from pipeline import sql_models
 from pipeline.resources import sql_dir
-from pipeline.sql_models import SqlOrderError, order, parse
+from pipeline.sql_models import SqlHeaderError, SqlOrderError, order, parse
 
 
 def write(tmp: Path, files: dict[str, str]) -> list[sql_models.SqlModel]:
+    """Write ``files`` (a header saying ``materialize: false`` added where none is given)."""
     for name, text in files.items():
-        (tmp / name).write_text(text)
+        header = "" if "materiali" in text else "-- materialize: false\n"
+        (tmp / name).write_text(header + text)
     return [parse(p) for p in sorted(tmp.glob("*.sql"))]
 
 
@@ -81,3 +83,88 @@ def test_the_repository_sql_orders_with_only_document_tables_known() -> None:
     for m in ran:  # every relation a file reads is defined by a file that runs earlier
         for name in m.reads & defined_by.keys():
             assert position[defined_by[name].path] < position[m.path], (m.path.name, name)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("CREATE OR REPLACE VIEW p AS SELECT 1;", r"bad\.sql: no materialize declaration"),
+    ("-- materialize: yes\nCREATE OR REPLACE VIEW p AS SELECT 1;",
+     r"bad\.sql: '-- materialize: yes' is not a valid declaration"),
+    ("-- materialise: true\nCREATE OR REPLACE VIEW p AS SELECT 1;",
+     r"bad\.sql: '-- materialise: true' is not a valid declaration"),
+    ("-- materialize: true\n-- materialize: false\nCREATE OR REPLACE VIEW p AS SELECT 1;",
+     r"bad\.sql: materialize is declared 2 times"),
+    ("CREATE OR REPLACE VIEW p AS SELECT 1;\n-- materialize: true\n",
+     r"bad\.sql: the materialize declaration comes after the first statement"),
+    ("-- materialize: true\nCREATE OR REPLACE MACRO m(x) AS x;",
+     r"bad\.sql: declares 'materialize: true' but creates no view"),
+])
+def test_a_missing_or_invalid_declaration_names_the_file(tmp_path: Path, text: str,
+                                                        message: str) -> None:
+    (tmp_path / "bad.sql").write_text(text)
+    with pytest.raises(SqlHeaderError, match=message):
+        parse(tmp_path / "bad.sql")
+
+
+def test_the_declaration_is_read(tmp_path: Path) -> None:
+    models = write(tmp_path, {
+        "1.sql": "-- what this is\n--  materialize:  true \n\nCREATE OR REPLACE VIEW p AS "
+                 "SELECT 1 AS one;\nCREATE OR REPLACE VIEW q AS SELECT one FROM p;",
+        "2.sql": "-- materialize: false\nCREATE OR REPLACE VIEW r AS SELECT one FROM q;",
+    })
+    assert [(m.materialize, m.views) for m in models] == [(True, ("p", "q")), (False, ("r",))]
+
+
+def kinds(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    return dict(con.execute("SELECT table_name, table_type FROM information_schema.tables"
+                            ).fetchall())
+
+
+def test_apply_views_materialises_what_each_file_declares(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, {
+        "a.sql": "-- materialize: true\nCREATE OR REPLACE VIEW p AS SELECT k, 2 * k AS v "
+                 "FROM base;\nCREATE OR REPLACE VIEW q AS SELECT k, v + 1 AS w FROM p;",
+        "b.sql": "-- materialize: false\nCREATE OR REPLACE VIEW r AS SELECT k, w FROM q;",
+    })
+    monkeypatch.setattr(db, "sql_files", lambda: sorted(tmp_path.glob("*.sql")))
+    monkeypatch.setattr(db, "_UDF_INSTALLERS", [lambda con: None])
+    con = duckdb.connect()
+    con.execute("CREATE TABLE base AS SELECT 1 AS k")
+    db.apply_views(con)
+    assert {n: kinds(con)[n] for n in "pqr"} == {"p": "BASE TABLE", "q": "BASE TABLE",
+                                                 "r": "VIEW"}
+    assert con.execute("SELECT * FROM r").fetchall() == [(1, 3)]
+    con.execute("INSERT INTO base VALUES (2)")  # a table is a snapshot until applied again
+    assert con.execute("SELECT count(*) FROM r").fetchall() == [(1,)]
+    db.apply_views(con)
+    assert con.execute("SELECT * FROM r ORDER BY k").fetchall() == [(1, 3), (2, 5)]
+    db.apply_views(con, materialize=False)  # and back to plain views
+    assert {n: kinds(con)[n] for n in "pqr"} == {"p": "VIEW", "q": "VIEW", "r": "VIEW"}
+    assert not any(n.startswith("__") for n in kinds(con))
+
+
+def test_every_repository_file_declares_and_its_views_become_tables() -> None:
+    from kernel import sql_laws  # noqa: F401  (installs the laws the views call)
+
+    con = db.open_db()
+    have = kinds(con)
+    models = [parse(p) for p in sorted(sql_dir().glob("*.sql"))]
+    assert any(m.materialize for m in models)
+    for m in models:
+        want = "BASE TABLE" if m.materialize else "VIEW"
+        assert {v: have[v] for v in m.views} == {v: want for v in m.views}, m.path.name
+
+
+def test_the_repository_sql_runs_with_its_file_names_reversed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prefixes are only for reading: renamed so that name order is backwards, the files
+    still run (DuckDB binds a view when it is created, so a wrong order fails)."""
+    from kernel import sql_laws  # noqa: F401  (installs the laws the views call)
+
+    files = sorted(sql_dir().glob("*.sql"))
+    for i, path in enumerate(files):
+        (tmp_path / f"{len(files) - i:02d}_{path.stem}.sql").write_text(path.read_text())
+    monkeypatch.setattr(db, "sql_files", lambda: sorted(tmp_path.glob("*.sql")))
+    con = db.open_db()
+    expected = {name for p in files for name in parse(p).views}
+    assert expected <= set(kinds(con))

@@ -1,0 +1,20 @@
+-- materialize: true
+-- Expert geometry (kernel-algorithm.md §1.7): physical experts with the redundant ones, and
+-- how many land on each rank.
+
+CREATE OR REPLACE VIEW pool_experts AS
+WITH x AS (
+    SELECT l.scenario, l.pool, t.experts, l.expert_width, l.tp, l.dp,
+           CASE WHEN p.eplb_enable THEN p.eplb_num_redundant_experts ELSE 0 END AS redundant
+    FROM pool_layout l JOIN plan_totals t USING (scenario, pool) JOIN pools p USING (scenario, pool)
+)
+SELECT scenario, pool, experts, redundant, expert_width,
+       CASE WHEN expert_width <= 1 THEN tp * greatest(dp, 1) ELSE 1 END AS expert_tensor_shards,
+       CASE WHEN experts > 0 THEN experts + redundant ELSE 0 END AS total_experts,
+       CASE WHEN experts > 0 THEN (experts + redundant) // greatest(expert_width, 1) ELSE 0 END
+           AS experts_base,
+       CASE WHEN experts > 0 THEN (experts + redundant) // greatest(expert_width, 1)
+                 + (CASE WHEN (experts + redundant) % greatest(expert_width, 1) <> 0 THEN 1
+                         ELSE 0 END)
+            ELSE 0 END AS experts_per_rank
+FROM x;
