@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from pipeline import db
+from pipeline import db, unstated
 from pipeline.constants import KERNEL_ASSUMPTION_SET
 from pipeline.errors import DocumentError, RefusalError
 from pipeline.load import Inputs, Repos, open_inputs
@@ -40,6 +40,7 @@ from .resolved import (
     ResolvedPool,
     StorageTier,
 )
+from .rows import from_row
 from .types import Resolution
 
 if TYPE_CHECKING:
@@ -141,16 +142,9 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
     rows = _rows(con, "SELECT * FROM resolved_pools WHERE scenario = ? AND pool = ?", args)
     if not rows:  # pragma: no cover - a join lost the pool: a view bug, not a user error
         raise RuntimeError(f"resolution produced no row for {key!r} pool {pool}")
-    r = rows[0]
+    r = unstated.kernel_row("resolved_pools", rows[0])  # NULL (unstated) -> the kernel's none
 
-    layout = Layout(
-        tp=r["tp"], pp=r["pp"], dp=r["dp"], pcp=r["pcp"], dcp=r["dcp"],
-        expert_width=r["expert_width"], moe_group_width=r["moe_group_width"],
-        gpus_per_node=r["gpus_per_node"], gpus_per_rack=r["gpus_per_rack"],
-        nodes_spanned=r["nodes_spanned"], enable_expert_parallel=r["enable_expert_parallel"],
-        all2all_backend=r["all2all_backend"], sequence_parallel_moe=r["sequence_parallel_moe"],
-        custom_all_reduce=r["custom_all_reduce"], rack_is_one_domain=r["rack_is_one_domain"],
-        intra_node_bw_gbps=r["intra_node_bw_gbps"], inter_node_bw_gbps=r["inter_node_bw_gbps"])
+    layout = from_row(Layout, r)
 
     attention_floor_ns = int(r["attention_floor_ns"])
     by_kind: dict[str, tuple[int, float]] = {}
@@ -165,45 +159,15 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
         floor, rate = r[f"rec_floor_{kind}"], r[f"rec_rate_{kind}"]
         if floor is not None and rate is not None and floor > 0 and rate > 0:
             recurrent[kind] = (int(floor), float(rate))
+    coefficients = from_row(Coefficients, r, attention_by_kind=by_kind, recurrent=recurrent)
 
-    coefficients = Coefficients(
-        hbm_bps=float(r["hbm_bps"]), peak_flops=float(r["peak_flops"]),
-        gemm_suffix=r["gemm_suffix"], eps_max=float(r["eps_max"]), m_half=float(r["m_half"]),
-        n_half=float(r["n_half"]), k_half=float(r["k_half"]), shape_aware=r["shape_aware"],
-        nvlink_bps=float(r["nvlink_bps"]), nic_bps=float(r["nic_bps"]),
-        attention_floor_ns=attention_floor_ns,
-        attention_rate_bps=float(r["attention_rate_bps"]), attention_by_kind=by_kind,
-        attention_prefill_floor_ns=int(r["attention_prefill_floor_ns"]),
-        attention_prefill_scale=float(r["attention_prefill_scale"]), recurrent=recurrent,
-        host_link_bps=float(r["host_link_bps"]), moe_imbalance=float(r["moe_imbalance"]),
-        host_admission_per_token_ns=int(r["host_admission_per_token_ns"]),
-        host_admission_per_request_ns=int(r["host_admission_per_request_ns"]),
-        host_output_token_ns=int(r["host_output_token_ns"]),
-        host_completion_ns=int(r["host_completion_ns"]),
-        host_launch_eager_per_layer_ns=int(r["host_launch_eager_per_layer_ns"]),
-        host_launch_per_kernel_ns=int(r["host_launch_per_kernel_ns"]),
-        host_replay_graph_per_step_ns=int(r["host_replay_graph_per_step_ns"]))
-
-    collectives = {}
-    for c in _rows(con, "SELECT * FROM collective_keys WHERE scenario = ? AND pool = ? "
-                   "ORDER BY key_order", args):
-        collectives[(c["op"], c["group"])] = CollectiveKey(
-            op=c["op"], group=c["group"], width=c["width"], ranks=c["ranks"],
-            floor_ns=int(c["floor_ns"]), peak_bps=float(c["peak_bps"]),
-            transition_bps=float(c["transition_bps"]), crosses_nodes=c["crosses_nodes"],
-            span=float(c["span"]))
+    collectives = {(c["op"], c["group"]): from_row(CollectiveKey, c)
+                   for c in _rows(con, "SELECT * FROM collective_keys WHERE scenario = ? "
+                                  "AND pool = ? ORDER BY key_order", args)}
 
     plan = _plan(con, args, r)
 
-    memory = MemoryMagnitudes(
-        comm_bytes=int(r["comm_bytes"]), workspace_bytes=int(r["workspace_bytes"]),
-        capture_bytes=int(r["capture_bytes"]),
-        activation_buffers=float(r["activation_buffers"]),
-        activation_floor=float(r["activation_floor"]),
-        activation_width=int(r["activation_width"]),
-        batched_tokens=int(r["max_num_batched_tokens"]),
-        checkpoint_weight_bytes=float(r["checkpoint_bytes"]),
-        vocab_size=int(r["vocab_size"]), hidden_size=int(r["hidden_size"]))
+    memory = from_row(MemoryMagnitudes, r)
 
     wanted = {d.name for d in inputs.devices if d is not None}
     tiers = {
@@ -214,47 +178,20 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
         if t["device"] in wanted}
 
     provenance = tuple(
-        Origin(name=p["name"], set=p["set"], method=p["method"], scope=p["scope"])
-        for p in _rows(con, "SELECT name, set, method, scope FROM provenance "
-                       "WHERE scenario = ? AND pool = ? ORDER BY position", args)
+        from_row(Origin, p) for p in _rows(con, "SELECT name, set, method, scope FROM "
+                                           "provenance WHERE scenario = ? AND pool = ? "
+                                           "ORDER BY position", args)
     ) + catalog_origins(inputs)
     assumptions = tuple(o for o in provenance if o.set == KERNEL_ASSUMPTION_SET)
     overrides = tuple(
-        Override(field=o["field"], requested=o["requested"], resolved=o["resolved"],
-                 reason=o["reason"])
-        for o in _rows(con, "SELECT * FROM pool_overrides WHERE scenario = ? AND pool = ? "
-                       "ORDER BY seq", args))
+        from_row(Override, o) for o in _rows(con, "SELECT * FROM pool_overrides WHERE "
+                                             "scenario = ? AND pool = ? ORDER BY seq", args))
 
-    resolved = ResolvedPool(
-        tables=_typed_tables(con, args),
-        scenario=key, pool_index=pool, role=r["role"], chip_name=r["chip"],
-        chip_sm_count=int(r["chip_sm_count"]), chip_memory_gib=float(r["chip_memory_gib"]),
-        chip_nvfp4_tflops=float(r["chip_nvfp4_tflops"]), model_name=r["model"],
-        served_dtype=r["served_dtype"], layout=layout, coefficients=coefficients,
-        collectives=collectives, plan=plan,
-        experts=int(r["experts"]), total_experts=int(r["total_experts"]),
-        experts_per_rank=int(r["experts_per_rank"]),
-        local_expert_share=float(r["local_expert_share"]),
-        expert_tensor_shards=int(r["expert_tensor_shards"]),
-        eplb_redundant_experts=int(r["redundant"]),
-        kv_bytes_per_token=float(r["kv_bytes_per_token"]), kv_layers=int(r["kv_layers"]),
-        dcp_shards_all_kv_layers=bool(r["dcp_shards_all_kv_layers"]),
-        cache_bytes=float(r["cache_bytes"]), cache_layout=r["cache_layout"],
-        state_bytes=float(r["state_bytes"]),
-        block_size=int(r["block_size"]), block_size_final=bool(r["block_size_final"]),
-        max_model_len=int(r["max_model_len"]),
-        max_num_batched_tokens=int(r["max_num_batched_tokens"]),
-        max_num_seqs=int(r["max_num_seqs"]), num_spec_tokens=int(r["num_spec_tokens"]),
-        uniform_decode_width=int(r["uniform_decode_width"]),
-        decode_graph_mode=r["decode_graph_mode"], other_graph_mode=r["other_graph_mode"],
-        cudagraph_mode=r["cudagraph_mode"], capture_tokens=int(r["capture_tokens"]),
-        recurrent_cache_mode=r["recurrent_cache_mode"],
-        dcp_comm_backend=r["dcp_comm_backend"], dcp_interleave=int(r["dcp_interleave"]),
-        mla_context_chunk=int(r["mla_context_chunk"]),
-        async_scheduling=bool(r["async_scheduling"]),
-        cascade_attention=bool(r["cascade_attention"]), memory=memory, tiers=tiers,
-        provenance=provenance, overrides=overrides, assumptions=assumptions,
-        chip_hbm_peak_bps=float(r["chip_hbm_peak_bps"]))
+    resolved = from_row(
+        ResolvedPool, r, tables=_typed_tables(con, args), layout=layout,
+        coefficients=coefficients, collectives=collectives, plan=plan, memory=memory,
+        tiers=tiers, provenance=provenance, overrides=overrides, assumptions=assumptions,
+        caches=None)
     if inputs.stated_caches:
         resolved = replace(resolved, caches=cache_model.state_caches(
             plan, resolved.kv_bytes_per_token, resolved.kv_layers, resolved.block_size,
@@ -292,55 +229,30 @@ def _plan(con: duckdb.DuckDBPyConnection, args: list[Any], r: dict[str, Any]) ->
     gemms: dict[str, list[PlannedGemm]] = {}
     for g in _rows(con, "SELECT * FROM plan_gemms WHERE scenario = ? AND pool = ? "
                    "ORDER BY layer_kind, gemm_index", args):
-        gemms.setdefault(g["layer_kind"], []).append(PlannedGemm(
-            n=int(g["n"]), k=int(g["k"]), flops_per_token=float(g["flops_per_token"]),
-            shard_n=bool(g["shard_n"])))
+        gemms.setdefault(g["layer_kind"], []).append(from_row(PlannedGemm, g))
     attentions: dict[str, list[PlannedAttention]] = {}
     for a in _rows(con, "SELECT * FROM plan_attentions WHERE scenario = ? AND pool = ? "
                    "ORDER BY layer_kind, attention_index", args):
-        attentions.setdefault(a["layer_kind"], []).append(PlannedAttention(
-            q_heads=a["q_heads"], kv_heads=a["kv_heads"], head_dim=a["head_dim"],
-            kind=a["kind"], window=a["window"], role=a["role"],
-            compress_ratio=a["compress_ratio"]))
+        attentions.setdefault(a["layer_kind"], []).append(from_row(PlannedAttention, a))
     collectives: dict[str, list[PlannedCollective]] = {}
     for c in _rows(con, "SELECT * FROM plan_collectives WHERE scenario = ? AND pool = ? "
                    "ORDER BY layer_kind, collective_index", args):
-        collectives.setdefault(c["layer_kind"], []).append(PlannedCollective(
-            op=c["op"], group=c["group"], bytes_per_token=float(c["bytes_per_token"]),
-            routed_by_top_k=bool(c["routed_by_top_k"])))
+        collectives.setdefault(c["layer_kind"], []).append(from_row(PlannedCollective, c))
     layers: list[PlannedLayer] = []
     head: PlannedLayer | None = None
     for p in _rows(con, "SELECT * FROM plan_layers WHERE scenario = ? AND pool = ? "
                    "ORDER BY position", args):
         kind = p["layer_kind"]
-        layer = PlannedLayer(
-            kind_id=kind, count=int(p["count"]), dense_gemms=tuple(gemms.get(kind, ())),
-            dense_flops_per_token=float(p["dense_flops_per_token"]),
-            dense_weight_bytes=float(p["dense_weight_bytes"]),
-            expert_flops_per_token_per_expert=float(p["expert_flops_per_token_per_expert"]),
-            expert_weight_bytes_per_expert=float(p["expert_weight_bytes_per_expert"]),
-            top_k=int(p["top_k"]),
-            shared_expert_flops_per_token=float(p["shared_expert_flops_per_token"]),
-            shared_expert_weight_bytes=float(p["shared_expert_weight_bytes"]),
-            attn_q_heads=int(p["attn_q_heads"]), attn_kv_heads=int(p["attn_kv_heads"]),
-            attn_head_dim=int(p["attn_head_dim"]), attn_kind=p["attn_kind"],
-            attn_window=int(p["attn_window"]), attn_index_top_k=int(p["attn_index_top_k"]),
-            attn_compress_ratio=int(p["attn_compress_ratio"]),
-            attn_kv_lora_rank=int(p["attn_kv_lora_rank"]),
-            attentions=tuple(attentions.get(kind, ())),
-            elementwise_bytes_per_token=float(p["elementwise_bytes_per_token"]),
-            recurrent_kind=p["recurrent_kind"],
-            recurrent_state_bytes=float(p["recurrent_state_bytes"]),
-            collectives=tuple(collectives.get(kind, ())), kernels=int(p["kernels"]))
+        layer = from_row(PlannedLayer, p, dense_gemms=tuple(gemms.get(kind, ())),
+                         attentions=tuple(attentions.get(kind, ())),
+                         collectives=tuple(collectives.get(kind, ())))
         if p["is_head"]:
             head = layer
         else:
             layers.append(layer)
     if head is None:  # pragma: no cover - plan_layers always has a head row
         head = PlannedLayer(kind_id="__head__", count=1)
-    return Plan(layers=tuple(layers), head=head, total_layers=int(r["total_layers"]),
-                total_kernels=int(r["total_kernels"]),
-                piecewise_segments=int(r["piecewise_segments"]))
+    return from_row(Plan, r, layers=tuple(layers), head=head)
 
 
 def new(inputs: Inputs, con: duckdb.DuckDBPyConnection | None = None) -> Kernel:

@@ -1,7 +1,8 @@
 """What resolution hands to pricing: one pool, fully resolved, in SI units.
 
 The SQL views (``sql/``) do the resolving; :mod:`kernel.build` reads their rows into these
-frozen records; pricing (:mod:`kernel.step`, :mod:`kernel.memory`, :mod:`kernel.transfer`,
+frozen records (:func:`kernel.rows.from_row`: a scalar field is read from the row column of
+its name, or the one its ``column(...)`` metadata names); pricing (:mod:`kernel.step`, :mod:`kernel.memory`, :mod:`kernel.transfer`,
 :mod:`kernel.bulk`) reads only these. Units: seconds for ``*_s``, integer nanoseconds for
 ``*_ns``, bytes/s for ``*_bps``, FLOP/s for ``peak_flops``, tokens/s for recurrent rates.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from pipeline.arrow_schema import column
 
 if TYPE_CHECKING:
     from .caches import StatedCaches
@@ -81,7 +84,7 @@ class PlannedCollective:
 class PlannedLayer:
     """One distinct layer kind (or the head), with everything pre-summed."""
 
-    kind_id: str
+    kind_id: str = field(metadata=column("layer_kind"))
     count: int
     dense_gemms: tuple[PlannedGemm, ...] = ()
     dense_flops_per_token: float = 0.0
@@ -190,8 +193,9 @@ class MemoryMagnitudes:
     activation_buffers: float
     activation_floor: float
     activation_width: int
-    batched_tokens: int
-    checkpoint_weight_bytes: float  # global weight dtype bytes (the embedding's width)
+    batched_tokens: int = field(metadata=column("max_num_batched_tokens"))
+    # global weight dtype bytes (the embedding's width)
+    checkpoint_weight_bytes: float = field(metadata=column("checkpoint_bytes"))
     vocab_size: int
     hidden_size: int
 
@@ -227,13 +231,13 @@ class ResolvedPool:
     """Everything pricing needs for one pool."""
 
     scenario: str
-    pool_index: int
+    pool_index: int = field(metadata=column("pool"))
     role: str
-    chip_name: str
+    chip_name: str = field(metadata=column("chip"))
     chip_sm_count: int
     chip_memory_gib: float
     chip_nvfp4_tflops: float
-    model_name: str
+    model_name: str = field(metadata=column("model"))
     served_dtype: str
     layout: Layout
     coefficients: Coefficients
@@ -245,7 +249,7 @@ class ResolvedPool:
     experts_per_rank: int
     local_expert_share: float
     expert_tensor_shards: int
-    eplb_redundant_experts: int
+    eplb_redundant_experts: int = field(metadata=column("redundant"))
     # KV geometry.
     kv_bytes_per_token: float
     kv_layers: int

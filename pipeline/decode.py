@@ -234,6 +234,16 @@ def _record_plan(tp: Any) -> tuple[dict[str, Any], dict[str, dataclasses.Field[A
             bool(getattr(tp, "_tolerate_name", False)))
 
 
+def type_hints(tp: Any) -> dict[str, Any]:
+    """A dataclass's resolved field types, from the decoder's per-type cache."""
+    return _record_plan(tp)[0]
+
+
+def type_shape(tp: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``(typing.get_origin(tp), typing.get_args(tp))``, cached."""
+    return _shape(tp)
+
+
 def _show(s: Scalar) -> str:
     return f'"{s.text}"' if s.quoted else repr(s.text)
 

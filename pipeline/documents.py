@@ -3,13 +3,21 @@
 Each class is also the strict schema for its YAML form: a key the class does not declare is an
 error. Absent keys take the zero value (0, "", False, empty); tri-state settings are
 ``bool | None`` so that "absent" and "false" stay different.
+
+Each class is the schema of its database rows too (``pipeline.arrow_schema``): a field is a
+column of the same name and type, in field order, unless its ``column(...)`` metadata says
+otherwise. So adding a field here is the one edit a new setting needs: the decoder reads it,
+the normalised table carries it. Field order is column order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .arrow_schema import column
 from .decode import key
+
+_KIND = "the document kind, fixed per class"
 
 # ---------------------------------------------------------------------------------------
 # Scenario (schemas.md §2)
@@ -54,28 +62,33 @@ class TraceRef:
 @dataclass(frozen=True)
 class Binding:
     shape: str = ""
-    trace: TraceRef | None = None
+    trace: TraceRef | None = field(
+        default=None, metadata=column(skip="the bound trace file; bulk pricing reads it, "
+                                      "resolution does not"))
 
 
 @dataclass(frozen=True)
 class Cluster:
     hardware: str = ""
-    fabric: str = ""
+    fabric: str = field(default="", metadata=column(null_if_empty=True))
     nodes: int = 0
     gpus_per_node: int = 0
     gpus_per_rack: int = 0
-    storage: tuple[str, ...] = ()
+    storage: tuple[str, ...] = field(default=(), metadata=column(rows="scenario_storage",
+                                                                   item="tier"))
 
 
 @dataclass(frozen=True)
 class Scenario:
-    kind: str = ""
-    name: str = ""
-    model: str = ""
-    coefficients: tuple[str, ...] = ()
-    engine_version: str = ""
-    workload: Binding | None = None
+    kind: str = field(default="", metadata=column(skip=_KIND))
+    name: str = field(default="", metadata=column(
+        skip="the key column scenario holds it (the name, else the file stem)"))
+    model: str = field(default="", metadata=column("model_ref"))
+    coefficients: tuple[str, ...] = field(default=(), metadata=column(
+        rows="scenario_coefficient_sets", item="set"))
     cluster: Cluster = field(default_factory=Cluster)
+    engine_version: str = ""
+    workload: Binding | None = field(default=None, metadata=column(prefix="workload_"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -101,14 +114,14 @@ class Parallelism:
 
 @dataclass(frozen=True)
 class DBO:
-    enable_dbo: bool = False
+    enable_dbo: bool = field(default=False, metadata=column("dbo_enable", absent=None))
     dbo_decode_token_threshold: int = 0
     dbo_prefill_token_threshold: int = 0
 
 
 @dataclass(frozen=True)
 class EPLB:
-    enable_eplb: bool = False
+    enable_eplb: bool = field(default=False, metadata=column("eplb_enable"))
     num_redundant_experts: int = 0
     window_size: int = 0
     step_interval: int = 0
@@ -116,7 +129,7 @@ class EPLB:
 
 @dataclass(frozen=True)
 class Speculative:
-    method: str = ""
+    method: str = field(default="", metadata=column("speculative_method"))
     num_spec_tokens: int = 0
 
 
@@ -145,7 +158,7 @@ class Engine:
     mamba_cache_mode: str = ""
     disable_cascade_attn: bool | None = None
     speculative: Speculative | None = None
-    eplb: EPLB | None = None
+    eplb: EPLB | None = field(default=None, metadata=column(prefix="eplb_"))
     dcp_comm_backend: str = ""
     dcp_q_replicate: bool | None = None
     cp_kv_cache_interleave_size: int = 0
@@ -167,11 +180,11 @@ class Tier:
 
 @dataclass(frozen=True)
 class Offload:
-    tiers: tuple[Tier, ...] = ()
-    eviction_policy: str = ""
-    prefetch_depth: int = 0
     connector: str = ""
     spec: str = ""
+    eviction_policy: str = ""
+    prefetch_depth: int = 0
+    tiers: tuple[Tier, ...] = field(default=(), metadata=column(rows="offload_tiers"))
 
 
 @dataclass(frozen=True)
@@ -181,23 +194,26 @@ class PDTransfer:
 
 @dataclass(frozen=True)
 class Deployment:
-    kind: str = ""
-    name: str = ""
-    pools: tuple[Pool, ...] = ()
-    offload: Offload | None = None
-    pd_transfer: PDTransfer | None = None
+    kind: str = field(default="", metadata=column(skip=_KIND))
+    name: str = field(default="", metadata=column("deployment"))
+    pools: tuple[Pool, ...] = field(default=(), metadata=column(rows="pools",
+                                                                 count="pool_count"))
+    pd_transfer: PDTransfer | None = field(default=None, metadata=column(prefix="pd_"))
+    offload: Offload | None = field(default=None, metadata=column(prefix="offload_"))
 
 
 # ---------------------------------------------------------------------------------------
 # Model graph (schemas.md §4)
 
+_DERIVATION = "where the graph was derived from: provenance, no view reads it"
+
 
 @dataclass(frozen=True)
 class Derivation:
     format: str = ""
-    path: str = ""
-    sha256: str = ""
-    deriver_version: int = 0
+    path: str = field(default="", metadata=column(skip=_DERIVATION))
+    sha256: str = field(default="", metadata=column(skip=_DERIVATION))
+    deriver_version: int = field(default=0, metadata=column(skip=_DERIVATION))
 
 
 @dataclass(frozen=True)
@@ -242,9 +258,11 @@ class Node:
 
 @dataclass(frozen=True)
 class LayerKind:
-    id: str = ""
-    nodes: tuple[Node, ...] = ()
-    edges: tuple[tuple[int, ...], ...] = ()
+    id: str = field(default="", metadata=column(skip="the key column layer_kind holds it"))
+    nodes: tuple[Node, ...] = field(default=(), metadata=column(rows="graph_nodes",
+                                                                 count="node_count"))
+    edges: tuple[tuple[int, ...], ...] = field(default=(), metadata=column(
+        skip="dataflow edges; resolution reads the nodes in order"))
 
 
 @dataclass(frozen=True)
@@ -268,15 +286,19 @@ class Speculator:
 
 @dataclass(frozen=True)
 class Graph:
-    kind: str = ""
-    name: str = ""
-    derived_from: Derivation = field(default_factory=Derivation)
+    kind: str = field(default="", metadata=column(skip=_KIND))
+    name: str = field(default="", metadata=column("model"))
     global_: GlobalShape = field(default_factory=GlobalShape, metadata=key("global"))
-    layer_kinds: tuple[LayerKind, ...] = ()
-    stack: Stack = field(default_factory=Stack)
-    head: tuple[Node, ...] = ()
-    speculator: Speculator | None = None
     modality: str = ""
+    derived_from: Derivation = field(default_factory=Derivation,
+                                     metadata=column(prefix="derived_"))
+    layer_kinds: tuple[LayerKind, ...] = field(default=(), metadata=column(
+        rows="graph_layer_kinds", count="layer_kind_count"))
+    stack: Stack = field(default_factory=Stack, metadata=column(rows="graph_stack"))
+    # The head's nodes are graph_nodes rows under the reserved layer kind __head__.
+    head: tuple[Node, ...] = field(default=(), metadata=column(rows="graph_nodes"))
+    speculator: Speculator | None = field(default=None, metadata=column(
+        present="has_speculator"))
 
 
 @dataclass(frozen=True)
@@ -300,9 +322,9 @@ class ModelIdentity:
 @dataclass(frozen=True)
 class Chip:
     _allow_comments = True
-    name: str = field(default="", metadata={"computed": True})
+    name: str = field(default="", metadata={"computed": True} | column("chip"))
     provenance: str = field(default="", metadata=key("Provenance"))
-    tflops_peak: float = field(default=0.0, metadata=key("TFlopsPeak"))
+    tflops_peak: float = field(default=0.0, metadata=key("TFlopsPeak") | column("tflops_bf16"))
     tflops_fp8: float = field(default=0.0, metadata=key("TFlopsFP8"))
     tflops_nvfp4: float = field(default=0.0, metadata=key("TFlopsNVFP4"))
     bw_peak_tbs: float = field(default=0.0, metadata=key("BwPeakTBs"))
@@ -317,7 +339,7 @@ class Chip:
 @dataclass(frozen=True)
 class Fabric:
     _allow_comments = True
-    name: str = field(default="", metadata={"computed": True})
+    name: str = field(default="", metadata={"computed": True} | column("fabric"))
     provenance: str = field(default="", metadata=key("Provenance"))
     inter_node_bw_gbps: float = field(default=0.0, metadata=key("InterNodeBwGBps"))
     rdma: bool = field(default=False, metadata=key("RDMA"))
@@ -327,7 +349,7 @@ class Fabric:
 class StorageDevice:
     _allow_comments = True
     _tolerate_name = True
-    name: str = field(default="", metadata={"computed": True})
+    name: str = field(default="", metadata={"computed": True} | column("device"))
     read_bandwidth_mb_s: float = 0.0
     write_bandwidth_mb_s: float = 0.0
     base_latency_us: float = 0.0
@@ -339,6 +361,8 @@ class StorageDevice:
 
 @dataclass(frozen=True)
 class Scope:
+    # Columns computed by a method, after the fields: (column suffix, method name).
+    _derived_columns = (("text", "describe"),)
     hardware: tuple[str, ...] = ()
     model: tuple[str, ...] = ()
     tp: tuple[int, ...] = ()
@@ -370,20 +394,24 @@ class CoefficientEntry:
     units: str = ""
     method: str = ""
     fitted: bool = field(default=False, metadata={"required_present": True})
-    scope: Scope = field(default_factory=Scope)
-    ci95: tuple[float, ...] | None = field(default=None, metadata={"length": 2})
-    sources: tuple[Source, ...] | None = field(default=None, metadata={"nonempty": True})
+    scope: Scope = field(default_factory=Scope, metadata=column(prefix="scope_"))
+    ci95: tuple[float, ...] | None = field(default=None, metadata={"length": 2}
+                                           | column(split=("low", "high")))
+    sources: tuple[Source, ...] | None = field(default=None, metadata={"nonempty": True}
+                                               | column(as_json=True))
     rationale: str = ""
     copied_from: str = ""
     supersedes: str = ""
-    validated: str | tuple[str, ...] | None = None
-    unsupported: str | tuple[str, ...] | None = None
+    validated: str | tuple[str, ...] | None = field(default=None, metadata=column(
+        skip="what the entry was validated on: documentation, no view reads it"))
+    unsupported: str | tuple[str, ...] | None = field(default=None, metadata=column(
+        skip="what the entry does not cover: documentation, no view reads it"))
 
 
 @dataclass(frozen=True)
 class CoefficientSet:
-    kind: str = ""
-    name: str = ""
+    kind: str = field(default="", metadata=column(skip=_KIND))
+    name: str = field(default="", metadata=column(skip="the key column set of its entries"))
     coefficients: tuple[CoefficientEntry, ...] = field(
-        default=(), metadata={"single_key_map": True}
+        default=(), metadata={"single_key_map": True} | column(rows="coefficients")
     )

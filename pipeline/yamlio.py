@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -45,18 +46,77 @@ class Sequence:
 Tree = Scalar | Mapping | Sequence
 
 _NULLS = {"", "~", "null", "Null", "NULL"}
+_QUOTED = {"'", '"', "|", ">"}
 # libyaml's composer when available (about 5x faster on the large coefficient sets).
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BASE_LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BASE_LOADER):
+    """The composer without YAML 1.1 tag resolution: a scalar's type comes from the field it
+    fills (:mod:`pipeline.decode`), so the resolver's regular expressions, run on every node,
+    decided nothing (they were a seventh of reading a scenario's documents)."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        return ""
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        return None
+
+    def ascend_resolver(self) -> None:
+        return None
+
+
+_LOADER = _Loader
 # Aliases may add at most this many nodes to a document once expanded (the embedded data
 # uses none; a billion-laughs document would add ~10^9), and no document nests deeper.
 MAX_ALIAS_NODES = 100_000
 MAX_DEPTH = 200
 
 
+class _Unusual(Exception):
+    """Raised by :func:`_convert_fast` at anything :func:`_convert` would refuse."""
+
+
+_SCALAR, _SEQUENCE, _MAPPING = yaml.ScalarNode, yaml.SequenceNode, yaml.MappingNode
+
+
+def _convert_fast(node: Any) -> Tree:
+    """:func:`_convert` of a well-formed tree, without building the key path of every node
+    (only a message needs it): anything unusual raises :class:`_Unusual`, and the caller
+    converts again with :func:`_convert`, which says what is wrong and where."""
+    kind = type(node)
+    if kind is _SCALAR:
+        text = node.value
+        quoted = node.style in _QUOTED
+        return Scalar(text, quoted, node.start_mark.line + 1, (not quoted) and text in _NULLS)
+    if kind is _SEQUENCE:
+        return Sequence([_convert_fast(n) for n in node.value], node.start_mark.line + 1)
+    if kind is _MAPPING:
+        items: dict[str, Tree] = {}
+        key_lines: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if type(key_node) is not _SCALAR:
+                raise _Unusual
+            key = key_node.value
+            if key == "<<" or key in items:
+                raise _Unusual
+            items[key] = _convert_fast(value_node)
+            key_lines[key] = key_node.start_mark.line + 1
+        return Mapping(items, key_lines, node.start_mark.line + 1)
+    raise _Unusual
+
+
+def _convert_document(node: yaml.Node, file: str) -> Tree:
+    try:
+        return _convert_fast(node)
+    except _Unusual:
+        return _convert(node, file, "")
+
+
 def _convert(node: yaml.Node, file: str, path: str) -> Tree:
     line = node.start_mark.line + 1
     if isinstance(node, yaml.ScalarNode):
-        quoted = node.style in ("'", '"', "|", ">")
+        quoted = node.style in _QUOTED
         is_null = (not quoted) and node.value in _NULLS
         return Scalar(node.value, quoted, line, is_null)
     if isinstance(node, yaml.SequenceNode):
@@ -226,7 +286,7 @@ def read_documents(path: str | Path, text: str | None = None) -> list[Tree]:
     for n in nodes:
         if n is not None:
             _check_size(n, file, aliases="&" in text)
-    docs = [_convert(n, file, "") for n in nodes if n is not None]
+    docs = [_convert_document(n, file) for n in nodes if n is not None]
     if not docs:
         raise DocumentError(Problem(file, "", "the file holds no YAML document"))
     return docs
