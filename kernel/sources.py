@@ -106,6 +106,10 @@ class TraceSource:
     layout: str = "any"  # "batches" or "any" (module docstring)
     sorted_ids: bool = False  # layout "batches" with batch ids increasing chunk to chunk
     in_memory: bool = False  # an Arrow table already in memory
+    # (min, max, rows) of batch_id per part of the source (parquet row groups with integer
+    # statistics; an in-memory table whole), when known before reading: bulk pricing plans
+    # its in-memory grouping from them
+    id_ranges: list[tuple[int, int, int]] | None = None
     _units: Callable[[], Iterator[Unit]] | None = None
 
     def _canon(self, part: pa.Table | pa.RecordBatch) -> pa.Table:
@@ -213,6 +217,7 @@ def _from_table(tbl: pa.Table, names: dict[str, str], chunk_rows: int,
         return ts
     ids = np.concatenate([c.to_numpy() for c in col.chunks]) if col.num_chunks != 1 \
         else col.chunk(0).to_numpy()
+    ts.id_ranges = [(int(ids.min()), int(ids.max()), n)]
     starts = _runs(ids)
     run_ids = ids[starts]
     increasing = bool(np.all(run_ids[1:] > run_ids[:-1]))
@@ -331,6 +336,7 @@ def _from_dataset(dset: ds.Dataset, names: dict[str, str], chunk_rows: int,
             for off in range(0, t.num_rows, chunk_rows):
                 yield t.slice(off, chunk_rows)
     ts._iter = chunks
+    ts.id_ranges = _id_ranges(frags, names["batch_id"])
     plan = (_row_group_plan(groups, frags, names["batch_id"], chunk_rows)
             or _contiguity_plan(groups, names["batch_id"], chunk_rows))
     if plan is None:
@@ -382,6 +388,30 @@ def _row_group_plan(groups: Sequence[tuple[Any, int]], frags: Sequence[Any], bat
         if hi[a] == lo[b] if inc else lo[a] == hi[b]:
             carries[a] = hi[a] if inc else lo[a]
     return carries, inc
+
+
+def _id_ranges(frags: Sequence[Any], batch_col: str) -> list[tuple[int, int, int]] | None:
+    """(min, max, rows) of each non-empty row group's integer batch_id, from the statistics;
+    None unless every such group has them."""
+    out = []
+    try:
+        for f in frags:
+            md = f.metadata
+            schema = md.schema.to_arrow_schema()
+            idx = schema.get_field_index(batch_col)
+            if idx < 0 or not pa.types.is_integer(schema.field(idx).type):
+                return None
+            for i in range(md.num_row_groups):
+                rg = md.row_group(i)
+                if rg.num_rows == 0:
+                    continue
+                st = rg.column(idx).statistics
+                if st is None or not st.has_min_max:
+                    return None
+                out.append((int(st.min), int(st.max), int(rg.num_rows)))
+    except (KeyError, IndexError, TypeError, pa.ArrowException):
+        return None
+    return out
 
 
 def _contiguity_plan(groups: Sequence[tuple[Any, int]], batch_col: str, chunk_rows: int

@@ -59,6 +59,7 @@ CANONICAL = REQUIRED + OPTIONAL
 BATCH_COLUMNS = ("decode_threshold", "sm_budget")  # constant within a batch
 COUNTS = ("scheduled", "computed", "prompt_len", "cached_tokens", "sm_budget")  # >= 0
 INT64_MAX = np.iinfo(np.int64).max
+_I32_MIN, _I32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 KEEP_PREFIX = "keep:"  # carried (not validated) columns in a chunk: ``keep:<name>``
 
 # Reason codes (the ``reason`` column of the rejects table).
@@ -141,7 +142,11 @@ def record_rejects(tbl: pa.Table, rejects: list[pa.Table] | None, strict: bool) 
 
 @dataclass
 class Rows:
-    """Coerced rows as int64 columns; ``bad`` marks rows already rejected on their own.
+    """Coerced rows; ``bad`` marks rows already rejected on their own.
+
+    ``batch_id`` is int64; the other integer columns are int64 or, where every value fits
+    (a narrow source type, or :meth:`narrowed`), int32, which halves the memory of rows that
+    wait to be grouped; :meth:`widened` makes them int64 before pricing.
 
     ``decode_threshold`` / ``sm_budget`` are None when the trace has no such column (the
     pricing arguments apply). ``prompt_len`` and ``cached_tokens`` are validated, not kept.
@@ -158,6 +163,28 @@ class Rows:
 
     def __len__(self) -> int:
         return int(self.row.size)
+
+    def narrowed(self) -> Rows:
+        """int64 columns (but ``batch_id``) stored as int32 where every value fits; in place."""
+        for name in _NARROWABLE:
+            v = getattr(self, name)
+            if v is not None and v.dtype == np.int64 and v.size and \
+                    int(v.min()) >= _I32_MIN and int(v.max()) <= _I32_MAX:
+                setattr(self, name, v.astype(np.int32))
+        return self
+
+    def widened(self) -> Rows:
+        """Every integer column as int64 (what the walk works in); in place."""
+        for name in _NARROWABLE:
+            v = getattr(self, name)
+            if v is not None and v.dtype != np.int64:
+                setattr(self, name, v.astype(np.int64))
+        return self
+
+    def nbytes(self) -> int:
+        """Bytes the columns hold."""
+        n = sum(v.nbytes for x in _ARRAY_FIELDS if (v := getattr(self, x)) is not None)
+        return n + sum(a.nbytes for a in (self.extra or {}).values())
 
     def _map(self, f: Any, g: Any) -> Rows:
         vals: list[Any] = [None if (v := getattr(self, x)) is None else f(v)
@@ -222,6 +249,7 @@ def all_distinct(ids: np.ndarray) -> bool:
 
 _ARRAY_FIELDS = ("row", "batch_id", "scheduled", "computed", "bad", "decode_threshold",
                  "sm_budget")
+_NARROWABLE = ("row", "scheduled", "computed", "decode_threshold", "sm_budget")
 
 
 def _coerce_column(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -248,7 +276,8 @@ def _coerce_column(arr: pa.Array, name: str) -> tuple[np.ndarray, np.ndarray | N
             mark(big.to_numpy(zero_copy_only=False), 3)
             arr = pc.cast(arr, pa.int64(), safe=False)
         vals = (pc.fill_null(arr, 0) if nulls else arr).to_numpy(zero_copy_only=False)
-        return vals.astype(np.int64, copy=False), code
+        fits32 = t.bit_width <= (32 if pa.types.is_signed_integer(t) else 16)
+        return vals.astype(np.int32 if fits32 else np.int64, copy=False), code
     if pa.types.is_floating(t) or pa.types.is_decimal(t):
         f = pc.cast(arr, pa.float64()) if not pa.types.is_float64(t) else arr
         fv = (pc.fill_null(f, 0.0) if nulls else f).to_numpy(zero_copy_only=False)
@@ -338,7 +367,9 @@ def coerce(raw: pa.Table, offset: int, *, rejects: list[pa.Table] | None = None,
         bad |= ctx_over
     extra = {c[len(KEEP_PREFIX):]: _whole(raw.column(c)) for c in raw.column_names
              if c.startswith(KEEP_PREFIX)}
-    rows = Rows(np.arange(offset, offset + n, dtype=np.int64), values["batch_id"], sched, comp,
+    row_type = np.int32 if offset + n <= _I32_MAX else np.int64
+    rows = Rows(np.arange(offset, offset + n, dtype=row_type),
+                values["batch_id"].astype(np.int64, copy=False), sched, comp,
                 bad, values.get("decode_threshold"), values.get("sm_budget"), extra or None)
     if bad.any():
         idx = np.flatnonzero(bad)

@@ -82,7 +82,8 @@ def assert_bulk_equals_scalar(r, df: pl.DataFrame, **kw) -> pl.DataFrame:
     assert got.height == want.height
     cols = ["batch_id", "overlap_ns", "no_overlap_ns", "bottleneck", *RES_COLS, "tokens",
             "requests", "prefill_requests", "decode_requests"]
-    g, w = got.select(cols), want.select(cols)
+    # (batches in trace order, or in batch_id order when the trace's batches are scattered)
+    g, w = got.select(cols).sort("batch_id"), want.select(cols).sort("batch_id")
     if not g.equals(w):
         diff = g.with_row_index().join(w.with_row_index(), on="index", suffix="_want")
         bad = diff.filter(pl.any_horizontal([pl.col(c) != pl.col(f"{c}_want") for c in cols]))

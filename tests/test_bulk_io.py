@@ -341,7 +341,118 @@ def test_narrow_counts_cross_the_sort_exactly(tmp_path: Path) -> None:
     shuffled = _orders(t.with_columns(pl.col("computed") + 2**30), 4)["shuffled"]
     src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
     shuffled.write_parquet(src, row_group_size=500)  # overlapping row groups
-    counts = bulk.price_file(r, src, dst, progress=False)
-    assert counts.mode == "sorted"
     want = bulk.price(r, t.with_columns(pl.col("computed") + 2**30))
-    assert pl.read_parquet(dst).equals(want)
+    for order in ("auto", "external"):  # int32 in memory, int32 through DuckDB
+        counts = bulk.price_file(r, src, dst, progress=False, order=order)
+        assert counts.mode == ("sorted" if order == "auto" else "external")
+        assert pl.read_parquet(dst).equals(want)
+
+
+# -- grouping in memory, or through DuckDB beyond the memory budget ----------------------------
+
+def _with_bad_rows(df: pl.DataFrame, seed: int) -> pl.DataFrame:
+    """Some null and some negative counts: rejected, and their batches with them."""
+    pick = np.random.default_rng(seed).choice(df.height, 6, replace=False).tolist()
+    return (df.with_row_index("i")
+            .with_columns(pl.when(pl.col("i").is_in(pick[:3])).then(None)
+                          .when(pl.col("i").is_in(pick[3:])).then(-1)
+                          .otherwise(pl.col("scheduled")).alias("scheduled"))
+            .drop("i"))
+
+
+def _reasons(rej: pl.DataFrame) -> list[tuple[int, str, str]]:
+    """The rejects without row numbers (which depend on the row order)."""
+    return sorted(zip(rej["batch_id"].to_list(), rej["reason"].to_list(),
+                      rej["column"].to_list(), strict=True))
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_every_grouping_path_prices_any_order_like_the_sorted_trace(tmp_path: Path,
+                                                                    seed: int) -> None:
+    r = pool(**VARIANTS["dcp4-ctxgather"])
+    df = _with_bad_rows(random_trace(300, seed), seed)
+    want = bulk.price_result(r, df, on_reject="ignore")
+    assert want.counts.mode == "grouped" and want.rejects.height > 6
+    for name in ("request-major", "shuffled"):
+        other = _orders(df, seed)[name]
+        src, csv = tmp_path / f"{name}.parquet", tmp_path / f"{name}.csv"
+        other.write_parquet(src, row_group_size=97)
+        other.write_csv(csv)
+        half = 29 * other.height // 2  # bytes: about half the validated rows
+        runs = {  # path: (source, keywords, expected mode)
+            "memory, planned from statistics": (src, {}, "sorted"),
+            "memory, planned after reading": (csv, {}, "sorted"),
+            "external": (src, {"order": "external"}, "external"),
+            "external from the start": (src, {"memory_budget": 1}, "external"),
+            "external from half-way": (csv, {"memory_budget": half}, "external"),
+        }
+        rejects = []
+        for path, (source, kw, mode) in runs.items():
+            dst, rej = tmp_path / "o.parquet", tmp_path / "rej.parquet"
+            c = bulk.price_file(r, source, dst, rejects=rej, chunk_rows=64, progress=False,
+                                **kw)
+            assert c.mode == mode, (name, path)
+            assert (c.rows_in, c.rows_priced) == (df.height, want.counts.rows_priced)
+            assert c.rows_rejected == want.counts.rows_rejected, (name, path)
+            got = pl.read_parquet(dst)
+            assert got.equals(want.priced), (name, path)  # bit for bit, batch_id order
+            assert pq.ParquetFile(dst).metadata.row_group(0).sorting_columns
+            rejects.append(pl.read_parquet(rej).sort("row"))
+        for kw in ({}, {"memory_budget": half}, {"order": "external"}):
+            for source in (other, other.lazy()):  # in memory: the same paths
+                res = bulk.price_result(r, source, chunk_rows=64, on_reject="ignore", **kw)
+                assert res.priced.equals(want.priced), (name, kw)
+                rejects.append(res.rejects.sort("row"))
+        # the same rows for the same reasons whatever the path (the values as read and
+        # their wording depend on the source's types: CSV text, parquet ints)
+        key = ["row", "batch_id", "reason", "column", "source"]
+        assert all(x.select(key).equals(rejects[0].select(key)) for x in rejects), name
+        assert all(x.equals(rejects[0]) for x in rejects[2:4]), name  # parquet, both paths
+        assert _reasons(rejects[0]) == _reasons(want.rejects), name
+    assert not list(tmp_path.glob(".blis-*"))
+
+
+def test_partition_groups_rows_like_a_stable_sort() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from kernel.bulk import partition as part
+    from kernel.trace import Rows
+
+    ids_of = st.sampled_from(["dense", "sparse64", "one", "lumpy"])
+
+    @settings(max_examples=60, deadline=None)
+    @given(kind=ids_of, n=st.integers(1, 400), seed=st.integers(0, 10**6),
+           chunk=st.integers(1, 200), piece_rows=st.integers(1, 120),
+           planned=st.sampled_from(["histogram", "ranges", "mixed"]))
+    def check(kind: str, n: int, seed: int, chunk: int, piece_rows: int, planned: str) -> None:
+        rng = np.random.default_rng(seed)
+        ids = {"dense": rng.integers(-50, 50, n),
+               "sparse64": rng.choice(rng.integers(-2**63, 2**63 - 1, 9, dtype=np.int64), n),
+               "one": np.full(n, 2**62),
+               "lumpy": np.where(rng.random(n) < 0.8, rng.integers(0, 3, n),
+                                 rng.integers(0, 2**40, n))}[kind].astype(np.int64)
+        rows = Rows(np.arange(n), ids, rng.integers(0, 9, n), rng.integers(0, 9, n),
+                    rng.random(n) < 0.1)
+        chunks = [rows.slice(a, min(a + chunk, n)) for a in range(0, n, chunk)]
+        lo, hi = int(ids.min()), int(ids.max())
+        shift = part.cell_shift(lo, hi)
+        exact = part.plan(lo, shift, part.histogram(ids, lo, shift), piece_rows)
+        by_ranges = part.plan_from_ranges([(int(c.batch_id.min()), int(c.batch_id.max()),
+                                            len(c)) for c in chunks], piece_rows)
+        assert by_ranges is not None
+        assert all(part.fits(p, ids) for p in (exact, by_ranges))
+        final = by_ranges if planned == "ranges" else exact
+        held = []
+        for i, c in enumerate(chunks):
+            if planned == "mixed" and i % 2:  # scattered by one plan, then by another
+                c = part.scatter(c, by_ranges)[0]
+            held.append(part.scatter(c, final))
+        got = Rows.concat([part.gather_piece(held, final, k) for k in range(final.n)])
+        order = np.argsort(ids, kind="stable")
+        assert got.batch_id.tolist() == ids[order].tolist()
+        assert got.row.tolist() == order.tolist()  # each batch's rows in input order
+        assert got.bad.tolist() == rows.bad[order].tolist()
+        assert got.scheduled.dtype == np.int64  # widened for the walk
+
+    check()

@@ -1,9 +1,10 @@
 """In-memory pricing: :func:`price` and :func:`price_result`.
 
 The trace streams through the same pipeline as :func:`kernel.bulk.price_file` (workers,
-bounded memory, any source), only the priced rows are kept in memory. An in-memory table
-whose batches are not contiguous is grouped whole instead (batches in order of their first
-row); streams that are not known to be grouped are sorted through DuckDB (batch_id order).
+bounded memory, any source), only the priced rows are kept in memory: batches that are
+contiguous in the source are priced in trace order; anything else is grouped in memory by
+batch id range (:mod:`kernel.bulk.partition`), or sorted by DuckDB when it does not fit
+``memory_budget``: batch_id order.
 
 Rejected rows are never dropped silently: ``on_reject="warn"`` (the default) warns with
 their count, ``"raise"`` raises :class:`kernel.trace.RejectedRowError` at the first one,
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow as pa
 
-from ..trace import REJECT_SCHEMA, Rows
+from ..trace import REJECT_SCHEMA
 from .batch_table import BatchTable
 from .columns import ColumnProducer, with_measured
 from .engine import Engine, PricedResult, open_priced_trace, resolved
@@ -51,7 +52,8 @@ def price_result(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshol
                  producers: Iterable[ColumnProducer] | None = None,
                  on_reject: str = "warn", workers: int | None = None,
                  chunk_rows: int = 1 << 20, tmp_dir: str | Path | None = None,
-                 sort_memory: str = SORT_MEMORY, measured: str | None = None,
+                 sort_memory: str = SORT_MEMORY, memory_budget: int | str | None = None,
+                 order: str = "auto", measured: str | None = None,
                  measured_unit: str = "ns", reject_over_limit: bool = False) -> PricedResult:
     """Price a trace (any source :func:`kernel.sources.open_trace` takes): priced rows,
     rejects and counts, in memory.
@@ -63,7 +65,8 @@ def price_result(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshol
     each estimate's relative error; bad values are rejects). ``strict`` is
     ``on_reject="raise"``. A kernel's prices carry the ``limits`` column
     (:mod:`kernel.bulk.over_limit`); ``reject_over_limit`` sets those batches' rows aside
-    instead. Order: module docstring.
+    instead. Order, ``order``, ``sort_memory`` and ``memory_budget``: module docstring and
+    :func:`kernel.bulk.price_file`.
     """
     producers = with_measured(producers, measured, measured_unit)
     if on_reject not in ON_REJECT:
@@ -82,20 +85,15 @@ def price_result(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshol
                  on_priced=priced.append, on_rejects=rejects.append, spec=spec,
                  over_limit=over_limit_of(k, reject_over_limit))
     eng.emit_rejects(bt_rej)
-    if src.layout != "batches" and src.in_memory:
-        # an in-memory table in no known order: grouped whole, first-seen order
-        parts = [eng.coerce(raw, 0) for raw in src.chunks()]
-        eng.price(Rows.concat(parts) if parts else Rows.empty())
-        eng.counts.mode = "in-memory"
-    else:
-        n = _workers(workers)
-        with ThreadPoolExecutor(n, thread_name_prefix="blis-price") as pool:
-            st = priced_stream(eng, src, pool, workers=n, chunk_rows=chunk_rows,
-                               tmp_parent=Path(tmp_dir or tempfile.gettempdir()),
-                               sort_memory=sort_memory)
-            for p in st.results:
-                eng.take_priced(p)
-        eng.counts.mode = st.mode
+    n = _workers(workers)
+    with ThreadPoolExecutor(n, thread_name_prefix="blis-price") as pool:
+        st = priced_stream(eng, src, pool, workers=n, chunk_rows=chunk_rows,
+                           tmp_parent=Path(tmp_dir or tempfile.gettempdir()),
+                           sort_memory=sort_memory, memory_budget=memory_budget,
+                           order=order)
+        for p in st.results:
+            eng.take_priced(p)
+    eng.counts.mode = st.mode
     eng.finish()
     counts = eng.counts
     counts.seconds = time.perf_counter() - t0

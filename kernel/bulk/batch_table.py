@@ -81,6 +81,7 @@ class BatchTable:
         if len(rows) == 0:
             return
         if self.ids.size:
+            rows.widened()  # the table's values need not fit the trace column's type
             j = np.searchsorted(self.ids, rows.batch_id)
             jc = np.minimum(j, self.ids.size - 1)
             hit = self.ids[jc] == rows.batch_id

@@ -44,7 +44,7 @@ class PriceCounts:
     batches_priced: int = 0
     batch_table_rows_rejected: int = 0  # rows of the per-batch table set aside
     batches_over_limit: int = 0  # priced batches over a deployment limit (kernel.limits)
-    mode: str = "in-memory"  # in-memory | grouped | sorted (docs/traces.md)
+    mode: str = "in-memory"  # grouped | sorted | external once run (docs/traces.md)
     seconds: float = 0.0
 
     def check(self) -> None:
@@ -147,6 +147,7 @@ class Engine:
         rows by batch id."""
         if len(rows) == 0:
             return Priced(None, [], 0, 0)
+        rows.widened()
         if starts is None:
             rows, g = group(rows)
         else:
@@ -210,7 +211,7 @@ def rows_of(trace: Any) -> Rows:
     """A whole in-memory trace as coerced rows (bad rows marked, rejects dropped)."""
     src = open_trace(trace, chunk_rows=1 << 62)
     parts = [coerce(t, 0) for t in src.chunks()]
-    return Rows.concat(parts) if parts else Rows.empty()
+    return (Rows.concat(parts) if parts else Rows.empty()).widened()
 
 
 def resolved(k: Kernel | ResolvedPool) -> ResolvedPool:

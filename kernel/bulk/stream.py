@@ -11,16 +11,19 @@ A run is a pipeline (``docs/traces.md`` "Streaming"):
 
    * ``grouped`` — the source's chunks split no batch (but one carried id, held back and
      prepended to the next chunk): each chunk is grouped on its own;
-   * ``sorted`` — anything else: validated rows go through DuckDB's external sort (``ORDER BY
-     batch_id, row``, spilling to a temporary directory beyond ``sort_memory``) and come back
-     grouped, batch ids increasing.
+   * ``sorted`` — anything else, while the validated rows fit ``memory_budget``: grouped in
+     memory by batch id range without a comparison sort (:mod:`kernel.bulk.partition`), each
+     chunk scattered to its pieces on the worker that validated it;
+   * ``external`` — beyond that budget: validated rows go through DuckDB's external sort
+     (``ORDER BY batch_id, row``, spilling to a temporary directory beyond ``sort_memory``)
+     and come back grouped, batch ids increasing.
 4. **price**: groups of whole batches are priced on a thread pool (numpy releases the GIL in
    the heavy loops), results taken in order;
 5. **write**: a ``ParquetWriter`` on the calling thread (Arrow encodes without the GIL), row
    groups of at least :data:`ROW_GROUP_ROWS` rows, to a temporary name renamed at the end.
 
-Output order: batch_id order in ``sorted`` mode and in ``grouped`` mode when batch ids rise
-from chunk to chunk (then the parquet records ``sorting_columns``); trace order otherwise.
+Output order: batch_id order in ``sorted`` and ``external`` mode and in ``grouped`` mode when
+batch ids rise from chunk to chunk (then the parquet records ``sorting_columns``); trace order otherwise.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -45,9 +50,20 @@ from ..sources import TraceSource
 from ..trace import REJECT_SCHEMA, Rows
 from .batch_table import BatchTable
 from .columns import ColumnProducer, with_measured
-from .engine import Engine, PriceCounts, Priced, open_priced_trace, resolved
+from .engine import PRICE_ROWS, Engine, PriceCounts, Priced, open_priced_trace, resolved
 from .groups import runs
 from .over_limit import over_limit_of, with_limits
+from .partition import (
+    Partition,
+    cell_shift,
+    fits,
+    gather_piece,
+    histogram,
+    id_range,
+    plan,
+    plan_from_ranges,
+    scatter,
+)
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
@@ -93,8 +109,7 @@ def _offsets(parts: Iterable[Any]) -> Iterator[tuple[Any, int]]:
         offset += t.num_rows
 
 
-def _grouped_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor
-                   ) -> Iterator[tuple[Rows, np.ndarray | None, bool]]:
+def _grouped_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor) -> Iterator[Rows]:
     """Chunks of whole batches: each unit's carry id is held back for the next."""
     def task(item: tuple[Callable[[], pa.Table], int, Any]) -> tuple[Any, Any]:
         read, offset, carry = item  # read on a worker too: ahead of the pricing
@@ -117,14 +132,14 @@ def _grouped_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor
             else:
                 first, rows = _join_held(held, rows)
                 if first is not None:
-                    yield first, None, ts.sorted_ids
+                    yield first
             held = Rows.empty()
         if carry is not None and len(rows):
             rows, held = _split_off(rows, rows.batch_id == carry)
         if len(rows):
-            yield rows, None, ts.sorted_ids
+            yield rows
     if len(held):
-        yield held, None, ts.sorted_ids
+        yield held
 
 
 def _join_held(held: Rows, rows: Rows) -> tuple[Rows | None, Rows]:
@@ -162,6 +177,8 @@ def _sort_schema(rows: Rows, ts: TraceSource) -> pa.Schema:
     bytes to sort and to fetch)."""
     out = []
     for f in rows.to_arrow().schema:
+        if pa.types.is_integer(f.type):
+            f = pa.field(f.name, pa.int64())  # (rows may arrive narrowed by value)
         src = ts.names.get(f.name)
         typ = ts.schema.field(src).type if (ts.schema is not None and src is not None
                                               and src in ts.schema.names) else None
@@ -173,37 +190,116 @@ def _sort_schema(rows: Rows, ts: TraceSource) -> pa.Schema:
     return pa.schema(out)
 
 
-def _widen(rows: Rows) -> Rows:
-    """int32 columns back to the int64 the walk works in."""
-    for name in ("row", *_NARROW):
-        v = getattr(rows, name)
-        if v is not None and v.dtype != np.int64:
-            setattr(rows, name, v.astype(np.int64))
-    return rows
+Unit = Callable[[], Priced]  # the pricing of one group of whole batches, run on the pool
 
 
-def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_rows: int,
-                  tmp_parent: Path, sort_memory: str
-                  ) -> Iterator[tuple[Rows, np.ndarray | None, bool]]:
+Held = tuple[Rows, "np.ndarray | None"]  # rows, and their pieces' offsets once scattered
+
+
+def _validated(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor,
+               failure: list[BaseException], part: Partition | None) -> Iterator[Held]:
+    """Every chunk validated on the pool (one ahead), in order; columns narrowed to int32
+    where the values fit, since these rows wait to be grouped; scattered by ``part`` too when
+    a plan is known before reading (while the chunk is still in cache)."""
+    def task(item: tuple[pa.Table, int]) -> tuple[Any, np.ndarray | None]:
+        c = eng.coerce_task(item[0], item[1])
+        c.rows.narrowed()
+        if part is not None and len(c.rows) and fits(part, c.rows.batch_id):
+            c.rows, off = scatter(c.rows, part)
+            return c, off
+        return c, None
+
+    try:
+        for c, off in _ordered(pool, task, _offsets(ts.chunks()), 1):
+            rows = eng.take_coerced(c)
+            if len(rows):
+                yield rows, off
+    except BaseException as e:  # DuckDB would wrap it: keep the original
+        failure.append(e)
+        raise
+
+
+def _estimated_bytes(ts: TraceSource) -> int | None:
+    """A lower bound of the validated rows' size (int32 counts), when the row count is known."""
+    if ts.num_rows is None:
+        return None
+    per_row = 8 + 1 + 4 * (3 + sum(c in ts.names for c in _NARROW[2:]))
+    return ts.num_rows * per_row
+
+
+def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st: Stream,
+                     *, workers: int, chunk_rows: int, tmp_parent: Path, sort_memory: str,
+                     memory_budget: int) -> Iterator[Unit]:
+    """Rows of any order grouped in memory (:mod:`kernel.bulk.partition`) while they fit in
+    ``memory_budget`` bytes; beyond it, everything goes through DuckDB's external sort — the
+    rows gathered so far first, then the rest of the stream (nothing is read twice)."""
+    failure: list[BaseException] = []
+    est = _estimated_bytes(ts)
+    in_memory = st.mode != "external" and (est is None or est <= memory_budget)
+    prior = (plan_from_ranges(ts.id_ranges, PRICE_ROWS)
+             if in_memory and ts.id_ranges is not None else None)
+    parts = _validated(eng, ts, pool, failure, prior)
+    held: list[Held] = []
+    if in_memory:
+        used = 0
+        for h in parts:
+            held.append(h)
+            used += h[0].nbytes()
+            if used > memory_budget:
+                break
+        else:
+            yield from _memory_units(eng, held, prior, pool, workers)
+            return
+    st.mode = "external"
+    yield from _external_units(eng, ts, chain((h[0] for h in held), (h[0] for h in parts)),
+                               failure, chunk_rows, tmp_parent, sort_memory)
+
+
+def _memory_units(eng: Engine, held: list[Held], prior: Partition | None,
+                  pool: ThreadPoolExecutor, workers: int) -> Iterator[Unit]:
+    """Validated rows held in memory, scattered into pieces of whole batches in id order
+    (by the plan made before reading when every chunk fitted it, else by one made now)."""
+    if not held:
+        return
+    part = prior
+    if part is None or any(off is None for _, off in held):
+        part = _plan_held(held, pool)
+        slots: list[Held | None] = list(held)
+        held.clear()
+
+        def scatter_task(i: int, p: Partition = part) -> Held:
+            h, slots[i] = slots[i], None  # each chunk's memory goes once it is scattered
+            assert h is not None
+            return scatter(h[0], p)  # (rows scattered by another plan: batches stay whole)
+
+        held = list(_ordered(pool, scatter_task, range(len(slots)), workers))
+    chunks = [(r, off) for r, off in held if off is not None]
+    held.clear()
+
+    def piece(k: int, p: Partition = part) -> Priced:
+        rows = gather_piece(chunks, p, k)
+        return eng.price_task(rows, runs(rows.batch_id))
+
+    for k in range(part.n):
+        if any(off[k + 1] > off[k] for _, off in chunks):
+            yield partial(piece, k)
+
+
+def _plan_held(held: list[Held], pool: ThreadPoolExecutor) -> Partition:
+    """A plan from the held rows' ids (a histogram, chunk by chunk on the pool)."""
+    ranges = [id_range(r.batch_id) for r, _ in held]
+    lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+    shift = cell_shift(lo, hi)
+    counts = sum(pool.map(lambda h: histogram(h[0].batch_id, lo, shift), held))
+    return plan(lo, shift, np.asarray(counts), PRICE_ROWS)
+
+
+def _external_units(eng: Engine, ts: TraceSource, parts: Iterator[Rows],
+                    failure: list[BaseException], chunk_rows: int, tmp_parent: Path,
+                    sort_memory: str) -> Iterator[Unit]:
     """Every validated row through DuckDB's external sort by (batch_id, row)."""
     import duckdb
 
-    def task(item: tuple[pa.Table, int]) -> Any:
-        return eng.coerce_task(item[0], item[1])
-
-    failure: list[BaseException] = []
-
-    def validated() -> Iterator[Rows]:
-        try:
-            for c in _ordered(pool, task, _offsets(ts.chunks()), 1):
-                rows = eng.take_coerced(c)
-                if len(rows):
-                    yield rows
-        except BaseException as e:  # DuckDB would wrap it: keep the original
-            failure.append(e)
-            raise
-
-    parts = validated()
     head = next(parts, None)
     if head is None:
         return
@@ -213,6 +309,9 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
         yield from head.to_arrow().cast(schema).to_batches()
         for rows in parts:
             yield from rows.to_arrow().cast(schema).to_batches()
+
+    def unit(rows: Rows) -> Unit:
+        return partial(eng.price_task, rows, runs(rows.batch_id), False)
 
     tmp = safe_output.make_temp_dir(tmp_parent, ".blis-sort-")  # removed on SIGINT/SIGTERM
     con: Any = None
@@ -236,7 +335,7 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
             raise
         held = Rows.empty()
         for b in out:
-            rows = _widen(Rows.from_arrow(pa.Table.from_batches([b]).cast(schema)))
+            rows = Rows.from_arrow(pa.Table.from_batches([b]).cast(schema)).widened()
             if len(held):
                 first, rows = _join_held(held, rows)  # sorted: its rows lead
                 held = Rows.empty()
@@ -244,14 +343,14 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
                     held = first  # the batch may go on in the next output batch
                     continue
                 if first is not None:
-                    yield first, runs(first.batch_id), False
+                    yield unit(first)
             ids = rows.batch_id
             cut = int(np.searchsorted(ids, ids[-1], "left"))  # the last batch may go on
             rows, held = rows.slice(0, cut), rows.take(np.arange(cut, len(rows)))
             if len(rows):
-                yield rows, runs(rows.batch_id), False
+                yield unit(rows)
         if len(held):
-            yield held, runs(held.batch_id), False
+            yield unit(held)
     finally:
         if stop is not None:
             safe_output.off_interrupt(stop)
@@ -262,30 +361,55 @@ def _sorted_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, chunk_
 
 @dataclass
 class Stream:
-    """A run's priced results, in output order; ``mode`` is grouped or sorted, ``sorted_ids``
-    whether the output is in batch_id order."""
+    """A run's priced results, in output order; ``mode`` is grouped, sorted or external
+    (known for sure once the results are consumed), ``sorted_ids`` whether the output is in
+    batch_id order."""
 
     mode: str
     sorted_ids: bool
-    results: Iterator[Priced]
+    results: Iterator[Priced] = iter(())
+
+
+ORDERS = ("auto", "sort", "external")
 
 
 def priced_stream(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, *, workers: int,
                   chunk_rows: int, tmp_parent: Path, sort_memory: str = SORT_MEMORY,
-                  order: str = "auto") -> Stream:
+                  memory_budget: int | str | None = None, order: str = "auto") -> Stream:
     """The pipeline of the module docstring, up to the priced tables."""
-    if order not in ("auto", "sort"):
-        raise ValueError(f"order must be 'auto' or 'sort', not {order!r}")
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(map(repr, ORDERS))}, not {order!r}")
+    budget = (size_bytes(sort_memory, "sort_memory") if memory_budget is None
+              else size_bytes(memory_budget, "memory_budget"))
+    units: Iterator[Unit]
     if ts.layout == "batches" and order == "auto":
-        units = _grouped_units(eng, ts, pool)
-        mode, sorted_ids = "grouped", ts.sorted_ids
+        st = Stream("grouped", ts.sorted_ids)
+        units = (partial(eng.price_task, rows, None, ts.sorted_ids)
+                 for rows in _grouped_units(eng, ts, pool))
     else:
-        units = _sorted_units(eng, ts, pool, chunk_rows, tmp_parent, sort_memory)
-        mode, sorted_ids = "sorted", True
+        st = Stream("external" if order == "external" else "sorted", True)
+        units = _any_order_units(eng, ts, pool, st, workers=workers, chunk_rows=chunk_rows,
+                                 tmp_parent=tmp_parent, sort_memory=sort_memory,
+                                 memory_budget=budget)
+    st.results = _ordered(pool, lambda u: u(), units, workers)
+    return st
 
-    def task(u: tuple[Rows, np.ndarray | None, bool]) -> Priced:
-        return eng.price_task(*u)
-    return Stream(mode, sorted_ids, _ordered(pool, task, units, workers))
+
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def size_bytes(v: int | str, what: str) -> int:
+    """``1GB``, ``512MiB``, ``2e9`` or an int: bytes (DuckDB's units: KB = 1000 B)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    text = str(v).strip().lower().replace(" ", "")
+    unit = text.lstrip("0123456789.e+")
+    try:
+        return int(float(text[:len(text) - len(unit)]) * _UNITS[unit or "b"])
+    except (KeyError, ValueError):
+        raise ValueError(f"{what}={v!r}: expected bytes as an int or a size such as '1GB', "
+                         f"'512MiB' (units {', '.join(_UNITS)})") from None
 
 
 # -- writing -------------------------------------------------------------------------------
@@ -387,12 +511,17 @@ _MALLOC_TUNED = False
 
 
 def _tune_malloc() -> None:
-    """Keep glibc from handing every freed chunk-sized array back to the kernel.
+    """Keep glibc from handing every freed chunk-sized array back to the kernel, and keep
+    numpy from asking for transparent huge pages.
 
     Streaming allocates and frees arrays of a few MiB per chunk; by default glibc serves
     each from a fresh mmap, so every chunk pays page faults for all its memory. Raising the
-    mmap and trim thresholds lets freed chunks be reused from the heap. Process-wide, so only
-    on request (``price_file(tune_malloc=True)``, the command line); Linux/glibc only;
+    mmap and trim thresholds lets freed chunks be reused from the heap. Grouping rows of any
+    order in memory fills fresh memory once; numpy advises huge pages for every array of
+    4 MiB and more, and where the kernel compacts memory to honour that advice
+    (``transparent_hugepage/defrag = madvise``) each fault stalls: measured on 2 cores, 35%
+    more CPU for a shuffled trace. Process-wide, so only on request
+    (``price_file(tune_malloc=True)``, the command line); Linux/glibc only;
     ``BLIS_KEEP_MALLOC=1`` vetoes it.
     """
     global _MALLOC_TUNED
@@ -408,6 +537,9 @@ def _tune_malloc() -> None:
         libc.mallopt(-1, 512 << 20)  # M_TRIM_THRESHOLD: keep up to 512 MiB of free heap
     except (OSError, AttributeError):
         pass
+    hugepage = getattr(getattr(np, "_core", None), "multiarray", None)
+    if hugepage is not None and hasattr(hugepage, "_set_madvise_hugepage"):
+        hugepage._set_madvise_hugepage(False)  # (numpy's NUMPY_MADVISE_HUGEPAGE=0)
 
 
 # -- the entry point -------------------------------------------------------------------------
@@ -422,7 +554,8 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                metadata: Mapping[str, str | bytes] | None = None,
                rejects_metadata: Mapping[str, str | bytes] | None = None,
                workers: int | None = None, order: str = "auto",
-               sort_memory: str = SORT_MEMORY, tune_malloc: bool = False,
+               sort_memory: str = SORT_MEMORY, memory_budget: int | str | None = None,
+               tune_malloc: bool = False,
                measured: str | None = None, measured_unit: str = "ns",
                reject_over_limit: bool = False) -> PriceCounts:
     """Stream ``src`` (any source :func:`kernel.sources.open_trace` takes) into parquet at
@@ -432,8 +565,11 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     :class:`RejectedRowError` at the first one. ``keep`` and ``producers`` add columns
     (:mod:`kernel.bulk.columns`); ``metadata`` (``rejects_metadata``) is written into the
     output's (the rejects file's) key-value metadata. ``workers`` threads price (default: the
-    cores); ``order="sort"`` sorts even a grouped source; the sort spills to ``tmp_dir``
-    (default: beside ``dst``) beyond ``sort_memory``. ``measured`` names a trace column of
+    cores). A source in no known order is grouped in memory while its validated rows fit in
+    ``memory_budget`` bytes (default: ``sort_memory``; ``"1GB"``, ``"512MiB"`` or an int),
+    else sorted by DuckDB, which spills to ``tmp_dir`` (default: beside ``dst``) beyond
+    ``sort_memory``; ``order="sort"`` does this even for a grouped source,
+    ``order="external"`` always takes DuckDB. ``measured`` names a trace column of
     measured step times in ``measured_unit`` (``measured_ns`` and each estimate's relative
     error; bad values are rejects). ``tune_malloc`` applies
     :func:`_tune_malloc` (process-wide). A kernel's prices carry the ``limits`` column;
@@ -465,7 +601,8 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
         eng.emit_rejects(bt_rej)
         st = priced_stream(eng, ts, pool, workers=n, chunk_rows=chunk_rows,
                            tmp_parent=Path(tmp_dir) if tmp_dir else dst.parent,
-                           sort_memory=sort_memory, order=order)
+                           sort_memory=sort_memory, memory_budget=memory_budget,
+                           order=order)
         sinks.append(_Sink(dst, spec.schema(), metadata=metadata,
                            sorted_by=("batch_id",) if st.sorted_ids else ()))
         for p in st.results:

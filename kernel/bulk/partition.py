@@ -1,0 +1,162 @@
+"""Grouping rows of any order in memory, without sorting them: a partition by batch id range.
+
+Rows that arrive in any order (request-major logs, rows merged from several ranks, shuffled)
+must be grouped by batch before pricing. A comparison sort of every row is not needed, only
+whole batches side by side, batches in id order and each batch's rows in input order:
+
+1. a histogram of the batch ids over at most :data:`CELLS` equal id ranges ("cells", a shift
+   of ``id - lo``), one pass;
+2. consecutive cells merged into pieces of about ``piece_rows`` rows (a lookup table
+   cell → piece, small enough to stay in cache);
+3. each chunk's rows scattered to their pieces by a stable counting sort on the piece number
+   (numpy's stable argsort on 8/16-bit keys is a radix sort), chunk by chunk on the pool, each
+   chunk freed once scattered (reading a chunk's rows in order and writing ~100 streams is
+   cache-friendly; gathering a piece from every chunk would not be);
+4. each piece, when priced, taken from the scattered chunks in input order and grouped by a
+   stable radix sort on ``id - piece's first id`` (16-bit when the piece spans < 65,536 ids).
+
+All of it is linear in the rows but the last step's fallback (a piece spanning more ids, e.g.
+sparse 64-bit ids: a stable merge sort of that piece alone). Rows keep their input order
+within a batch, so float sums accumulate exactly as for a sorted trace: the prices are equal
+bit for bit. Columns are kept narrow (int32 where the values fit) while they wait
+(:meth:`kernel.trace.Rows.narrowed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..trace import Rows
+
+__all__ = ["CELLS", "Partition", "fits", "gather_piece", "group_piece", "plan",
+           "plan_from_ranges", "scatter"]
+
+CELLS = 1 << 16  # id ranges of the histogram (the lookup table: 64k entries)
+@dataclass
+class Partition:
+    """Pieces of whole batches over the id range ``[lo, lo + (CELLS << shift))``."""
+
+    lo: int
+    hi: int  # the largest id planned for
+    shift: int
+    piece_of_cell: np.ndarray  # uint16: the piece of each cell
+    first_cell: np.ndarray  # int64: each piece's first cell (pieces in id order)
+
+    @property
+    def n(self) -> int:
+        return int(self.first_cell.size)
+
+    def cells(self, ids: np.ndarray) -> np.ndarray:
+        return cells(ids, self.lo, self.shift)
+
+    def piece_lo(self, k: int) -> int:
+        """The smallest batch id piece ``k`` can hold."""
+        return self.lo + (int(self.first_cell[k]) << self.shift)
+
+    def piece_span(self, k: int) -> int:
+        """How many batch ids piece ``k`` can hold."""
+        end = int(self.first_cell[k + 1]) if k + 1 < self.n else CELLS
+        return (end - int(self.first_cell[k])) << self.shift
+
+
+def id_range(ids: np.ndarray) -> tuple[int, int]:
+    return (int(ids.min()), int(ids.max())) if ids.size else (0, 0)
+
+
+def cell_shift(lo: int, hi: int) -> int:
+    """The shift that maps ``hi - lo`` below :data:`CELLS`."""
+    return max(0, (hi - lo).bit_length() - CELLS.bit_length() + 1)
+
+
+def cells(ids: np.ndarray, lo: int, shift: int) -> np.ndarray:
+    """The cell of each id (ids >= lo; unsigned arithmetic: ``hi - lo`` may exceed int64)."""
+    off = ids.astype(np.uint64) - np.uint64(lo % (1 << 64))
+    return (off >> np.uint64(shift)).astype(np.intp)
+
+
+def histogram(ids: np.ndarray, lo: int, shift: int) -> np.ndarray:
+    """Rows per cell (int64, CELLS long)."""
+    return np.bincount(cells(ids, lo, shift), minlength=CELLS)
+
+
+def plan(lo: int, shift: int, counts: np.ndarray, piece_rows: int) -> Partition:
+    """Cells merged, in order, into pieces of about ``piece_rows`` rows (at most 65,535)."""
+    total = int(counts.sum())
+    n_pieces = int(min(max(1, -(-total // max(piece_rows, 1))), (1 << 16) - 1))
+    cum = np.cumsum(counts)
+    # piece of a cell: how many piece-sized steps the rows before it fill (monotone)
+    before = cum - counts
+    piece = (before * n_pieces // max(total, 1)).astype(np.int64)
+    # renumber so only pieces that start somewhere count (no empty piece numbers)
+    starts = np.flatnonzero(np.concatenate(([True], piece[1:] != piece[:-1])))
+    dense = np.zeros(CELLS, np.int64)
+    dense[starts[1:]] = 1
+    np.cumsum(dense, out=dense)
+    hi = lo + (CELLS << shift) - 1
+    return Partition(lo, hi, shift, dense.astype(np.uint16), starts.astype(np.int64))
+
+
+def plan_from_ranges(ranges: list[tuple[int, int, int]], piece_rows: int) -> Partition | None:
+    """A plan before reading, from (min, max, rows) of the source's parts (parquet row-group
+    statistics): each part's rows spread evenly over its id range — pieces come out about the
+    right size when ids are not too lumpy, and a lumpy piece is only slower, never wrong."""
+    if not ranges:
+        return None
+    lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+    shift = cell_shift(lo, hi)
+    diff = np.zeros(CELLS + 1)
+    for a, b, n in ranges:
+        c0, c1 = (a - lo) >> shift, (b - lo) >> shift
+        diff[c0] += n / (c1 - c0 + 1)
+        diff[c1 + 1] -= n / (c1 - c0 + 1)
+    counts = np.rint(np.maximum(np.cumsum(diff[:-1]), 0)).astype(np.int64)
+    part = plan(lo, shift, counts, piece_rows)
+    part.hi = hi
+    return part
+
+
+def fits(part: Partition, ids: np.ndarray) -> bool:
+    """Whether every id is in the range the plan covers."""
+    return ids.size == 0 or (int(ids.min()) >= part.lo and int(ids.max()) <= part.hi)
+
+
+def scatter(rows: Rows, part: Partition) -> tuple[Rows, np.ndarray]:
+    """The rows reordered by piece (stable: input order within a piece) and each piece's
+    offsets into them (``part.n + 1`` values)."""
+    key = part.piece_of_cell[part.cells(rows.batch_id)]
+    if part.n <= 256:
+        key = key.astype(np.uint8)
+    order = np.argsort(key, kind="stable")  # a radix sort on 8/16-bit keys
+    offsets = np.zeros(part.n + 1, np.int64)
+    np.cumsum(np.bincount(key, minlength=part.n), out=offsets[1:])
+    return rows.take(order), offsets
+
+
+def gather_piece(chunks: list[tuple[Rows, np.ndarray]], part: Partition, k: int) -> Rows:
+    """Piece ``k``'s rows from every scattered chunk (``(rows, offsets)``, in input order),
+    grouped by batch (ids increasing, input order within a batch), as int64."""
+    parts = [rows.slice(int(off[k]), int(off[k + 1])) for rows, off in chunks
+             if off[k + 1] > off[k]]
+    rows = Rows.concat(parts).widened() if parts else Rows.empty()
+    return group_piece(rows, part.piece_lo(k), part.piece_span(k))
+
+
+def group_piece(rows: Rows, lo: int, span: int) -> Rows:
+    """A piece's rows (input order) grouped by batch id, stably, batches in id order."""
+    if len(rows) < 2:
+        return rows
+    ids = rows.batch_id
+    if span <= 1 << 16:
+        key: np.ndarray = (ids - lo).astype(np.uint16)
+        order = np.argsort(key, kind="stable")
+    elif span <= 1 << 32:  # two stable 16-bit radix passes
+        off = ids - lo
+        first = np.argsort((off & 0xFFFF).astype(np.uint16), kind="stable")
+        order = first[np.argsort((off[first] >> 16).astype(np.uint16), kind="stable")]
+    else:
+        order = np.argsort(ids, kind="stable")
+    if bool(np.all(order[1:] > order[:-1])):
+        return rows
+    return rows.take(order)
