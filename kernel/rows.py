@@ -4,8 +4,9 @@ A record field is read from the row column of the same name (or the one its
 ``pipeline.arrow_schema.column(name)`` metadata names) and converted to the field's declared
 type (``int``, ``float``, ``bool``, ``str``); the fields a caller builds itself (nested
 records, dicts) are passed in. So a field added to a resolved record and to the SQL row needs
-no edit here. A NULL in a ``str`` column is ``""`` (the records' spelling of "unstated"); a
-NULL where a number or a flag is needed is an error naming the column.
+no edit here. A NULL is an error naming the column: a column that may be NULL ("unstated")
+is declared once, with the value the records hold instead, and replaced before the row is read
+here (``kernel.build`` does that for ``resolved_pools``).
 """
 
 from __future__ import annotations
@@ -49,9 +50,7 @@ def from_row(cls: type[T], row: Mapping[str, Any], **given: Any) -> T:
             raise KeyError(f"{cls.__name__}.{name}: the row has no column {column!r}")
         value = row[column]
         if value is None:
-            if annotation != "str":
-                raise ValueError(f"{cls.__name__}.{name}: column {column!r} is NULL, but a "
-                                 f"resolved {annotation} is needed")
-            value = ""
+            raise ValueError(f"{cls.__name__}.{name}: column {column!r} is NULL, but a "
+                             f"resolved {annotation} is needed")
         kwargs[name] = convert(value)
     return cls(**kwargs)

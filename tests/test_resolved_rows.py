@@ -22,10 +22,11 @@ def test_fields_read_their_column_or_the_declared_one_and_take_the_field_type() 
         assert type(getattr(m, f.name)).__name__ == f.type, f.name
 
 
-def test_null_is_unstated_for_text_and_an_error_for_a_number() -> None:
-    assert from_row(Origin, {"name": "x", "set": None, "method": "m", "scope": "s"}).set == ""
-    with pytest.raises(ValueError, match="'hidden_size' is NULL"):
+def test_null_is_an_error_naming_the_column() -> None:
+    with pytest.raises(ValueError, match="MemoryMagnitudes.hidden_size: column 'hidden_size'"):
         from_row(MemoryMagnitudes, {**ROW, "hidden_size": None})
+    with pytest.raises(ValueError, match="Origin.set: column 'set' is NULL"):
+        from_row(Origin, {"name": "x", "set": None, "method": "m", "scope": "s"})
 
 
 def test_a_missing_column_or_an_unsupplied_record_field_is_named() -> None:
