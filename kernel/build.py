@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from pipeline import db
+from pipeline import db, unstated
 from pipeline.constants import KERNEL_ASSUMPTION_SET
 from pipeline.errors import DocumentError, RefusalError
 from pipeline.load import Inputs, Repos, open_inputs
@@ -142,7 +142,7 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
     rows = _rows(con, "SELECT * FROM resolved_pools WHERE scenario = ? AND pool = ?", args)
     if not rows:  # pragma: no cover - a join lost the pool: a view bug, not a user error
         raise RuntimeError(f"resolution produced no row for {key!r} pool {pool}")
-    r = rows[0]
+    r = unstated.kernel_row("resolved_pools", rows[0])  # NULL (unstated) -> the kernel's none
 
     layout = from_row(Layout, r)
 

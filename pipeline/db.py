@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from . import constants, sql_models
+from . import constants, sql_models, units
 from . import load as _load
 from . import normalise as nz
 from .errors import DocumentError, Problem
@@ -227,6 +227,21 @@ def register_constants(con: duckdb.DuckDBPyConnection) -> None:
                 "(SELECT assumption_set FROM kernel_constants)")
 
 
+# Tables the loader writes from Python values before the views run (not documents, not views).
+PARAMETER_TABLES = ("kernel_constants", "coefficient_units", "coefficient_quantities")
+
+
+def register_units(con: duckdb.DuckDBPyConnection) -> None:
+    """Give SQL the coefficient unit tables of :mod:`pipeline.units` (idempotent):
+    ``coefficient_units`` (unit → quantity, SI unit, factor) and ``coefficient_quantities``
+    (name pattern → quantity)."""
+    for name, table in (("coefficient_units", units.units_table()),
+                        ("coefficient_quantities", units.quantities_table())):
+        con.register("__units_tmp", table)
+        con.execute(f'CREATE OR REPLACE TABLE "{name}" AS SELECT * FROM __units_tmp')
+        con.unregister("__units_tmp")
+
+
 def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> None:
     """Run every ``sql/*.sql`` file in dependency order (``pipeline.sql_models``; each creates
     or replaces views).
@@ -240,6 +255,7 @@ def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> Non
     """
     install_udfs(con)
     register_constants(con)
+    register_units(con)
     kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables"
                              ).fetchall())
     models = sql_models.order((sql_models.parse(p) for p in sql_files()), kinds)

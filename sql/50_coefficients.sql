@@ -1,5 +1,6 @@
 -- materialize: true
--- Coefficient scoping (kernel-algorithm.md §1.4) and unit lifting to SI (§1.3).
+-- Coefficient scoping (kernel-algorithm.md §1.4) and unit lifting to SI by the declared units
+-- (§1.3).
 --
 -- Sets apply in the scenario's order; within the scenario's sets the last entry whose scope
 -- admits the pool wins for each name. Scope: every stated dimension must contain the pool's
@@ -35,35 +36,38 @@ SELECT * EXCLUDE (rn) FROM (
     FROM cand
 ) WHERE rn = 1;
 
--- Each in-scope coefficient lifted to SI: µs → integer ns (truncated), bytes/µs → bytes/s,
--- tokens/µs → tokens/s; everything else as stated.
+-- Each in-scope coefficient lifted to SI by its declared units (the tables come from
+-- pipeline/units.py): µs → integer ns (truncated, us_to_ns), bytes/µs → bytes/s, tokens/µs →
+-- tokens/s, everything else as stated. `quantity` is what the name measures (first matching
+-- pattern; for a name the kernel does not read, what its units measure); `units_fit` is false
+-- when the declared units do not measure it, and 90_refusals.sql refuses the pool.
 CREATE OR REPLACE VIEW coefficients_lifted AS
-SELECT scenario, pool, name, set, value, units, method,
-       CASE WHEN name LIKE 'collective_floor_%' OR name LIKE 'attention_decode_floor%'
-                 OR name = 'attention_prefill_floor' OR name LIKE 'recurrent_decode_floor_%'
-                 OR (name LIKE 'host_%' AND name <> 'host_link_bandwidth') THEN 'ns'
-            WHEN name LIKE 'collective_peak_rate_%' OR name LIKE 'collective_transition_rate_%'
-                 OR name LIKE 'attention_decode_rate%' OR name = 'host_link_bandwidth'
-                THEN 'bytes/s'
-            WHEN name LIKE 'recurrent_decode_rate_%' THEN 'tokens/s'
-            WHEN name LIKE '%_bytes%' THEN 'bytes'
-            ELSE 'dimensionless' END AS si_unit,
-       CASE WHEN name LIKE 'collective_floor_%' OR name LIKE 'attention_decode_floor%'
-                 OR name = 'attention_prefill_floor' OR name LIKE 'recurrent_decode_floor_%'
-                 OR (name LIKE 'host_%' AND name <> 'host_link_bandwidth')
-                THEN CAST(us_to_ns(value) AS DOUBLE)
-            WHEN name LIKE 'collective_peak_rate_%' OR name LIKE 'collective_transition_rate_%'
-                 OR name LIKE 'attention_decode_rate%' OR name = 'host_link_bandwidth'
-                 OR name LIKE 'recurrent_decode_rate_%' THEN value * 1e6
-            ELSE value END AS si_value,
-       CASE WHEN name LIKE 'collective_floor_%' OR name LIKE 'attention_decode_floor%'
-                 OR name = 'attention_prefill_floor' OR name LIKE 'recurrent_decode_floor_%'
-                 OR (name LIKE 'host_%' AND name <> 'host_link_bandwidth')
-                THEN us_to_ns(value) ELSE NULL END AS ns_value
-FROM coefficients_in_scope;
+WITH named AS (
+    SELECT c.scenario, c.pool, c.name, arg_min(q.quantity, q.position) AS quantity
+    FROM coefficients_in_scope c JOIN coefficient_quantities q ON c.name GLOB q.pattern
+    GROUP BY c.scenario, c.pool, c.name
+), typed AS (
+    SELECT c.scenario, c.pool, c.name, c.set, c.value, c.units, c.method, n.quantity
+    FROM coefficients_in_scope c LEFT JOIN named n USING (scenario, pool, name)
+), unit AS (
+    SELECT t.scenario, t.pool, t.name, arg_min(u.quantity, u.position) AS quantity,
+           arg_min(u.si_unit, u.position) AS si_unit, arg_min(u.factor, u.position) AS factor
+    FROM typed t JOIN coefficient_units u
+      ON u.unit = t.units AND (t.quantity IS NULL OR u.quantity = t.quantity)
+    GROUP BY t.scenario, t.pool, t.name
+)
+SELECT t.scenario, t.pool, t.name, t.set, t.value, t.units, t.method,
+       coalesce(t.quantity, u.quantity) AS quantity, u.si_unit IS NOT NULL AS units_fit,
+       u.si_unit,
+       CASE WHEN u.si_unit = 'ns' THEN CAST(us_to_ns(t.value) AS DOUBLE)
+            WHEN u.factor = 1 THEN t.value
+            ELSE t.value * u.factor END AS si_value,
+       CASE WHEN u.si_unit = 'ns' THEN us_to_ns(t.value) END AS ns_value
+FROM typed t LEFT JOIN unit u USING (scenario, pool, name);
 
 -- The names lift() reads for each pool, with whether each is required and needed (§1.3),
--- in lift order (`lift_order`), and the value when present.
+-- in lift order (`lift_order`), the value when present, and for an optional name how it is
+-- priced without (`reason`; NULL for a required name).
 CREATE OR REPLACE VIEW pool_coefficient_needs AS
 WITH p AS (
     SELECT l.scenario, l.pool, d.gemm_suffix, t.has_attention, t.experts, t.recurrent_kinds,
@@ -72,11 +76,11 @@ WITH p AS (
     JOIN plan_totals t USING (scenario, pool) JOIN pool_engine e USING (scenario, pool)
 ), names AS (
     SELECT scenario, pool, 1 AS lift_order, 'hbm_derate' AS name, true AS required,
-           true AS needed, '' AS reason FROM p
-    UNION ALL SELECT scenario, pool, 3, 'gemm_eps_max_' || gemm_suffix, true, true, '' FROM p
-    UNION ALL SELECT scenario, pool, 4, 'gemm_m_half_' || gemm_suffix, true, true, '' FROM p
-    UNION ALL SELECT scenario, pool, 5, 'gemm_n_half_' || gemm_suffix, false, false, '' FROM p
-    UNION ALL SELECT scenario, pool, 6, 'gemm_k_half_' || gemm_suffix, false, false, '' FROM p
+           true AS needed, CAST(NULL AS VARCHAR) AS reason FROM p
+    UNION ALL SELECT scenario, pool, 3, 'gemm_eps_max_' || gemm_suffix, true, true, NULL FROM p
+    UNION ALL SELECT scenario, pool, 4, 'gemm_m_half_' || gemm_suffix, true, true, NULL FROM p
+    UNION ALL SELECT scenario, pool, 5, 'gemm_n_half_' || gemm_suffix, false, false, NULL FROM p
+    UNION ALL SELECT scenario, pool, 6, 'gemm_k_half_' || gemm_suffix, false, false, NULL FROM p
     UNION ALL
     SELECT scenario, pool, 80 + i * 2 + j, 'recurrent_decode_' || f || '_' || k, false,
            list_contains(coalesce(recurrent_kinds, []), k), 'no recurrent term'

@@ -1,6 +1,9 @@
 -- materialize: true
 -- One row per pool: every scalar kernel.resolved.ResolvedPool carries, gathered from the
--- layout, dtype, engine, KV, expert and coefficient views.
+-- layout, dtype, engine, KV, expert and coefficient views. Unstated is NULL, never 0 or '': a
+-- width, limit or setting the scenario does not state, an optional coefficient its sets do not
+-- hold, a mode that does not apply (pipeline/unstated.py lists these columns and what the
+-- kernel's dataclasses hold instead).
 
 CREATE OR REPLACE VIEW resolved_pools AS
 WITH cv AS (
@@ -56,47 +59,45 @@ WITH cv AS (
            max(value) FILTER (WHERE magnitude = 'activation_floor') AS activation_floor
     FROM pool_memory_names GROUP BY scenario, pool
 )
-SELECT l.scenario, l.pool, l.role, l.chip, l.model, l.tp, l.pp, l.dp, l.pcp, l.dcp,
-       l.expert_width, l.moe_group_width, l.moe_group, l.gpus_per_node, l.gpus_per_rack,
-       l.nodes_spanned, l.enable_expert_parallel, l.all2all_backend, l.sequence_parallel_moe,
-       a.custom_all_reduce, l.rack_is_one_domain, l.intra_node_bw_gbps, l.inter_node_bw_gbps,
+SELECT l.scenario, l.pool, l.role, l.chip, l.model, l.tp, l.pp, l.dp,
+       nullif(l.pcp, 0) AS pcp, nullif(l.dcp, 0) AS dcp,
+       l.expert_width, l.moe_group_width, l.moe_group, l.gpus_per_node,
+       nullif(l.gpus_per_rack, 0) AS gpus_per_rack,
+       l.nodes_spanned, l.enable_expert_parallel,
+       nullif(l.all2all_backend, '') AS all2all_backend, l.sequence_parallel_moe,
+       a.custom_all_reduce, l.rack_is_one_domain, l.intra_node_bw_gbps,
+       nullif(l.inter_node_bw_gbps, 0) AS inter_node_bw_gbps,
        c.sm_count AS chip_sm_count, c.memory_gib AS chip_memory_gib,
-       c.tflops_nvfp4 AS chip_nvfp4_tflops,
+       nullif(c.tflops_nvfp4, 0) AS chip_nvfp4_tflops,
        d.served_dtype, d.served_bytes, d.checkpoint_bytes, d.gemm_suffix, d.peak_flops,
        c.bw_peak_tbs * 1e12 * cv.hbm_derate AS hbm_bps,
        c.bw_peak_tbs * 1e12 AS chip_hbm_peak_bps,
-       n.eps_max, n.m_half, coalesce(n.n_half, 0)::DOUBLE AS n_half, coalesce(n.k_half, 0)::DOUBLE AS k_half,
+       n.eps_max, n.m_half, CAST(n.n_half AS DOUBLE) AS n_half, CAST(n.k_half AS DOUBLE) AS k_half,
        (n.n_half IS NOT NULL AND n.k_half IS NOT NULL) AS shape_aware,
        c.intra_node_bw_gbps * 1e9 AS nvlink_bps,
        CASE WHEN l.inter_node_bw_gbps * 1e9 <= 0 THEN c.intra_node_bw_gbps * 1e9
             ELSE l.inter_node_bw_gbps * 1e9 END AS nic_bps,
-       coalesce(n.attention_floor_ns, 0) AS attention_floor_ns,
-       coalesce(n.attention_rate_bps, 0.0) AS attention_rate_bps,
-       n.attn_rate_swa, n.attn_rate_mla, n.attn_rate_sparse_mla,
+       n.attention_floor_ns, n.attention_rate_bps, n.attn_rate_swa, n.attn_rate_mla, n.attn_rate_sparse_mla,
        cv.attn_floor_swa_ns, cv.attn_floor_mla_ns, cv.attn_floor_sparse_mla_ns,
-       coalesce(n.attention_prefill_floor_ns, 0) AS attention_prefill_floor_ns,
-       coalesce(n.attention_prefill_scale, 0.0) AS attention_prefill_scale,
-       coalesce(n.host_link_bps, 0.0) AS host_link_bps,
+       n.attention_prefill_floor_ns, n.attention_prefill_scale, n.host_link_bps,
        CASE WHEN n.moe_imbalance_raw > 0 THEN n.moe_imbalance_raw ELSE CAST(1 AS DOUBLE) END AS moe_imbalance,
        n.rec_floor_mamba2, n.rec_rate_mamba2, n.rec_floor_kda, n.rec_rate_kda, n.rec_floor_gdn,
        n.rec_rate_gdn,
-       coalesce(n.host_admission_per_token_ns, 0) AS host_admission_per_token_ns,
-       coalesce(n.host_admission_per_request_ns, 0) AS host_admission_per_request_ns,
-       coalesce(n.host_output_token_ns, 0) AS host_output_token_ns,
-       coalesce(n.host_completion_ns, 0) AS host_completion_ns,
-       coalesce(n.host_launch_eager_per_layer_ns, 0) AS host_launch_eager_per_layer_ns,
-       coalesce(n.host_launch_per_kernel_ns, 0) AS host_launch_per_kernel_ns,
-       coalesce(n.host_replay_graph_per_step_ns, 0) AS host_replay_graph_per_step_ns,
+       n.host_admission_per_token_ns, n.host_admission_per_request_ns, n.host_output_token_ns,
+       n.host_completion_ns, n.host_launch_eager_per_layer_ns, n.host_launch_per_kernel_ns,
+       n.host_replay_graph_per_step_ns,
        x.experts, x.total_experts, x.experts_per_rank, x.expert_tensor_shards, x.redundant,
        CASE WHEN x.experts > 0 THEN x.experts_per_rank / x.total_experts ELSE 1.0 END
            AS local_expert_share,
        k.kv_bytes_per_token, k.kv_layers, k.dcp_shards_all_kv_layers, d.cache_bytes,
-       k.cache_layout, d.state_bytes,
-       e.resolved_block_size AS block_size, e.block_size_final, e.max_model_len,
+       nullif(k.cache_layout, '') AS cache_layout, d.state_bytes,
+       e.resolved_block_size AS block_size, e.block_size_final,
+       nullif(e.max_model_len, 0) AS max_model_len,
        e.resolved_max_num_batched_tokens AS max_num_batched_tokens,
        e.resolved_max_num_seqs AS max_num_seqs, e.num_spec_tokens, e.uniform_decode_width,
        e.decode_graph_mode, e.other_graph_mode, e.resolved_cudagraph_mode AS cudagraph_mode,
-       e.capture_tokens, e.capture_sizes, e.recurrent_cache_mode,
+       e.capture_tokens, e.capture_sizes,
+       nullif(e.recurrent_cache_mode, '') AS recurrent_cache_mode,
        dc.comm_backend AS dcp_comm_backend, dc.interleave AS dcp_interleave,
        mc.mla_context_chunk, e.resolved_async_scheduling AS async_scheduling,
        e.resolved_cascade_attention AS cascade_attention,

@@ -21,6 +21,20 @@ SELECT * FROM (
     WHERE NOT EXISTS (SELECT 1 FROM coefficients_in_scope c
                       WHERE c.scenario = l.scenario AND c.pool = l.pool)
     UNION ALL
+    -- step 8.5: a coefficient in scope whose declared units do not measure what its name does
+    SELECT c.scenario, c.pool, 8.5, c.name, c.units,
+           'resolving coefficients: ' || c.name || ' in set ' || c.set
+           || coalesce(' (' || nullif(f.file, '<memory>') || ')', '') || ' declares units '''
+           || c.units || ''', but ' || c.name || ' is '
+           || (SELECT any_value(u.quantity_label) FROM coefficient_units u
+               WHERE u.quantity = c.quantity)
+           || '; accepted units: '
+           || (SELECT string_agg(u.unit, ', ' ORDER BY u.position) FROM coefficient_units u
+               WHERE u.quantity = c.quantity)
+    FROM coefficients_lifted c
+    LEFT JOIN loaded_documents f ON f.kind = 'coefficient_set' AND f.name = c.set
+    WHERE NOT c.units_fit
+    UNION ALL
     -- step 10: served dtype
     SELECT scenario, pool, 10.0, 'quantization', quantization,
            'quantization ''' || quantization || ''' is not one this kernel prices; add it to '

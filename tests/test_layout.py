@@ -190,8 +190,8 @@ def test_measured_widths_need_the_full_triple():  # case 88
     part = replace(inputs(DS3).chip, name="test-part")
 
     def e(name: str) -> CoefficientEntry:
-        return CoefficientEntry(name=name, value=10.0, units="us_per_transfer",
-                                method="measured")
+        units = "us_per_transfer" if "_floor_" in name else "bytes_per_us"
+        return CoefficientEntry(name=name, value=10.0, units=units, method="measured")
 
     stem2, stem4 = "all_reduce_fp16_2rank_test_part", "all_reduce_fp16_4rank_test_part"
     entries = [e(f"collective_floor_{stem2}"), e(f"collective_peak_rate_{stem2}"),

@@ -124,8 +124,10 @@ def test_scope_axes_tp_ep_nodes():  # §1.4 tp / ep / nodes_spanned dimensions
 
 def test_unit_lifting():  # §1.3: µs → int(us*1000) ns; bytes/µs and tokens/µs × 1e6
     inp = with_entries(inputs(KIMI), [
-        entry("host_output_token", 1.001, method="assumed", hardware=("h100",)),
-        entry("attention_decode_rate", 1234.5, method="assumed", hardware=("h100",)),
+        entry("host_output_token", 1.001, method="assumed", hardware=("h100",),
+              units="us_per_token"),
+        entry("attention_decode_rate", 1234.5, method="assumed", hardware=("h100",),
+              units="bytes_per_us"),
     ])
     r, _ = build.resolve(inp)
     # 1.001 * 1000 is 1000.999… in float64: the conversion truncates, as Go's Duration does

@@ -265,7 +265,7 @@ def test_missing_gemm_envelope():
 
 
 def test_only_one_gemm_shape_half():
-    inp = with_entries(inputs(DS3), [entry("gemm_n_half_fp8", 3072, hardware=("h200",))])
+    inp = with_entries(inputs(DS3), [entry("gemm_n_half_fp8", 3072, hardware=("h200",), units="tokens")])
     refuses(inp, "gemm_n_half_fp8", "one of gemm_n_half/gemm_k_half but not both")
 
 

@@ -1,5 +1,6 @@
 """Data tests over every embedded scenario: keys are unique, enumerations hold accepted
-values, and required columns are never NULL in the resolved views."""
+values, required columns are never NULL in the views users query (a column is optional only
+where pipeline/unstated.py says so), and "unstated" is NULL there, never ''."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import functools
 import duckdb
 import pytest
 
-from kernel import sql_laws  # noqa: F401  (installs the cost laws the views call)
+from kernel import build  # (importing it installs the cost laws the views call)
 from pipeline import db
+from pipeline.unstated import OPTIONAL
 from pipeline.validate_common import METHODS, ROLES
 
 # view -> its key columns
@@ -21,13 +23,6 @@ UNIQUE = {
     "pool_kv": ("scenario", "pool"),
     "evidence": ("scenario", "pool"),
     "provenance": ("scenario", "pool", "position"),
-}
-# view -> columns that must hold a value on every row
-REQUIRED = {
-    "resolved_pools": ("scenario", "pool", "role", "chip", "model", "tp", "pp", "dp"),
-    "provenance": ("scenario", "pool", "name", "set", "method", "kind", "scope"),
-    "evidence": ("scenario", "pool", "evidenced", "total"),
-    "refusals": ("scenario", "setting", "reason"),
 }
 # view -> column -> accepted values ("fitted" marks a measured coefficient fitted by
 # calibration, 70_provenance.sql)
@@ -55,12 +50,51 @@ def test_keys_are_unique(view: str) -> None:
     assert not dupes, f"{view}: duplicate ({keys}): {dupes[:5]}"
 
 
-@pytest.mark.parametrize("view", sorted(REQUIRED))
+def columns(view: str) -> dict[str, str]:
+    return dict(everything().execute(
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?",
+        [view]).fetchall())
+
+
+@pytest.mark.parametrize("view", sorted(OPTIONAL))
 def test_required_values_are_present(view: str) -> None:
-    for column in REQUIRED[view]:
+    """Every column not declared optional holds a value on every row of a pool that resolves
+    (a refused pool may lack what it was refused for)."""
+    have = columns(view)
+    assert have and set(OPTIONAL[view]) <= set(have), f"{view}: optional columns it lacks"
+    resolved = ("" if view == "refusals" or "pool" not in have else
+                " WHERE (scenario, pool) NOT IN (SELECT scenario, pool FROM refusals)")
+    for column in sorted(set(have) - set(OPTIONAL[view])):
         nulls = everything().execute(
+            f'SELECT count(*) FROM {view}{resolved} AND "{column}" IS NULL' if resolved else
             f'SELECT count(*) FROM {view} WHERE "{column}" IS NULL').fetchone()[0]  # type: ignore[index]
-        assert nulls == 0, f"{view}.{column}: {nulls} NULL rows"
+        assert nulls == 0, f"{view}.{column}: {nulls} NULL rows, and it is not optional"
+
+
+@pytest.mark.parametrize("view", sorted(OPTIONAL))
+def test_unstated_text_is_null_not_empty(view: str) -> None:
+    for column, kind in columns(view).items():
+        if kind == "VARCHAR":
+            empty = everything().execute(
+                f'SELECT count(*) FROM {view} WHERE "{column}" = \'\'').fetchone()[0]  # type: ignore[index]
+            assert empty == 0, f"{view}.{column}: {empty} rows hold '' (write NULL)"
+
+
+def test_unstated_is_null_in_sql_and_the_kernels_none_in_python() -> None:
+    """A pool stating no max_model_len, no all2all backend and no rack reads NULL in
+    resolved_pools; the kernel's dataclass holds its own none (0, '') for each."""
+    rows = everything().execute(
+        "SELECT scenario, pool FROM resolved_pools WHERE max_model_len IS NULL "
+        "AND all2all_backend IS NULL AND gpus_per_rack IS NULL AND n_half IS NULL "
+        "ORDER BY ALL LIMIT 1").fetchall()
+    assert rows, "no embedded pool leaves these unstated"
+    scenario, pool = rows[0]
+    r = build.open_pool(scenario, None, pool).resolved_pool
+    assert (r.max_model_len, r.layout.all2all_backend, r.layout.gpus_per_rack,
+            r.coefficients.n_half) == (0, "", 0, 0.0)
+    stated = everything().execute("SELECT count(*) FROM resolved_pools WHERE max_model_len > 0 "
+                                  "AND gpus_per_rack > 0").fetchone()[0]  # type: ignore[index]
+    assert stated > 0  # and a stated value stays a value
 
 
 @pytest.mark.parametrize("view", sorted(ACCEPTED))

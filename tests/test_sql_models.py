@@ -76,7 +76,7 @@ def test_comments_strings_and_call_syntax_are_not_reads(tmp_path: Path) -> None:
 
 def test_the_repository_sql_orders_with_only_document_tables_known() -> None:
     models = [parse(p) for p in sorted(sql_dir().glob("*.sql"))]
-    ran = order(models, known=[*nz.SCHEMAS, "loaded_documents", "kernel_constants"])
+    ran = order(models, known=[*nz.SCHEMAS, "loaded_documents", *db.PARAMETER_TABLES])
     assert len(ran) == len(models) >= 10
     position = {m.path: i for i, m in enumerate(ran)}
     defined_by = {name: m for m in ran for name in m.defines}
