@@ -2,7 +2,7 @@
 
 ``new(inputs)`` registers the documents in a database (a fresh in-memory one unless a
 connection is given), runs every view, raises :class:`RefusalError` for the first refusal row
-of the pool (the order of the Go constructor, kernel-algorithm.md §1.2), and reads the
+of the pool (the order of the Go constructor, model.md §9.1), and reads the
 resolved rows into the frozen record pricing reads. Nothing in the returned kernel refers to
 ``inputs`` or the database, so later changes to either do not affect it.
 """
@@ -57,7 +57,7 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any]) -> li
 
 
 def _check_inputs(inputs: Inputs) -> None:
-    """Steps 1–4 of §1.2: required documents, pool index, rules, field validation."""
+    """Steps 1–4 of model.md §9.1: required documents, pool index, rules, field validation."""
     if (inputs is None or inputs.scenario is None or inputs.deployment is None
             or inputs.model is None or inputs.chip is None):
         raise RefusalError("inputs", None, "a kernel needs a scenario, a deployment, a model "
@@ -75,8 +75,9 @@ def _check_inputs(inputs: Inputs) -> None:
         from pipeline import validate
     except ImportError:  # field validation lands separately; absent means not yet available
         return
-    # §1.2 step 4: only field-layer problems refuse; rules-layer findings (which the kernel's
-    # own resolution reports as refusals with its v0.31.0 reasons) and warnings are ignored.
+    # model.md §9.1 step 4: only field-layer problems refuse; rules-layer findings (which the
+    # kernel's own resolution reports as refusals with its v0.31.0 reasons) and warnings are
+    # ignored.
     validate_bundle = getattr(validate, "validate_bundle", None)
     if validate_bundle is not None:
         report = validate_bundle(inputs)
@@ -256,7 +257,7 @@ def _plan(con: duckdb.DuckDBPyConnection, args: list[Any], r: dict[str, Any]) ->
 
 
 def new(inputs: Inputs, con: duckdb.DuckDBPyConnection | None = None) -> Kernel:
-    """Validate, resolve and precompute one pool (kernel-behaviour.md §2.1 ``New``)."""
+    """Validate, resolve and precompute one pool (model.md §9.1 ``New``)."""
     from .kernel import Kernel  # pricing modules load only when a kernel is built
     from .stamp import document_digests
 

@@ -1,10 +1,10 @@
-"""Caches as vLLM's hybrid allocator holds them (seed-methods.md §0.3–§5; issue 15).
+"""Caches as vLLM's hybrid allocator holds them (model.md §7.3–§7.5; issue 15).
 
 A pool *states its caches* when its graph has a sliding-window ring or recurrent state: then
 every KV-holding layer is a ``full`` or ``window`` cache and every recurrent layer a ``state``
 cache, and vLLM's grouping sets one page size ``P`` (attention block raised and Mamba pages
-padded, §0.4), the group size ``G`` and ``k_c`` groups per cache type (§0.3). Every page of any
-group costs one pool block ``PB = G·P``. A graph with neither keeps the legacy formulas (one
+padded, model.md §7.3), the group size ``G`` and ``k_c`` groups per cache type (§7.3). Every page of
+any group costs one pool block ``PB = G·P``. A graph with neither keeps the legacy formulas (one
 uniform group, identical numbers; decisions.md).
 
 Pure functions of small integers, so the ring identities are property-tested directly.
@@ -20,7 +20,7 @@ from .resolved import Plan, PlannedAttention
 
 FULL, WINDOW, STATE = "full", "window", "state"
 # FlashAttention's kernel block alignment: vLLM raises a Mamba hybrid's attention block to a
-# multiple of it (§0.4).
+# multiple of it (model.md §7.3).
 KERNEL_BLOCK_ALIGNMENT = 16
 
 
@@ -58,7 +58,8 @@ def group_size(counts: list[int]) -> int:
 
 def attention_block(block: int, state_page: float, per_token: float, mode: str) -> int:
     """The attention block of a Mamba hybrid in mode none/align: raised to
-    ``A·cdiv(state_page, A·per_token)`` when that is larger than the stated block (§0.4)."""
+    ``A·cdiv(state_page, A·per_token)`` when that is larger than the stated block
+    (model.md §7.3)."""
     if state_page <= 0 or per_token <= 0 or mode == "all":
         return block
     a = KERNEL_BLOCK_ALIGNMENT
@@ -122,7 +123,7 @@ def state_caches(plan: Plan, kv_bytes_per_token: float, kv_layers: int, block: i
 
 
 def state_pages(mode: str, spec: int) -> int:
-    """Pages a state cache holds per request: none 1+K, align 2+K (§0.5)."""
+    """Pages a state cache holds per request: none 1+K, align 2+K (model.md §7.3)."""
     return (2 if mode == "align" else 1) + max(spec, 0)
 
 
@@ -139,7 +140,7 @@ def variable_bytes(c: StatedCaches, tokens: int, shard: int) -> int:
 
 
 def bounded_bytes(c: StatedCaches, in_flight: int, spec: int, max_model_len: int) -> int:
-    """State pages plus each window ring at ``in_flight`` tokens (§4)."""
+    """State pages plus each window ring at ``in_flight`` tokens (model.md §7.5)."""
     pages = 0
     for ct in c.types:
         if ct.kind == STATE:
@@ -151,7 +152,8 @@ def bounded_bytes(c: StatedCaches, in_flight: int, spec: int, max_model_len: int
 
 def bounded_bytes_at(c: StatedCaches, computed: int, in_flight: int, spec: int,
                      max_model_len: int) -> int:
-    """The same once ``computed`` tokens are held: a ring holds only what it has seen (§5)."""
+    """The same once ``computed`` tokens are held: a ring holds only what it has seen
+    (model.md §7.5)."""
     pages = 0
     for ct in c.types:
         if ct.kind == STATE:

@@ -1,6 +1,6 @@
 """A decode step's attention and collective terms, one by one (diagnosis, not pricing).
 
-``decode_terms(r, contexts)`` restates, straight from kernel-algorithm.md §2.4 and §2.8, the
+``decode_terms(r, contexts)`` restates, straight from model.md §1.3 and §3.7, the
 terms of a decode-only step (every request schedules one token) that depend on the context
 or on decode-context parallelism, per layer kind and per single layer, in seconds:
 
@@ -95,7 +95,7 @@ def _layer_terms(r: ResolvedPool, pl: PlannedLayer, contexts: list[int]) -> dict
 
 
 def _dcp_collectives(r: ResolvedPool, pl: PlannedLayer, rows: float) -> dict[str, float]:
-    """dcpDecodeCollectives (§2.8), without PCP (the cases diagnosed here have pcp 1)."""
+    """dcpDecodeCollectives (model.md §3.7), without PCP (the cases diagnosed here have pcp 1)."""
     if rows <= 0 or r.layout.pcp > 1:
         return {}
     tp, dcp = max(r.layout.tp, 1), r.layout.dcp

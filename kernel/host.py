@@ -1,4 +1,4 @@
-"""Host overheads outside the step (kernel-algorithm.md §5)."""
+"""Host overheads outside the step (model.md §6.1)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ __all__ = ["admission_overhead", "completion_overhead", "output_token_overhead"]
 
 
 def admission_overhead(r: ResolvedPool, prompt_tokens: int) -> int:
-    """Host ns before a request can be scheduled: per request + per prompt token (§5).
+    """Host ns before a request can be scheduled: per request + per prompt token (model.md §6.1).
 
     0 for ``prompt_tokens <= 0``; the per-token part is ``int(float(per_token_ns)·p)``.
     """

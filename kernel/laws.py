@@ -1,6 +1,6 @@
 """Every cost law of the kernel, as pure functions.
 
-Spec references are to kernel-algorithm.md unless "seed" (seed-methods.md) is named. Each
+References are to sections of docs/model.md (model.md §0.3). Each
 formula keeps the spec's floating-point operation order, in float64 throughout, so that a
 port matches the Go goldens bit for bit on amd64.
 
@@ -35,7 +35,7 @@ IntT = TypeVar("IntT", int, Array)
 _TWO_63 = 9223372036854775808.0  # 2**63, the first float64 that no int64 holds
 CANDIDATE_RANK_WIDTHS = (2, 4, 8, 16)
 DECLARED_WIDTHS = (1, 2, 4, 8, 16)
-# Packed DSA cache layouts: bytes per token per layer, scales included (§1.7).
+# Packed DSA cache layouts: bytes per token per layer, scales included (model.md §3.1).
 DS_MLA_STATE_BYTES = {"fp8_ds_mla": 656, "nvfp4_ds_mla": 352}
 
 
@@ -91,17 +91,17 @@ def _full(value: Any, *like: Any) -> Any:
 
 
 def cdiv(a: IntT, b: int) -> IntT:
-    """Integer ceil(a/b) for b > 0 (seed §0.2)."""
+    """Integer ceil(a/b) for b > 0 (model.md §0.2)."""
     if b <= 0:
         raise ValueError(f"cdiv needs a positive divisor, got {b}")
     return -((-a) // b)
 
 
-# --- ramps and collectives (§2.3) ---------------------------------------------------------
+# --- ramps and collectives (model.md §2.1, §5.1) --------------------------------------------
 
 
 def efficiency(m: FloatT, eps_max: float, m_half: float) -> FloatT:
-    """GEMM efficiency ramp eps_max*m/(m+m_half), 0 for m <= 0 (§2.3 Efficiency)."""
+    """GEMM efficiency ramp eps_max*m/(m+m_half), 0 for m <= 0 (model.md §2.1 Efficiency)."""
     if eps_max <= 0:
         return _full(0.0, m)
     if m_half <= 0:
@@ -123,7 +123,7 @@ def _ratio(x: Any, half: float) -> Any:
 def shape_efficiency(
     m: FloatT, n: float, k: float, eps_max: float, m_half: float, n_half: float, k_half: float
 ) -> FloatT:
-    """Shape-aware GEMM efficiency: eps_max times m, then k, then n factors (§2.3)."""
+    """Shape-aware GEMM efficiency: eps_max times m, then k, then n factors (model.md §2.2)."""
     if eps_max <= 0:
         return _full(0.0, m)
     if not isinstance(m, np.ndarray) and m <= 0:
@@ -139,21 +139,21 @@ def shape_efficiency(
 
 
 def span(cross: int, total: int, ratio: float) -> float:
-    """Cross-node bytes multiplier 1 + (ratio-1)*cross/total (§2.3 Span)."""
+    """Cross-node bytes multiplier 1 + (ratio-1)*cross/total (model.md §5.5 Span)."""
     if cross <= 0 or total <= 0 or math.isnan(ratio) or math.isinf(ratio) or ratio <= 1:
         return 1.0
     return 1 + (ratio - 1) * cross / total
 
 
 def flat_span(g: int, per_node: int, ratio: float) -> float:
-    """Span of a group whose every hop may cross nodes (§2.3 FlatSpan)."""
+    """Span of a group whose every hop may cross nodes (model.md §5.5 FlatSpan)."""
     if g <= 1 or per_node <= 0 or g <= per_node:
         return 1.0
     return span(g - 1, g - 1, ratio)
 
 
 def ring_span(g: int, per_node: int, ratio: float) -> float:
-    """Span of a ring collective over whole nodes, else FlatSpan (§2.3 RingSpan)."""
+    """Span of a ring collective over whole nodes, else FlatSpan (model.md §5.5 RingSpan)."""
     if g <= 1 or per_node <= 0:
         return 1.0
     if g % per_node != 0:
@@ -162,21 +162,23 @@ def ring_span(g: int, per_node: int, ratio: float) -> float:
 
 
 def all2all_span(g: int, per_node: int, ratio: float) -> float:
-    """Span of an all-to-all: off-node peers over all peers (§2.3 All2AllSpan)."""
+    """Span of an all-to-all: off-node peers over all peers (model.md §5.5 All2AllSpan)."""
     if g <= 1 or per_node <= 0:
         return 1.0
     return span(g - per_node, g - 1, ratio)
 
 
 def fabric_ratio(intra_gbps: float, inter_gbps: float) -> float:
-    """Intra- over inter-node bandwidth, 1 if either is <= 0 (§2.7 fabric.Ratio, case 90)."""
+    """Intra- over inter-node bandwidth, 1 if either is <= 0 (model.md §5.5 fabric.Ratio, case
+    90)."""
     if intra_gbps <= 0 or inter_gbps <= 0:
         return 1.0
     return intra_gbps / inter_gbps
 
 
 def collective_time(nbytes: FloatT, trans: float, peak: float, floor: float) -> FloatT:
-    """Three-parameter collective law max(floor + b/trans, b/peak) (§2.3 CollectiveTime)."""
+    """Three-parameter collective law max(floor + b/trans, b/peak) (model.md §5.1
+    CollectiveTime)."""
     if peak <= 0:
         return select(nbytes <= 0, floor, math.inf)
     at_peak = nbytes / peak
@@ -185,17 +187,17 @@ def collective_time(nbytes: FloatT, trans: float, peak: float, floor: float) -> 
 
 
 def floor_and_rate(nbytes: FloatT, rate: float, floor: float) -> FloatT:
-    """max(floor, bytes/rate); floor for no bytes, +Inf for no rate (§2.3 FloorAndRate)."""
+    """max(floor, bytes/rate); floor for no bytes, +Inf for no rate (model.md §5.1 FloorAndRate)."""
     if rate <= 0:
         return select(nbytes <= 0, floor, math.inf)
     return select(nbytes <= 0, floor, go_max(floor, nbytes / rate))
 
 
-# --- experts (§1.7, §2.3) -----------------------------------------------------------------
+# --- experts (model.md §4.1, §4.3) --------------------------------------------------------
 
 
 def experts_per_rank(n_experts: int, ep: int) -> tuple[int, int]:
-    """(base, heaviest) experts per rank over an ep-wide group (§1.7 ExpertsPerRank)."""
+    """(base, heaviest) experts per rank over an ep-wide group (model.md §4.1 ExpertsPerRank)."""
     if ep <= 0:
         raise ValueError(f"expert-parallel width must be at least 1, got {ep}")
     base = n_experts // ep
@@ -256,7 +258,7 @@ def experts_touched(tokens: int, n_experts: int, top_k: int, local: float) -> fl
 @overload
 def experts_touched(tokens: Array, n_experts: int, top_k: int, local: float) -> Array: ...
 def experts_touched(tokens: int | Array, n_experts: int, top_k: int, local: float) -> float | Array:
-    """Expected local experts touched by `tokens` tokens: local*(1-((E-k)/E)^t) (§2.3)."""
+    """Expected local experts touched by `tokens` tokens: local*(1-((E-k)/E)^t) (model.md §4.3)."""
     if isinstance(tokens, np.ndarray):
         tokens = tokens.astype(np.int64)
         if local <= 0:
@@ -272,17 +274,17 @@ def experts_touched(tokens: int | Array, n_experts: int, top_k: int, local: floa
     return local * (1 - _go_pow_int((n_experts - top_k) / n_experts, tokens))
 
 
-# --- causal attention work (§2.2, §2.8) ---------------------------------------------------
+# --- causal attention work (model.md §1.2, §3.5) ------------------------------------------
 
 
 def causal_pairs(s: FloatT, computed: FloatT) -> FloatT:
-    """Causal prefill work 4*(s*C + s*s*0.5) for s new tokens after C computed (§2.2)."""
+    """Causal prefill work 4*(s*C + s*s*0.5) for s new tokens after C computed (model.md §1.2)."""
     fs, fc = as_f64(s), as_f64(computed)
     return 4 * (fs * fc + fs * fs * 0.5)
 
 
 def windowed_pairs_for_chunk(s: FloatT, prefix: FloatT, window: int) -> FloatT:
-    """One chunk's term of windowedCausalFLOPs, before the final x4 (§2.8)."""
+    """One chunk's term of windowedCausalFLOPs, before the final x4 (model.md §3.5)."""
     if window <= 0:
         return _full(0.0, s, prefix)
     w = float(window)
@@ -294,7 +296,7 @@ def windowed_pairs_for_chunk(s: FloatT, prefix: FloatT, window: int) -> FloatT:
 
 
 def windowed_causal_flops(chunks: Iterable[tuple[int, int]], window: int) -> float:
-    """Sliding-window causal work 4*sum(chunk terms) over (s, prefix) chunks (§2.8)."""
+    """Sliding-window causal work 4*sum(chunk terms) over (s, prefix) chunks (model.md §3.5)."""
     if window <= 0:
         return 0.0
     pairs = 0.0
@@ -303,21 +305,21 @@ def windowed_causal_flops(chunks: Iterable[tuple[int, int]], window: int) -> flo
     return 4 * pairs
 
 
-# --- decode-context parallelism (§2.8) ----------------------------------------------------
+# --- decode-context parallelism (model.md §3.7) -------------------------------------------
 
 
 def dcp_shards_kv(kind: str) -> bool:
-    """Whether DCP shards this attention kind's cache (§2.8 dcpShardsKV)."""
+    """Whether DCP shards this attention kind's cache (model.md §3.7 dcpShardsKV)."""
     return kind in ("gqa", "mla", "sparse_mla")
 
 
 def is_latent(kind: str) -> bool:
-    """Whether the attention kind keeps one latent tensor (§1.7 latent)."""
+    """Whether the attention kind keeps one latent tensor (model.md §3.1 latent)."""
     return kind in ("mla", "sparse_mla")
 
 
 def dcp_local_tokens_one(ctx: IntT, dcp: int, interleave: int) -> IntT:
-    """Busiest DCP rank's share of one context (vLLM striping), 0 for ctx <= 0 (§2.8)."""
+    """Busiest DCP rank's share of one context (vLLM striping), 0 for ctx <= 0 (model.md §3.7)."""
     if dcp < 1:
         raise ValueError(f"dcp width must be at least 1, got {dcp}")
     inter = max(interleave, 1)
@@ -329,7 +331,7 @@ def dcp_local_tokens_one(ctx: IntT, dcp: int, interleave: int) -> IntT:
 
 
 def dcp_local_tokens(ctxs: Iterable[int] | Array, dcp: int, interleave: int) -> int:
-    """Sum of the busiest DCP rank's shares, -1 when dcp <= 1 (§2.8 dcpLocalTokens)."""
+    """Sum of the busiest DCP rank's shares, -1 when dcp <= 1 (model.md §3.7 dcpLocalTokens)."""
     if dcp <= 1:
         return -1
     if isinstance(ctxs, np.ndarray):
@@ -338,7 +340,7 @@ def dcp_local_tokens(ctxs: Iterable[int] | Array, dcp: int, interleave: int) -> 
 
 
 def sparse_top_k(kind: str, index_top_k: int, window: int) -> int:
-    """Tokens a sparse-MLA layer selects per query: index top-k, else window (§2.8)."""
+    """Tokens a sparse-MLA layer selects per query: index top-k, else window (model.md §3.6)."""
     if kind != "sparse_mla":
         return 0
     if index_top_k > 0:
@@ -351,7 +353,7 @@ def selected_kv_tokens_for(ctx: int, topk: int, compress_ratio: float) -> float:
 @overload
 def selected_kv_tokens_for(ctx: Array, topk: int, compress_ratio: float) -> Array: ...
 def selected_kv_tokens_for(ctx: int | Array, topk: int, compress_ratio: float) -> float | Array:
-    """min(ctx, topk) + (ctx-topk)/ratio past the top-k (§2.8 selectedKVTokensFor)."""
+    """min(ctx, topk) + (ctx-topk)/ratio past the top-k (model.md §3.6 selectedKVTokensFor)."""
     sel = as_f64(go_min(ctx, topk))
     if compress_ratio > 0:
         sel = sel + select(ctx > topk, (ctx - topk) / compress_ratio, 0.0)
@@ -359,7 +361,8 @@ def selected_kv_tokens_for(ctx: int | Array, topk: int, compress_ratio: float) -
 
 
 def selected_kv_tokens(ctxs: Iterable[int], topk: int, compress_ratio: float) -> float:
-    """Sum of selected KV tokens, -1 when the layer selects nothing (§2.8 selectedKVTokens)."""
+    """Sum of selected KV tokens, -1 when the layer selects nothing (model.md §3.6
+    selectedKVTokens)."""
     if topk <= 0:
         return -1.0
     total = 0.0
@@ -380,7 +383,7 @@ def dcp_decode_tokens_one(
     ctx: int | Array, topk: int, compress_ratio: float, dcp: int, interleave: int,
     shards_kind: bool,
 ) -> float | Array:
-    """One decode request's KV read: selection, then DCP shard; 0 for ctx <= 0 (§2.8)."""
+    """One decode request's KV read: selection, then DCP shard; 0 for ctx <= 0 (model.md §3.7)."""
     read: Any = selected_kv_tokens_for(ctx, topk, compress_ratio) if topk > 0 else as_f64(ctx)
     if dcp > 1 and shards_kind:
         read = as_f64(dcp_local_tokens_one(round_half(read), dcp, interleave))
@@ -391,7 +394,7 @@ def dcp_decode_tokens(
     ctxs: Iterable[int], topk: int, compress_ratio: float, dcp: int, interleave: int,
     shards_kind: bool,
 ) -> float:
-    """A layer's decode KV tokens, -1 when neither selection nor DCP applies (§2.8)."""
+    """A layer's decode KV tokens, -1 when neither selection nor DCP applies (model.md §3.7)."""
     if topk <= 0 and not (dcp > 1 and shards_kind):
         return -1.0
     total = 0.0
@@ -401,7 +404,7 @@ def dcp_decode_tokens(
     return total
 
 
-# --- prefill-context parallelism (§2.8) ---------------------------------------------------
+# --- prefill-context parallelism (model.md §3.8) ------------------------------------------
 
 
 def _zigzag_chunk(idx: int, ch: Any, s: Any) -> tuple[Any, Any]:
@@ -420,7 +423,7 @@ def _rank_tokens(rank: int, n_chunks: int, ch: Any, s: Any) -> Any:
 
 
 def pcp_local_tokens(s: IntT, pcp: int, dcp: int) -> IntT:
-    """Busiest PCP rank's prefill tokens (zigzag), s if replicated, -1 off (§2.8)."""
+    """Busiest PCP rank's prefill tokens (zigzag), s if replicated, -1 off (model.md §3.8)."""
     if pcp <= 1:
         return _full(-1, s)
     if not isinstance(s, np.ndarray) and s <= 0:
@@ -443,7 +446,8 @@ def pcp_causal_pairs(s: int, prefix: int, pcp: int, dcp: int) -> float: ...
 @overload
 def pcp_causal_pairs(s: Array, prefix: Array | int, pcp: int, dcp: int) -> Array: ...
 def pcp_causal_pairs(s: Any, prefix: Any, pcp: int, dcp: int) -> Any:
-    """Busiest PCP rank's causal work over its two zigzag chunks, x4 (§2.8 pcpCausalPairs)."""
+    """Busiest PCP rank's causal work over its two zigzag chunks, x4 (model.md §3.8
+    pcpCausalPairs)."""
     if pcp <= 1:
         return _full(0.0, s, prefix)
     if not isinstance(s, np.ndarray) and s <= 0:
@@ -468,7 +472,7 @@ def pcp_causal_pairs(s: Any, prefix: Any, pcp: int, dcp: int) -> Any:
 
 
 def pcp_busiest_chunks(s: int, prefix: int, pcp: int, dcp: int) -> list[tuple[int, int]]:
-    """The busiest PCP rank's (tokens, global prefix) chunks (§2.8 appendPCPChunks)."""
+    """The busiest PCP rank's (tokens, global prefix) chunks (model.md §3.8 appendPCPChunks)."""
     local = pcp_local_tokens(s, pcp, dcp)
     if local < 0 or local == s:
         return [(s, prefix)]
@@ -487,7 +491,7 @@ def pcp_busiest_chunks(s: int, prefix: int, pcp: int, dcp: int) -> list[tuple[in
     return chunks
 
 
-# --- durations (§1.3, §2.5) ---------------------------------------------------------------
+# --- durations (model.md §9.9, §0.1) ------------------------------------------------------
 
 
 @overload
@@ -495,7 +499,8 @@ def to_duration_ns(seconds: float) -> int: ...
 @overload
 def to_duration_ns(seconds: Array) -> Array: ...
 def to_duration_ns(seconds: float | Array) -> int | Array:
-    """Seconds to integer ns: NaN/negative 0, +Inf/overflow MaxInt64, else truncated (§2.5)."""
+    """Seconds to integer ns: NaN/negative 0, +Inf/overflow MaxInt64, else truncated
+    (model.md §0.1)."""
     if isinstance(seconds, np.ndarray):
         secs = seconds.astype(np.float64)
         with np.errstate(over="ignore", invalid="ignore"):  # overflow -> inf, clamped below
@@ -513,12 +518,12 @@ def to_duration_ns(seconds: float | Array) -> int | Array:
 
 
 def us_to_duration_ns(us: float) -> int:
-    """A µs coefficient as Go's Duration: int(us*1000.0), truncated (§1.3)."""
+    """A µs coefficient as Go's Duration: int(us*1000.0), truncated (model.md §9.9)."""
     return int(us * 1000.0)
 
 
 def duration_seconds(ns: Any) -> Any:
-    """Go's Duration.Seconds(): float(ns / 1e9 whole) + float(remainder)/1e9 (§1.3).
+    """Go's Duration.Seconds(): float(ns / 1e9 whole) + float(remainder)/1e9 (model.md §9.9).
 
     Also element-wise on an int64 array of non-negative durations."""
     if isinstance(ns, np.ndarray):
@@ -530,7 +535,7 @@ def duration_seconds(ns: Any) -> Any:
     return float(sec) + float(nsec) / 1e9
 
 
-# --- memory (§1.6, §1.7, §3) --------------------------------------------------------------
+# --- memory (model.md §9.3, §3.1, §7) -----------------------------------------------------
 
 _DTYPE_BYTES = {
     "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0,
@@ -547,7 +552,7 @@ _CACHE_DTYPE_BYTES = {
 
 
 def dtype_bytes(dtype: str) -> float:
-    """Bytes per element of a served/weight dtype (§1.5 DType.Bytes)."""
+    """Bytes per element of a served/weight dtype (model.md §9.3 DType.Bytes)."""
     try:
         return _DTYPE_BYTES[dtype]
     except KeyError:
@@ -560,7 +565,8 @@ def known_cache_dtype(declared: str) -> bool:
 
 
 def cache_dtype_bytes(declared: str, fallback_bytes: float) -> float:
-    """Bytes per cache element of a declared cache dtype (§1.6 cacheDTypeBytes, 19ac88e6)."""
+    """Bytes per cache element of a declared cache dtype (model.md §9.3 cacheDTypeBytes,
+    19ac88e6)."""
     if declared in ("", "auto"):
         return 2.0 if fallback_bytes < 2 else fallback_bytes
     return _CACHE_DTYPE_BYTES.get(declared, fallback_bytes)
@@ -569,7 +575,7 @@ def cache_dtype_bytes(declared: str, fallback_bytes: float) -> float:
 def dtype_fit(
     served: str, bf16_tflops: float, fp8_tflops: float, nvfp4_tflops: float
 ) -> tuple[str, float]:
-    """(coefficient suffix, peak FLOP/s) the served dtype runs at (§1.5 dtypeFit)."""
+    """(coefficient suffix, peak FLOP/s) the served dtype runs at (model.md §9.3 dtypeFit)."""
     bf16 = ("bf16", bf16_tflops * 1e12)
     fp8 = ("fp8", fp8_tflops * 1e12)
     if served == "fp8":
@@ -587,7 +593,7 @@ def kv_bytes_per_token(
     n_kv: int, tp: int, head_dim: int, layers: int, cache_bytes: float, latent: bool,
     layout: str = "",
 ) -> float:
-    """Per-rank KV bytes per token over all KV layers (§1.7 KVBytesPerToken).
+    """Per-rank KV bytes per token over all KV layers (model.md §3.1 KVBytesPerToken).
 
     A latent cache in a packed DSA ``layout`` (``DS_MLA_STATE_BYTES``) holds that many bytes
     per token per layer, scales included, whatever the heads and element width. Otherwise
@@ -603,7 +609,7 @@ def kv_bytes_per_token(
 
 
 def paged_bytes(t: IntT, block: int, bytes_per_token: float) -> IntT:
-    """KV bytes of t tokens in whole pages, int64-truncated (§3.2 PagedBytes)."""
+    """KV bytes of t tokens in whole pages, int64-truncated (model.md §7.4 PagedBytes)."""
     if bytes_per_token <= 0:
         return _full(0, t)
     if not isinstance(t, np.ndarray) and t <= 0:
@@ -615,7 +621,7 @@ def paged_bytes(t: IntT, block: int, bytes_per_token: float) -> IntT:
 def recurrent_state_bytes(
     page: float, mode: str, length: int, block: int, spec: int, ckpt: int
 ) -> float:
-    """One recurrent layer's state bytes per sequence for a mamba cache mode (§3.3)."""
+    """One recurrent layer's state bytes per sequence for a mamba cache mode (model.md §7.6)."""
     if page <= 0:
         return 0.0
     if mode == "all":
@@ -626,7 +632,7 @@ def recurrent_state_bytes(
 
 
 def ring_pages(window: int, block: int, in_flight: IntT, max_model_len: int) -> IntT:
-    """Pages of a window ring at f in-flight tokens: cdiv(min(w-1+f, L), B)+1 (seed §0.5)."""
+    """Pages of a window ring at f in-flight tokens: cdiv(min(w-1+f, L), B)+1 (model.md §7.3)."""
     f = go_max(in_flight, 0)
     return cdiv(go_min(window - 1 + f, max_model_len), block) + 1
 
@@ -634,14 +640,14 @@ def ring_pages(window: int, block: int, in_flight: IntT, max_model_len: int) -> 
 def ring_pages_at(
     computed: IntT, in_flight: IntT, window: int, block: int, max_model_len: int
 ) -> IntT:
-    """Ring pages once c tokens are computed: min(cdiv(min(c+f, L), B), ring(f)) (seed §5)."""
+    """Ring pages once c tokens are computed: min(cdiv(min(c+f, L), B), ring(f)) (model.md §7.5)."""
     c, f = go_max(computed, 0), go_max(in_flight, 0)
     held = cdiv(go_min(c + f, max_model_len), block)
     return go_min(held, ring_pages(window, block, f, max_model_len))
 
 
 def default_max_num_batched_tokens(memory_gib: float, chip_name: str) -> int:
-    """Default max_num_batched_tokens for a part (§3.1)."""
+    """Default max_num_batched_tokens for a part (model.md §9.5)."""
     if memory_gib >= 160:
         return 16384
     if memory_gib >= 70 and "a100" not in chip_name.lower():
@@ -650,14 +656,15 @@ def default_max_num_batched_tokens(memory_gib: float, chip_name: str) -> int:
 
 
 def default_max_num_seqs(memory_gib: float, chip_name: str) -> int:
-    """Default max_num_seqs for a part (§1.9 defaultMaxNumSeqs)."""
+    """Default max_num_seqs for a part (model.md §9.5 defaultMaxNumSeqs)."""
     return 1024 if memory_gib >= 70 and "a100" not in chip_name.lower() else 256
 
 
 def mla_context_chunk(
     max_model_len: int, max_num_seqs: int, block: int, dcp: int, interleave: int
 ) -> int:
-    """MLA context-gather chunk in tokens, aligned to block and DCP stripe (§6.6, 19ac88e6).
+    """MLA context-gather chunk in tokens, aligned to block and DCP stripe (model.md §9.7,
+    19ac88e6).
 
     With max_model_len <= 0 the chunk is 65536 (with dcp > 1 on a latent model the caller
     records the assumption `mla_context_chunk = "65536"`).
@@ -672,7 +679,7 @@ def mla_context_chunk(
     return max(chunk, 1)
 
 
-# --- width snapping (§1.10, §3.1) ---------------------------------------------------------
+# --- width snapping (model.md §5.3, §7.1) -------------------------------------------------
 
 
 def go_int_list(xs: Sequence[int]) -> str:
@@ -683,7 +690,7 @@ def go_int_list(xs: Sequence[int]) -> str:
 def snap_collective_width(
     width: int, measured: Iterable[int], op: str = "collective", chip: str = "this part"
 ) -> int:
-    """Measured rank width a collective of `width` ranks is priced at (§1.10).
+    """Measured rank width a collective of `width` ranks is priced at (model.md §5.3).
 
     Raises ValueError when nothing is measured or `width` falls inside the swept range
     (<= 16) without an exact measurement: a width is never borrowed from a narrower one.
@@ -731,7 +738,7 @@ def assumed_collective_figure(part: str, width: int, w1: int, v1: float, w0: int
 def measured_collective_widths(
     names: Iterable[str], op: str, chip: str, dtype: str = "fp16"
 ) -> list[int]:
-    """Widths with a full floor/peak/transition triple among coefficient names (§1.10)."""
+    """Widths with a full floor/peak/transition triple among coefficient names (model.md §5.3)."""
     stem = f"{re.escape(op)}_{re.escape(dtype)}_(\\d+)rank_{re.escape(chip.replace('-', '_'))}"
     pattern = re.compile(f"collective_(floor|peak_rate|transition_rate)_{stem}")
     seen: dict[int, set[str]] = {}
@@ -743,7 +750,8 @@ def measured_collective_widths(
 
 
 def snap_declared(width: int, declared: Iterable[int]) -> int:
-    """Widest declared width <= width, else the narrowest, else width itself (§3.1 snap)."""
+    """Widest declared width <= width, else the narrowest, else width itself (model.md §7.1
+    snap)."""
     widths = sorted(w for w in set(declared) if w in DECLARED_WIDTHS)
     if not widths:
         return width
@@ -751,7 +759,7 @@ def snap_declared(width: int, declared: Iterable[int]) -> int:
     return fitting[-1] if fitting else widths[0]
 
 
-# --- CUDA graph capture (seed §7) ---------------------------------------------------------
+# --- CUDA graph capture (model.md §9.6) ---------------------------------------------------
 
 
 def _capture_grid(ceiling: int) -> set[int]:
@@ -777,7 +785,7 @@ def capture_sizes(
     decode_mode_full: bool = True,
     model_runner_v1: bool = True,
 ) -> list[int]:
-    """Token counts vLLM captures CUDA graphs for (seed §7 CaptureTokens procedure).
+    """Token counts vLLM captures CUDA graphs for (model.md §9.6 CaptureTokens procedure).
 
     CaptureTokens is the largest size. Only call when some graph mode is not NONE: a
     (NONE, NONE) engine captures nothing and CaptureTokens is 0 — that check is the caller's.

@@ -1,12 +1,12 @@
-"""Per-rank memory (kernel-algorithm.md §3, seed-methods.md §1–§6).
+"""Per-rank memory (model.md §7).
 
 Decisions (the lead's, resolving the old goldens against the seed API):
 
 * :func:`fixed_bytes` keeps five fields but ``comm_buffers`` is 0: the communicator
-  reservation and the engine workspace are :func:`pre_snapshot_bytes` (seed §6), held before
+  reservation and the engine workspace are :func:`pre_snapshot_bytes` (model.md §7.2), held before
   vLLM measures its ``gpu_memory_utilization`` budget. The old golden "total 83.9 GiB"
   (case 96) is ``fixed.total() + pre_snapshot_bytes``.
-* EPLB redundant experts are moved out of the weights (``W -= eplb``, §3.1).
+* EPLB redundant experts are moved out of the weights (``W -= eplb``, model.md §7.1).
 * A pool whose graph has a sliding-window ring or recurrent state *states its caches*
   (:mod:`kernel.caches`, issue 15): pages are whole pool blocks of vLLM's hybrid allocator and
   window rings are bounded. Other pools keep the legacy formulas, where SequenceFixed,
@@ -42,7 +42,8 @@ __all__ = [
 
 
 def fixed_bytes(r: ResolvedPool) -> MemoryBreakdown:
-    """Per-rank bytes inside the budget before any request (§3.1; CommBuffers moved out)."""
+    """Per-rank bytes inside the budget before any request (model.md §7.1; CommBuffers moved
+    out)."""
     tp = max(r.layout.tp, 1)
     w = 0.0
     for layer in r.plan.layers:
@@ -63,19 +64,19 @@ def fixed_bytes(r: ResolvedPool) -> MemoryBreakdown:
             if layer.expert_weight_bytes_per_expert > 0:
                 eplb += (layer.count * layer.expert_weight_bytes_per_expert * redundant
                          / r.layout.expert_width / r.expert_tensor_shards)
-        w -= eplb  # moved out of the weights, so the total counts them once (§3.1)
+        w -= eplb  # moved out of the weights, so the total counts them once (model.md §7.1)
     return MemoryBreakdown(
         weights=int(w),
         activation_peak=int(act),
         cuda_graph=int(mem.capture_bytes),
-        comm_buffers=0,  # the communicator and workspace are pre-snapshot (seed §6) ...
+        comm_buffers=0,  # the communicator and workspace are pre-snapshot (model.md §7.2) ...
         eplb_redundant=int(eplb),
         pre_snapshot=pre_snapshot_bytes(r),  # ... and shown here, outside total()
     )
 
 
 def pre_snapshot_bytes(r: ResolvedPool) -> int:
-    """Communicator reservation + engine workspace, held before vLLM's snapshot (seed §6)."""
+    """Communicator reservation + engine workspace, held before vLLM's snapshot (model.md §7.2)."""
     return int(r.memory.comm_bytes) + int(r.memory.workspace_bytes)
 
 
@@ -89,13 +90,13 @@ def _shard(r: ResolvedPool) -> int:
 
 
 def sequence_variable_bytes(r: ResolvedPool, tokens: int) -> int:
-    """One request's KV at ``tokens`` tokens in whole pages (§3.2, legacy path)."""
+    """One request's KV at ``tokens`` tokens in whole pages (model.md §7.4, legacy path)."""
     if tokens <= 0:
         return 0
     if r.caches is not None:
         return caches.variable_bytes(r.caches, tokens, _shard(r))
     dcp = r.layout.dcp
-    # Known divergence (behaviour §8.4): one non-sharding KV layer kind leaves capacity
+    # Known divergence (model.md §11 item 4): one non-sharding KV layer kind leaves capacity
     # unsharded, while the decode read is sharded per kind.
     t = laws.cdiv(tokens, dcp) if dcp > 1 and r.dcp_shards_all_kv_layers else tokens
     total = laws.paged_bytes(t, r.block_size, r.kv_bytes_per_token)
@@ -110,7 +111,7 @@ def sequence_variable_bytes(r: ResolvedPool, tokens: int) -> int:
 
 
 def sequence_fixed_bytes(r: ResolvedPool) -> int:
-    """Length-independent per-request bytes: recurrent state (§3.3, legacy path)."""
+    """Length-independent per-request bytes: recurrent state (model.md §7.6, legacy path)."""
     if r.caches is not None:
         return caches.bounded_bytes(r.caches, 1 + _spec(r), _spec(r), r.max_model_len)
     mode = r.recurrent_cache_mode
@@ -127,7 +128,7 @@ def sequence_fixed_bytes(r: ResolvedPool) -> int:
 
 
 def sequence_admission_bytes(r: ResolvedPool) -> int:
-    """What admission reserves whatever the length: rings at max_num_batched_tokens (seed §3);
+    """What admission reserves whatever the length: rings at max_num_batched_tokens (model.md §7.5);
     legacy graphs have no rings."""
     if r.caches is not None:
         return sequence_bounded_bytes(r, r.max_num_batched_tokens)
@@ -135,14 +136,15 @@ def sequence_admission_bytes(r: ResolvedPool) -> int:
 
 
 def sequence_bounded_bytes(r: ResolvedPool, in_flight: int) -> int:
-    """Bounded state at ``in_flight`` tokens; legacy: SequenceFixedBytes for every f (seed §4)."""
+    """Bounded state at ``in_flight`` tokens; legacy: SequenceFixedBytes for every f
+    (model.md §7.5)."""
     if r.caches is not None:
         return caches.bounded_bytes(r.caches, max(in_flight, 0), _spec(r), r.max_model_len)
     return sequence_fixed_bytes(r)
 
 
 def sequence_bounded_bytes_at(r: ResolvedPool, computed: int, in_flight: int) -> int:
-    """Bounded state after ``computed`` tokens; legacy: SequenceFixedBytes (seed §5)."""
+    """Bounded state after ``computed`` tokens; legacy: SequenceFixedBytes (model.md §7.5)."""
     if r.caches is not None:
         return caches.bounded_bytes_at(r.caches, max(computed, 0), max(in_flight, 0), _spec(r),
                                        r.max_model_len)
@@ -166,7 +168,7 @@ class KVCapacity:
 
 def kv_capacity(r: ResolvedPool, fixed: MemoryBreakdown,
                 utilization: float | None = None) -> KVCapacity:
-    """KV blocks in the budget and concurrency at max_model_len (seed §3, §12 item 9).
+    """KV blocks in the budget and concurrency at max_model_len (model.md §7.7, §14.5 item 9).
 
     ``utilization``: the pool's stated gpu_memory_utilization; None or 0 means unstated, and
     vLLM's default applies.
@@ -178,7 +180,7 @@ def kv_capacity(r: ResolvedPool, fixed: MemoryBreakdown,
     shard = _shard(r)
     if r.caches is not None:
         # vLLM: G shared tensors of P x num_blocks, num_blocks = available // P // G; the
-        # reported size is num_blocks // num_groups blocks of B tokens (seed §3).
+        # reported size is num_blocks // num_groups blocks of B tokens (model.md §7.7).
         block = min(t.block for t in r.caches.types)  # vLLM reports min_block_size
         page = r.caches.pool_block_bytes
         blocks = budget // page if budget > 0 else 0

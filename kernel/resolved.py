@@ -18,7 +18,7 @@ from pipeline.arrow_schema import column
 if TYPE_CHECKING:
     from .caches import StatedCaches
 
-# Collective ops and groups (kernel-algorithm.md §1.8, §1.10).
+# Collective ops and groups (model.md §9.4, §5.2).
 ALL_REDUCE = "all_reduce"
 ALL_GATHER = "all_gather"
 REDUCE_SCATTER = "reduce_scatter"
@@ -152,7 +152,7 @@ class Layout:
 
 @dataclass(frozen=True)
 class Coefficients:
-    """Lifted coefficients (kernel-algorithm.md §1.3), SI units."""
+    """Lifted coefficients (model.md §9.9), SI units."""
 
     hbm_bps: float
     peak_flops: float
@@ -185,7 +185,7 @@ class Coefficients:
 
 @dataclass(frozen=True)
 class MemoryMagnitudes:
-    """The memory coefficients as resolved (kernel-algorithm.md §3.1), bytes."""
+    """The memory coefficients as resolved (model.md §7.1), bytes."""
 
     comm_bytes: int  # nccl_communicator_bytes_<N>rank, 0 when no group is wider than 1
     workspace_bytes: int
@@ -243,7 +243,7 @@ class ResolvedPool:
     coefficients: Coefficients
     collectives: dict[tuple[str, str], CollectiveKey]
     plan: Plan
-    # Expert geometry (§1.7).
+    # Expert geometry (model.md §4.1).
     experts: int  # physical experts E (0 for dense)
     total_experts: int  # E + redundant
     experts_per_rank: int

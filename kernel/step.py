@@ -1,18 +1,18 @@
-"""StepTime: one forward pass over a batch (kernel-algorithm.md §2).
+"""StepTime: one forward pass over a batch (model.md §1).
 
 Three stages, so that the bulk path (millions of batches as numpy columns) reuses exactly
 this arithmetic:
 
-1. :func:`summarise` — the one walk over the requests (§2.2) into a :class:`BatchSummary`
+1. :func:`summarise` — the one walk over the requests (model.md §1.2) into a :class:`BatchSummary`
    of per-batch aggregates, including the per-request *nonlinear* sums the layers need
    (DCP/sparse decode reads per signature, windowed causal work per window, the MLA
    context-gather runs).
-2. :func:`compose` — everything after the walk (§2.4–§2.6): per-layer terms in the spec's
+2. :func:`compose` — everything after the walk (model.md §1.3–§1.7): per-layer terms in the spec's
    operation order, head, host, empty step, SM derate, stage max, per-resource totals.
    Every data-dependent branch is a selection (:func:`_sel`), so ``compose`` runs unchanged
    on a summary whose numeric fields are numpy arrays of K batches and gives, element by
    element, the bits of K scalar calls. Branches on coefficients and the plan stay ``if``.
-3. :func:`finish` — §2.5 ``summarize``: integer ns per resource, NoOverlap, bottleneck,
+3. :func:`finish` — model.md §1.4 ``summarize``: integer ns per resource, NoOverlap, bottleneck,
    Overlap.
 
 Everything that is a pure function of the :class:`ResolvedPool` is prepared once per pool
@@ -48,7 +48,7 @@ from .types import MAX_DURATION_NS, RESOURCES, Batch, Resource, StepEstimate
 
 _FIRST = itemgetter(0)
 _SECOND = itemgetter(1)
-ACTIVATION_BYTES = 2.0  # activations cross collectives at 16 bits (§1.8 ActivationBytes)
+ACTIVATION_BYTES = 2.0  # activations cross collectives at 16 bits (model.md §5.6 ActivationBytes)
 _INF = math.inf
 
 __all__ = [
@@ -68,7 +68,7 @@ __all__ = [
 
 
 def _gtmax(a: Any, b: Any) -> Any:
-    """Go's running max with ``>``: keep ``a`` unless ``b > a`` (§2.4 stage)."""
+    """Go's running max with ``>``: keep ``a`` unless ``b > a`` (model.md §1.3 stage)."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.where(b > a, b, a)
     return b if b > a else a
@@ -78,7 +78,7 @@ def _gtmax(a: Any, b: Any) -> Any:
 
 
 class BatchSummary(NamedTuple):
-    """Per-batch aggregates of the request walk (§2.2). Fields may be numpy arrays."""
+    """Per-batch aggregates of the request walk (model.md §1.2). Fields may be numpy arrays."""
 
     n_requests: Any  # len(requests)
     tokens_all: Any  # Σ scheduled over every request (b.Tokens())
@@ -114,7 +114,8 @@ class StepTotals(NamedTuple):
 
 
 class _Coll:
-    """One (op, group) collective as priced by collectiveSeconds (§2.4), or unpriced (+Inf)."""
+    """One (op, group) collective as priced by collectiveSeconds (model.md §5.6), or unpriced
+    (+Inf)."""
 
     __slots__ = ("crosses", "floor_s", "peak", "priced", "span", "trans")
 
@@ -244,7 +245,7 @@ def prepared(r: ResolvedPool) -> _Prepared:
 
 
 def _host_mode_ns(r: ResolvedPool, mode: str) -> int:
-    """hostPerStep for one graph mode (§2.6), without the per-kernel launch term."""
+    """hostPerStep for one graph mode (model.md §1.7), without the per-kernel launch term."""
     c = r.coefficients
     if mode == FULL:
         return c.host_replay_graph_per_step_ns
@@ -321,13 +322,13 @@ def _prepare(r: ResolvedPool) -> _Prepared:
         # Routed experts.
         L.expert = pl.expert_flops_per_token_per_expert > 0
         if L.expert:
-            # Known coverage limit (behaviour §8.5): the funnel multiplies by dp, not by pcp.
+            # Known coverage limit (model.md §11 item 5): the funnel multiplies by dp, not by pcp.
             L.funnel = float(lay.dp) if (lay.moe_group > 1 and lay.dp > 1) else 1.0
             L.top_k = pl.top_k
             L.share = r.local_expert_share
             L.expert_flops = pl.expert_flops_per_token_per_expert
             # dpSlice = DP with EP off; 1 with EP on. NB routed FLOPs are NOT divided by tp:
-            # the spec's documented, measured over-charge (§2.4, behaviour §8.1) is kept.
+            # the spec's documented, measured over-charge (model.md §4.2, §11 item 1) is kept.
             L.dp_slice = r.expert_tensor_shards / tp if lay.expert_width <= 1 else 1.0
             L.ets_weight = pl.expert_weight_bytes_per_expert / r.expert_tensor_shards
             L.total_experts = r.total_experts
@@ -361,7 +362,7 @@ def _prepare(r: ResolvedPool) -> _Prepared:
                 if pl.attn_window not in windows:
                     windows.append(pl.attn_window)
                 L.window_idx = windows.index(pl.attn_window)
-            # One launch on a one-kernel backend (FlashAttention varlen, §2.4): the static
+            # One launch on a one-kernel backend (FlashAttention varlen, model.md §3.4): the static
             # half of the rule. Otherwise BOTH the prefill and the decode floors are charged
             # on a mixed batch — the spec's known divergence, kept.
             L.one_kernel = (not L.latent and lay.dcp <= 1 and r.chip_nvfp4_tflops <= 0
@@ -380,9 +381,9 @@ def _prepare(r: ResolvedPool) -> _Prepared:
                 L.secondaries.append(_Secondary(
                     laws.duration_seconds(f2), per_tok, r2, a.window, a.compress_ratio,
                     dcp_on and laws.dcp_shards_kv(a.kind)))
-            # DCP decode collectives (§2.8 dcpDecodeCollectives).
+            # DCP decode collectives (model.md §3.7 dcpDecodeCollectives).
             if dcp_on and laws.dcp_shards_kv(pl.attn_kind):
-                # Coverage limits kept (behaviour §8): full-attention DCP does not gather the
+                # Coverage limits kept (model.md §11): full-attention DCP does not gather the
                 # query of context-prefill rows, and the query is charged at 2 bytes even
                 # where a backend takes a quantized query.
                 L.dcp_decode = True
@@ -425,7 +426,7 @@ def _prepare(r: ResolvedPool) -> _Prepared:
             L.rec_floor_s, L.rec_rate = laws.duration_seconds(rf), rr
         L.coll_list = []
         for col in pl.collectives:
-            # Known divergence (behaviour §8.3): dispatch is priced at 16-bit activations even
+            # Known divergence (model.md §11 item 3): dispatch is priced at 16-bit activations even
             # when the experts take quantized input (bytes_per_token = hidden·2 from the plan).
             mult = pl.top_k if (col.routed_by_top_k and pl.top_k > 0 and lay.routed_all2all) \
                 else 0
@@ -448,7 +449,7 @@ def _prepare(r: ResolvedPool) -> _Prepared:
 
 
 def summarise(r: ResolvedPool, batch: Batch) -> BatchSummary:
-    """One walk over the requests, in order (§2.2), into per-batch aggregates."""
+    """One walk over the requests, in order (model.md §1.2), into per-batch aggregates."""
     p = prepared(r)
     thr = batch.decode_threshold
     width = p.uniform_width
@@ -469,7 +470,7 @@ def summarise(r: ResolvedPool, batch: Batch) -> BatchSummary:
 
 
 def _walk(p: _Prepared, batch: Batch) -> BatchSummary:
-    """The general request walk (§2.2), request by request."""
+    """The general request walk (model.md §1.2), request by request."""
     thr = batch.decode_threshold
     width = p.uniform_width
     pcp, dcp, inter = p.pcp, p.dcp, p.interleave
@@ -529,7 +530,8 @@ def _walk(p: _Prepared, batch: Batch) -> BatchSummary:
 
 
 def _context_runs(prefills: list[tuple[int, int]]) -> tuple[int, ...]:
-    """dcpPrefillContextGathers' runs (§2.8): stable sort by scheduled, split at computed <= 0.
+    """dcpPrefillContextGathers' runs (model.md §3.7): stable sort by scheduled, split at computed
+    <= 0.
 
     Only positive sums are kept: gatherRun(0) charges nothing.
     """
@@ -592,7 +594,8 @@ def secondary_read_tokens(a: Any, n_dec_kv: Any, decode_requests: Any, dcp: int,
 
 
 def compose(r: ResolvedPool, s: BatchSummary) -> StepTotals:
-    """Per-layer terms, head, host and totals (§2.4–§2.6) from a (scalar or array) summary."""
+    """Per-layer terms, head, host and totals (model.md §1.3–§1.7) from a (scalar or array)
+    summary."""
     p = prepared(r)
     if isinstance(s.tokens_all, np.ndarray):
         with np.errstate(all="ignore"):
@@ -611,14 +614,14 @@ def _compose(p: _Prepared, s: BatchSummary,
     tokens_all = s.tokens_all
     empty = tokens_all == 0
     tokens = tokens_all - s.withheld
-    # An empty step is priced from host alone (§2.1); price its layers at 1 token, then
+    # An empty step is priced from host alone (model.md §1.5); price its layers at 1 token, then
     # select, so that arrays need no division by zero.
     T = laws.select(empty, 1.0, laws.as_f64(tokens))
     dec = s.decode_requests > 0
     pre = s.prefill_requests > 0
     mixed = dec & pre
     n_dec_kv = laws.as_f64(s.decode_kv_tokens)
-    # SM derate (§2.2).
+    # SM derate (model.md §2.5).
     sm_count = p.sm_count
     if sm_count > 0:
         budget = s.sm_budget
@@ -627,7 +630,7 @@ def _compose(p: _Prepared, s: BatchSummary,
     else:
         derate = 1.0
     # Every ramp, the grouped GEMM's included, is evaluated at the step's rank-local token
-    # count (a recorded design finding, behaviour §3.3).
+    # count (a recorded design finding, model.md §2.1).
     ramp = laws.efficiency(T, p.eps_max, p.m_half)
     if p.degenerate and not isinstance(ramp, np.ndarray):
         ramp = np.float64(ramp)
@@ -665,7 +668,7 @@ def _compose(p: _Prepared, s: BatchSummary,
         if L.expert:
             routed_tokens = T * L.funnel
             routed_per_rank = routed_tokens * L.top_k * L.share
-            # Not divided by tp: the documented over-charge (§2.4), kept.
+            # Not divided by tp: the documented over-charge (model.md §4.2), kept.
             routed_flops = routed_per_rank * L.expert_flops * p.imbalance / L.dp_slice
             touched = laws.experts_touched(laws.round_half(routed_tokens), L.total_experts,
                                            L.top_k, L.experts_per_rank)
@@ -759,13 +762,13 @@ def _compose(p: _Prepared, s: BatchSummary,
         tot_hbm = tot_hbm + cnt * hbm
         tot_nv = tot_nv + cnt * on_node
         tot_nic = tot_nic + cnt * cross
-    # Head (§2.5): priced over ALL step tokens, not only sampled ones (spec [code], kept).
+    # Head (model.md §1.6): priced over ALL step tokens, not only sampled ones (spec [code], kept).
     head_sm = T * p.head_flops / tp / pr * derate
     head_hbm = p.head_dw_hbm
     tot_sm = tot_sm + head_sm
     tot_hbm = tot_hbm + head_hbm
     overlap = overlap + laws.select(head_sm > head_hbm, head_sm, head_hbm)
-    # Host (§2.6): mode by batch shape, eager above the capture size.
+    # Host (model.md §1.7): mode by batch shape, eager above the capture size.
     decode_mode = (s.n_requests == 0) | s.uniform_decode
     host_step = laws.select(tokens_all > p.capture, p.eager_ns,
                      laws.select(decode_mode, p.host_decode_ns, p.host_other_ns))
@@ -778,8 +781,8 @@ def _compose(p: _Prepared, s: BatchSummary,
 
 
 def dcp_charge_bytes(L: _Layer, what: str, rows: Any, heads: float, dcp: int) -> Any:
-    """Bytes of one DCP decode collective (§2.8): the query gather, the all-to-all of outputs
-    and LSEs, the LSE gather, or the output combine, over ``rows`` decode rows."""
+    """Bytes of one DCP decode collective (model.md §3.7): the query gather, the all-to-all of
+    outputs and LSEs, the LSE gather, or the output combine, over ``rows`` decode rows."""
     if what == "q":
         return rows * heads * L.dcp_qW * 2
     if what == "a2a":
@@ -791,7 +794,7 @@ def dcp_charge_bytes(L: _Layer, what: str, rows: Any, heads: float, dcp: int) ->
 
 def _context_gathers(p: _Prepared, L: _Layer, runs: Any, pre: Any, on_node: Any,
                      cross: Any) -> tuple[Any, Any]:
-    """dcpPrefillContextGathers (§2.8): each run of C context tokens is gathered in
+    """dcpPrefillContextGathers (model.md §3.7): each run of C context tokens is gathered in
     ceil(C/chunk) launches of C·width/chunks bytes, charged one launch at a time."""
     kc = L.ctx_gather_coll
     width = L.ctx_gather_width
@@ -831,7 +834,7 @@ def _sat_add(a: int, b: int) -> int:
 
 
 def finish(totals: StepTotals, per: dict[Resource, int] | None) -> StepEstimate:
-    """§2.5 summarize: per-resource ns, NoOverlap, bottleneck, Overlap (scalar totals)."""
+    """model.md §1.4 summarize: per-resource ns, NoOverlap, bottleneck, Overlap (scalar totals)."""
     if per is not None:
         per.clear()
     if totals.empty:
@@ -860,7 +863,7 @@ def finish(totals: StepTotals, per: dict[Resource, int] | None) -> StepEstimate:
 
 
 def step_time_into(r: ResolvedPool, batch: Batch, per: dict[Resource, int] | None) -> StepEstimate:
-    """StepTime (§2): walk, compose, summarize; fills and returns the caller's ``per``.
+    """StepTime (model.md §1): walk, compose, summarize; fills and returns the caller's ``per``.
 
     An all-decode batch takes the bit-identical scalar fast path (:mod:`kernel.step_fast`).
     """

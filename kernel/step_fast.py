@@ -11,7 +11,7 @@ attention reads depends on the step's token count alone (and on the SM budget). 
   (:func:`_tokens_terms`), with the very operations of :func:`kernel.step._compose` in its
   order, and keeps it in a bounded per-pool table;
 * per call, walks the requests with C-level builtins, adds the attention reads per layer,
-  takes the stage maxima and summarises (§2.5) inline.
+  takes the stage maxima and summarises (model.md §1.4) inline.
 
 Every float operation that reaches a result is the shared path's operation, in the same order,
 on the same operands, so the results are bit-identical; ``tests/test_step_fast.py`` checks that
@@ -83,9 +83,9 @@ def build(p: _Prepared) -> FastPath | None:
 
 
 def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tuple[Any, ...]:
-    """Every term of a decode step that depends on the token count only (§2.4), in the shared
-    path's operation order: per layer (count, dense SM share, routed HBM, routed, NVLink, NIC,
-    HBM base, elementwise, then the layer's attention constants), then (Σ SM with the head,
+    """Every term of a decode step that depends on the token count only (model.md §1.3), in the
+    shared path's operation order: per layer (count, dense SM share, routed HBM, routed, NVLink,
+    NIC, HBM base, elementwise, then the layer's attention constants), then (Σ SM with the head,
     Σ NVLink, Σ NIC, the head's stage)."""
     T = float(tokens)
     tp, peak = p.tp, p.peak

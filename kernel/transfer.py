@@ -1,4 +1,4 @@
-"""KV transfers: offload tiers and P/D handoffs (kernel-algorithm.md §4, seed-methods §9–§11)."""
+"""KV transfers: offload tiers and P/D handoffs (model.md §6.2, §8)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ __all__ = ["Link", "PDTransferDemand", "pd_transfer_demand", "pd_transfer_time",
 
 
 def tier_time(r: ResolvedPool, tier: str, direction: Direction, nbytes: int, depth: int) -> int:
-    """A copy to or from an offload tier (§4 TierTime, seed §11); unknown tier → MaxInt64."""
+    """A copy to or from an offload tier (model.md §6.2 TierTime); unknown tier → MaxInt64."""
     dev = r.tiers.get(tier)
     if dev is None:
         return MAX_DURATION_NS
@@ -36,7 +36,7 @@ class Link:
 
 @dataclass(frozen=True)
 class PDTransferDemand:
-    """A P/D handoff as payload, floor and the links it crosses (seed §10)."""
+    """A P/D handoff as payload, floor and the links it crosses (model.md §8.2)."""
 
     payload_bytes: float
     floor_s: float
@@ -54,13 +54,13 @@ def _medium(r: ResolvedPool, src: Placement, dst: Placement) -> tuple[str, float
     nvlink = r.coefficients.nvlink_bps
     if src.node == dst.node or (r.layout.rack_is_one_domain and src.rack == dst.rack):
         return "nvlink", nvlink
-    return "nic", r.coefficients.nic_bps  # nic_bps is already nvlink when no fabric (§1.3)
+    return "nic", r.coefficients.nic_bps  # nic_bps is already nvlink when no fabric (model.md §9.9)
 
 
 def pd_transfer_demand(r: ResolvedPool, tokens: int, src: Placement,
                        dst: Placement) -> PDTransferDemand:
     """Payload tokens·kvBytesPerToken (legacy; never divided by DCP), the (all2all, expert)
-    floor, and (source tx, destination rx) links (seed §10)."""
+    floor, and (source tx, destination rx) links (model.md §8.2)."""
     if tokens <= 0:
         return PDTransferDemand(0.0, 0.0, ())
     medium, rate = _medium(r, src, dst)
@@ -72,5 +72,5 @@ def pd_transfer_demand(r: ResolvedPool, tokens: int, src: Placement,
 
 
 def pd_transfer_time(r: ResolvedPool, tokens: int, src: Placement, dst: Placement) -> int:
-    """§4 PDTransferTime == PDTransferDemand(...).alone_time() (seed §12 item 6)."""
+    """model.md §8 PDTransferTime == PDTransferDemand(...).alone_time() (model.md §14.5 item 6)."""
     return pd_transfer_demand(r, tokens, src, dst).alone_time()

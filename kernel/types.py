@@ -1,4 +1,4 @@
-"""The kernel's interface types (schemas.md §8), as Python values.
+"""The kernel's interface types (model.md §12.9), as Python values.
 
 Durations are integer nanoseconds throughout.
 """
@@ -196,11 +196,11 @@ class StepEstimate:
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Per-rank bytes held before any request (schemas.md §8.2).
+    """Per-rank bytes held before any request (model.md §12.9).
 
     ``total()`` is what sits inside vLLM's ``gpu_memory_utilization`` budget. The NCCL
     communicator reservation and the engine workspace are allocated before vLLM takes its
-    memory snapshot (seed-methods.md §6), so they are not in ``comm_buffers`` (always 0 here)
+    memory snapshot (model.md §7.2), so they are not in ``comm_buffers`` (always 0 here)
     but in ``pre_snapshot``, which ``total()`` leaves out. ``with_pre_snapshot()`` adds them
     back: that is the figure the reference's older example prints (DeepSeek-V3 on 8 × H200:
     ``total()`` 80.0 GiB, ``with_pre_snapshot()`` 83.9 GiB).
@@ -234,7 +234,7 @@ class Placement:
 
 @dataclass(frozen=True)
 class Resolution:
-    """The configuration after resolution (schemas.md §8.2 ``Resolution``)."""
+    """The configuration after resolution (model.md §12.9 ``Resolution``)."""
 
     tensor_parallel_width: int
     data_parallel_width: int

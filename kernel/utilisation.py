@@ -14,7 +14,7 @@ scalar results (the same operations in the same order; only ``laws.select`` bran
 * MFU = FLOPs / (NoOverlap seconds × the chip's dense peak for the served dtype);
 * MBU = HBM bytes / (NoOverlap seconds × the chip's catalog HBM bandwidth, not derated).
 
-NoOverlap is the step time the spec recommends (kernel-behaviour §2.5 "Which to use").
+NoOverlap is the step time the spec recommends (model.md §1.4 "Which to use").
 """
 
 from __future__ import annotations

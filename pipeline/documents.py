@@ -1,4 +1,4 @@
-"""The document kinds the kernel reads, as frozen dataclasses (``schemas.md`` §2–§6).
+"""The document kinds the kernel reads, as frozen dataclasses (model.md §12.2–§12.5).
 
 Each class is also the strict schema for its YAML form: a key the class does not declare is an
 error. Absent keys take the zero value (0, "", False, empty); tri-state settings are
@@ -20,7 +20,7 @@ from .decode import key
 _KIND = "the document kind, fixed per class"
 
 # ---------------------------------------------------------------------------------------
-# Scenario (schemas.md §2)
+# Scenario (model.md §12.2)
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class Scenario:
 
 
 # ---------------------------------------------------------------------------------------
-# Deployment (schemas.md §3)
+# Deployment (model.md §12.2)
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,8 @@ class Engine:
     scheduling_policy: str = ""
     async_scheduling: bool | None = None
     cudagraph_mode: str = ""
-    # vLLM's capture-size knobs (seed-methods.md §7); not in schemas.md, see docs/decisions.md.
+    # vLLM's capture-size knobs (model.md §9.6); not in the spec's engine table, see
+    # docs/decisions.md D2.
     max_cudagraph_capture_size: int | None = None
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     quantization: str = ""
@@ -203,7 +204,7 @@ class Deployment:
 
 
 # ---------------------------------------------------------------------------------------
-# Model graph (schemas.md §4)
+# Model graph (model.md §12.3)
 
 _DERIVATION = "where the graph was derived from: provenance, no view reads it"
 
@@ -316,7 +317,7 @@ class ModelIdentity:
 
 
 # ---------------------------------------------------------------------------------------
-# Hardware (schemas.md §5). Name = file stem / mapping key.
+# Hardware (model.md §12.4). Name = file stem / mapping key.
 
 
 @dataclass(frozen=True)
@@ -356,7 +357,7 @@ class StorageDevice:
 
 
 # ---------------------------------------------------------------------------------------
-# Coefficient set (schemas.md §6)
+# Coefficient set (model.md §12.5)
 
 
 @dataclass(frozen=True)

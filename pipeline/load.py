@@ -1,4 +1,4 @@
-"""Load a scenario bundle and everything it names (schemas.md §1, kernel-behaviour.md §2.1)."""
+"""Load a scenario bundle and everything it names (model.md §12.1, §9.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rules-pack layer (schemas.md §7.2): engine-release checks, in pack order.
+"""The rules-pack layer (model.md §12.6): engine-release checks, in pack order.
 
 Rule problems have an empty path; the location leads the message (``pools[0].engine...``).
 They run only when the field layer has no errors and the bundle has a scenario (the caller,

@@ -1,4 +1,4 @@
-"""Engine rules packs: the release facts the kernel reads (schemas.md §7).
+"""Engine rules packs: the release facts the kernel reads (model.md §12.6).
 
 Only the v0.29 pack is published upstream; every scenario names ``engine_version: "0.29.0"``.
 The pack supplies three facts to resolution (custom all-reduce widths, sequence-parallel MoE,

@@ -25,7 +25,7 @@ OPTIONAL: dict[str, dict[str, Any]] = {
         "cache_layout": "",
         # does not apply: no recurrent layers, no DSA sparse-MLA backend
         "recurrent_cache_mode": "", "sparse_mla_backend": None,
-        # optional coefficients the scenario's sets do not hold (kernel-algorithm.md §1.3)
+        # optional coefficients the scenario's sets do not hold (model.md §9.9)
         "n_half": 0.0, "k_half": 0.0, "attention_floor_ns": 0, "attention_rate_bps": 0.0,
         "attention_prefill_floor_ns": 0, "attention_prefill_scale": 0.0, "host_link_bps": 0.0,
         **dict.fromkeys(_HOST_NS, 0),

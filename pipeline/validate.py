@@ -1,11 +1,11 @@
-"""Validate documents in two layers (schemas.md §10.2): field checks, then the rules pack.
+"""Validate documents in two layers (model.md §12.7): field checks, then the rules pack.
 
 The field layer never depends on the engine release: each document's own checks plus the
 deployment-against-cluster checks. The rule layer (:mod:`pipeline.rulecheck`) runs only when
 the field layer has no errors and there is a scenario. Warnings never block anything.
 
 Per-document validators return paths relative to their document; a bundle merges them under
-the prefixes of §10.3 (``scenario``, ``deployment``, ``model``, ``chip``, ``fabric``,
+the prefixes of model.md §12.7 (``scenario``, ``deployment``, ``model``, ``chip``, ``fabric``,
 ``device:<name>``, ``coefficients:<set name>``).
 """
 
@@ -151,7 +151,7 @@ check_inputs = validate_bundle
 def require_valid(inputs: Inputs, rules: bool = True) -> Report:
     """Raise :class:`DocumentError` listing every error; return the report (warnings) if none.
 
-    ``rules=False`` raises only for field-layer errors (schemas.md §1.1: upstream, a rule
+    ``rules=False`` raises only for field-layer errors (model.md §12.1: upstream, a rule
     problem does not stop kernel construction); rule errors then stay in the report.
     """
     report = check_inputs(inputs)

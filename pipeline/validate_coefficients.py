@@ -1,4 +1,4 @@
-"""Field checks on a coefficient set (schemas.md §6). Entry paths are
+"""Field checks on a coefficient set (model.md §12.5). Entry paths are
 ``coefficients[i].<name>.<key>``, the way the decoder records them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from .documents import CoefficientEntry, CoefficientSet
 from .errors import Problem
 from .validate_common import METHODS, SOURCE_KINDS, SOURCE_ROLES, UNITS, Collector, go_float
 
-# Companion fields each method requires (§6.3): rationale, sources, copied_from.
+# Companion fields each method requires (model.md §12.5): rationale, sources, copied_from.
 _NEEDS_RATIONALE = {"literature", "vendor_spec", "copied", "assumed", "not_charged"}
 _NEEDS_SOURCES = {"literature", "vendor_spec"}
 _NEEDS_COPIED_FROM = {"copied"}

@@ -1,9 +1,9 @@
 """Shared helpers for the field validators: a problem collector and Go-style value formatting.
 
 Every validator takes a document and its file, walks it once and records every problem it
-finds (never stopping at the first). Paths are the dotted key paths of schemas.md with ``[i]``
-indices; the collector looks up the source line of a path (or of its nearest stated parent)
-in the decoder's line map.
+finds (never stopping at the first). Paths are the dotted key paths of the spec (model.md §12.7)
+with ``[i]`` indices; the collector looks up the source line of a path (or of its nearest stated
+parent) in the decoder's line map.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from decimal import Decimal
 
 from .errors import Problem
 
-# Closed vocabularies (schemas.md §9).
+# Closed vocabularies (model.md §12.8).
 METHODS = ("measured", "literature", "vendor_spec", "copied", "assumed", "not_charged")
 PROVENANCES = ("vendor_spec", "derived")
 SOURCE_KINDS = ("discussion", "publication", "datasheet", "model", "vendor_doc")
@@ -150,7 +150,7 @@ class Collector:
         return False
 
     def one_of(self, path: str, value: str, allowed: Iterable[str]) -> None:
-        """Non-empty and in a closed vocabulary (§9 ``UnknownValueError`` text)."""
+        """Non-empty and in a closed vocabulary (model.md §12.8 ``UnknownValueError`` text)."""
         allowed = tuple(allowed)
         if not value:
             self.error(path, "required")

@@ -1,4 +1,4 @@
-"""Field checks on a deployment, alone (schemas.md §3.7) and against the cluster (§3.8)."""
+"""Field checks on a deployment, alone (model.md §12.2) and against the cluster (§12.2)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from .documents import Cluster, Deployment, Engine, Offload, Parallelism, Pool
 from .errors import Problem
 from .validate_common import ROLES, Collector, go_list, quote
 
-# The placement search gives up after this many steps (§3.8 step 6).
+# The placement search gives up after this many steps (model.md §12.2 step 6).
 SEARCH_BOUND = 1 << 20
 
 _NON_NEGATIVE_ENGINE_KEYS = ("block_size", "max_num_batched_tokens", "max_num_seqs",
@@ -17,7 +17,7 @@ _NON_NEGATIVE_ENGINE_KEYS = ("block_size", "max_num_batched_tokens", "max_num_se
 
 def validate_deployment(doc: Deployment, file: str, cluster: Cluster | None = None,
                         lines: Mapping[str, int] | None = None) -> list[Problem]:
-    """Every field problem of one deployment; with ``cluster``, also the §3.8 checks."""
+    """Every field problem of one deployment; with ``cluster``, also the model.md §12.2 checks."""
     c = Collector(file, lines)
     c.kind(doc.kind, "Deployment")
     c.required("name", doc.name)
@@ -124,7 +124,7 @@ def _offload(c: Collector, o: Offload) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# Against the scenario's cluster (§3.8)
+# Against the scenario's cluster (model.md §12.2)
 
 
 def validate_against_cluster(c: Collector, doc: Deployment, cluster: Cluster) -> None:
@@ -149,7 +149,7 @@ def validate_against_cluster(c: Collector, doc: Deployment, cluster: Cluster) ->
 
 
 def _placement(c: Collector, p: Parallelism, nodes: int, g: int) -> None:
-    """The rank-fit and local-replica placement algorithm of §3.8, in exact integers."""
+    """The rank-fit and local-replica placement algorithm of model.md §12.2, in exact integers."""
     if p.tp < 1 or p.pp < 1 or p.dp < 1 or p.pcp < 0 or nodes < 1 or g < 1:
         return
     pcp = max(p.pcp, 1)

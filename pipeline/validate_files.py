@@ -184,7 +184,7 @@ def check_registry(root: Path) -> list[Checked]:
 
 
 # ---------------------------------------------------------------------------------------
-# Scenario bundles: by-name references (§1.4), then both layers
+# Scenario bundles: by-name references (model.md §12.1), then both layers
 
 
 def _stem_ok(name: str) -> bool:
@@ -194,7 +194,8 @@ def _stem_ok(name: str) -> bool:
 
 def check_references(scenario: Scenario, file: str, lines: dict[str, int],
                      repos: Repos) -> list[Problem]:
-    """Every by-name reference that does not resolve, with ``references.*`` paths (§1.4)."""
+    """Every by-name reference that does not resolve, with ``references.*`` paths
+    (model.md §12.1)."""
     catalog, registry = repos.catalog_root(), repos.registry_root()
     found: list[Problem] = []
 

@@ -1,4 +1,4 @@
-"""Field checks on a model graph (schemas.md §4.1–§4.4) and a model identity (§4.8)."""
+"""Field checks on a model graph (model.md §12.3) and a model identity (§12.3)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .validate_common import (
     quote,
 )
 
-# Keys each op must state as positive integers (§4.3 "req (≥1)").
+# Keys each op must state as positive integers (model.md §12.3 "req (≥1)").
 _REQUIRED_POSITIVE: dict[str, tuple[str, ...]] = {
     "GEMM": ("n", "k"),
     "GroupedGEMM": ("n", "k", "experts", "top_k"),
@@ -28,7 +28,7 @@ _REQUIRED_POSITIVE: dict[str, tuple[str, ...]] = {
 }
 _MAMBA2_REQUIRED = ("n_groups", "conv_kernel", "intermediate_size")
 
-# Keys an op rejects when non-zero (§4.3 forbidden-key table).
+# Keys an op rejects when non-zero (model.md §12.3 forbidden-key table).
 _FORBIDDEN: dict[str, tuple[str, ...]] = {
     "GEMM": ("experts", "top_k", "n_q", "n_kv", "state_size"),
     "GroupedGEMM": ("n_q", "state_size"),
@@ -154,7 +154,7 @@ def _cycle(adjacency: dict[int, list[int]]) -> int | None:
 
 
 def validate_node(c: Collector, at: str, node: Node) -> None:
-    """One node's checks (§4.3); ``at`` is its path (``layer_kinds[i].nodes[j]``)."""
+    """One node's checks (model.md §12.3); ``at`` is its path (``layer_kinds[i].nodes[j]``)."""
     if node.op not in OPS:
         c.error(f"{at}.op", f"{quote(node.op)} is not a recognized primitive")
         return
@@ -253,7 +253,8 @@ def _stack(c: Collector, doc: Graph) -> None:
 
 def validate_identity(doc: ModelIdentity, file: str, lines: Mapping[str, int] | None = None,
                       directory: str = "") -> list[Problem]:
-    """A catalog ``model.yaml`` (§4.8); ``directory`` is the model directory's name, if known."""
+    """A catalog ``model.yaml`` (model.md §12.3); ``directory`` is the model directory's name, if
+    known."""
     c = Collector(file, lines)
     if c.required("name", doc.name) and directory and doc.name != directory:
         c.error("name", f"must equal the model directory {quote(directory)}, got "

@@ -1,4 +1,4 @@
-"""Field checks on a chip, a fabric and the storage classes (schemas.md §5)."""
+"""Field checks on a chip, a fabric and the storage classes (model.md §12.4)."""
 
 from __future__ import annotations
 

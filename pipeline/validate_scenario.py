@@ -1,5 +1,5 @@
-"""Field checks on a scenario (schemas.md §2). Message texts follow the deployment's style
-(the upstream scenario messages were not captured, §2.5)."""
+"""Field checks on a scenario (model.md §12.2). Message texts follow the deployment's style
+(the upstream scenario messages were not captured, model.md §12.2)."""
 
 from __future__ import annotations
 

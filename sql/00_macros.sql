@@ -1,5 +1,5 @@
 -- materialize: false
--- Pure helper laws used by the views (kernel-algorithm.md §2.3, §1.5, §1.6).
+-- Pure helper laws used by the views (model.md §5.5, §9.3).
 
 -- The span laws (span_law, flat_span, ring_span, all2all_span) and us_to_ns are not macros:
 -- kernel/sql_laws.py binds them to kernel.laws, the one definition Python also prices with.

@@ -1,5 +1,5 @@
 -- materialize: true
--- Model-level facts from the graph alone (kernel-algorithm.md §1.7, §1.8).
+-- Model-level facts from the graph alone (model.md §3.1, §9.4).
 
 -- Each stacked layer kind: how many times it occurs and where it first appears.
 CREATE OR REPLACE VIEW graph_kind_counts AS

@@ -1,5 +1,5 @@
 -- materialize: true
--- Layout (kernel-algorithm.md §6.1, §2.7): widths, node spanning, SP-MoE, custom all-reduce.
+-- Layout (model.md §9.2, §5.4): widths, node spanning, SP-MoE, custom all-reduce.
 
 CREATE OR REPLACE VIEW pool_layout AS
 WITH base AS (
@@ -52,7 +52,7 @@ SELECT w.*,
            AS routed_all2all
 FROM wide w;
 
--- The all-reduce backend after resolution, and its override reason (§6.1, case 92/144).
+-- The all-reduce backend after resolution, and its override reason (model.md §9.2, case 92/144).
 CREATE OR REPLACE VIEW pool_allreduce AS
 SELECT scenario, pool,
        CASE WHEN NOT custom_all_reduce_requested THEN false
@@ -73,7 +73,7 @@ SELECT scenario, pool,
             ELSE NULL END AS override_reason
 FROM pool_layout l;
 
--- Emit conditions per pool (§6.1 Emits; schemas.md §4.6). NULL = unrecognised.
+-- Emit conditions per pool (model.md §9.2 Emits). NULL = unrecognised.
 CREATE OR REPLACE VIEW pool_nodes AS
 SELECT l.scenario, l.pool, n.*,
        CASE n.emit

@@ -1,5 +1,5 @@
 -- materialize: true
--- Served dtype, compute peak and suffix, cache and state bytes (kernel-algorithm.md §1.5–1.7).
+-- Served dtype, compute peak and suffix, cache and state bytes (model.md §3.1, §9.3).
 
 CREATE OR REPLACE VIEW pool_dtypes AS
 WITH q AS (

@@ -1,5 +1,5 @@
 -- materialize: true
--- The plan (kernel-algorithm.md §1.8; kernel-behaviour.md §3.10): one row per distinct
+-- The plan (model.md §9.4): one row per distinct
 -- layer kind per pool (plus the head under '__head__'), with FLOPs/bytes per token, the
 -- fused dense GEMMs, expert geometry, attention and recurrent fields, kernel launches and
 -- the planned collectives. Nodes whose emit condition is false are dropped entirely.

@@ -1,5 +1,5 @@
 -- materialize: true
--- What limits the CUDA graph mode of a pool (seed-methods.md §8, rules 5 and 8), as the pinned
+-- What limits the CUDA graph mode of a pool (model.md §9.5, rules 5 and 8), as the pinned
 -- vLLM release declares it. Two tables (created once per database, so a caller may amend them
 -- before the views run) and one view; pool_engine (40_engine_defaults.sql) applies them.
 

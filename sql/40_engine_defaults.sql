@@ -1,6 +1,6 @@
 -- materialize: true
--- Engine settings after resolution (kernel-algorithm.md §1.2 steps 15–17, §1.9, §6.4–6.6;
--- seed-methods.md §7–8): each unstated setting gets the pinned vLLM release's default (an assumption
+-- Engine settings after resolution (model.md §9.1 steps 15–17, §9.5, §9.6–§9.7;
+-- model.md §9.5–§9.6): each unstated setting gets the pinned vLLM release's default (an assumption
 -- row in `assumptions`), each stated one the engine changes gets an override row.
 
 CREATE OR REPLACE VIEW pool_engine AS
@@ -22,24 +22,24 @@ WITH e AS (
     JOIN pool_graph_support g USING (scenario, pool)
 ), r1 AS (
     SELECT *,
-           -- recurrent cache mode (§1.2 step 15, 19ac88e6 form)
+           -- recurrent cache mode (model.md §9.1 step 15, 19ac88e6 form)
            CASE WHEN NOT hybrid THEN ''
                 WHEN hybrid AND prefix_caching
                      AND (CASE WHEN mamba_cache_mode = '' THEN 'none' ELSE mamba_cache_mode END)
                          = 'none' THEN 'align'
                 WHEN mamba_cache_mode = '' THEN 'none'
                 ELSE mamba_cache_mode END AS recurrent_cache_mode,
-           -- block size (§1.2 step 16)
+           -- block size (model.md §9.1 step 16)
            (NOT hybrid AND (block_size > 0 OR is_dsa)) AS block_size_final,
            CASE WHEN block_size > 0 THEN block_size WHEN is_dsa THEN 64 ELSE 16 END
                AS resolved_block_size,
-           -- scheduler budgets (§3.1, §1.9): the stated ones, else kernel.laws' defaults
+           -- scheduler budgets (model.md §9.5): the stated ones, else kernel.laws' defaults
            CASE WHEN max_num_batched_tokens > 0 THEN max_num_batched_tokens
                 ELSE default_max_num_batched_tokens(memory_gib, chip) END
                AS resolved_max_num_batched_tokens,
            CASE WHEN max_num_seqs > 0 THEN max_num_seqs
                 ELSE default_max_num_seqs(memory_gib, chip) END AS resolved_max_num_seqs,
-           -- CUDA graph mode (§1.9; seed §8 rule 7: DeepEP high-throughput with DP > 1 on an
+           -- CUDA graph mode (model.md §9.5 rule 7: DeepEP high-throughput with DP > 1 on an
            -- MoE graph runs with no graphs)
            CASE WHEN cudagraph_mode = '' THEN 'FULL_AND_PIECEWISE' ELSE upper(cudagraph_mode) END
                AS requested_cudagraph_mode,
@@ -56,7 +56,8 @@ WITH e AS (
     SELECT *,
            requested_cudagraph_mode IN ('PIECEWISE', 'FULL', 'FULL_AND_PIECEWISE',
                                         'FULL_DECODE_ONLY', 'NONE') AS cudagraph_mode_known,
-           -- seed §8 rule 5: a connector that needs piecewise graphs, with full ones requested
+           -- model.md §9.5 rule 5: a connector that needs piecewise graphs, with full ones
+           -- requested
            CASE WHEN connector_needs_piecewise
                      AND requested_cudagraph_mode IN ('FULL', 'FULL_AND_PIECEWISE',
                                                       'FULL_DECODE_ONLY') THEN 'PIECEWISE'
@@ -100,7 +101,7 @@ WITH e AS (
     FROM r2e
 ), r4 AS (
     SELECT *,
-           -- vLLM's capture sizes (seed §7), from kernel.laws.capture_sizes; empty when vLLM
+           -- vLLM's capture sizes (model.md §9.6), from kernel.laws.capture_sizes; empty when vLLM
            -- would refuse (90_refusals.sql reports it)
            capture_sizes(resolved_max_num_seqs, uniform_decode_width,
                          resolved_max_num_batched_tokens, max_cudagraph_capture_size,
@@ -136,7 +137,7 @@ SELECT scenario, pool, hybrid, prefix_caching, mamba_cache_mode AS stated_mamba_
            AS resolved_cascade_attention
 FROM r4;
 
--- Decode-context parallelism (§6.4 resolveContextParallel / ResolveDecodeContext).
+-- Decode-context parallelism (model.md §9.7 resolveContextParallel / ResolveDecodeContext).
 CREATE OR REPLACE VIEW pool_dcp AS
 WITH b AS (
     SELECT p.scenario, p.pool, p.dcp, p.pcp, p.dcp_comm_backend AS stated_backend,
@@ -161,7 +162,7 @@ SELECT *,
         AND block > 1) AS interleave_overridden
 FROM b;
 
--- MLA context-gather chunk (§6.6, 19ac88e6 with alignment), from kernel.laws.
+-- MLA context-gather chunk (model.md §9.7, 19ac88e6 with alignment), from kernel.laws.
 CREATE OR REPLACE VIEW pool_mla_chunk AS
 SELECT e.scenario, e.pool,
        mla_context_chunk(e.max_model_len, e.resolved_max_num_seqs, e.resolved_block_size, d.dcp,

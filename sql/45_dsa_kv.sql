@@ -1,5 +1,5 @@
 -- materialize: true
--- DSA sparse-MLA backend selection (kernel-algorithm.md §6.7) and KV geometry (§1.7).
+-- DSA sparse-MLA backend selection (model.md §9.7) and KV geometry (§3.1).
 
 CREATE OR REPLACE VIEW pool_dsa_backend AS
 WITH r AS (
@@ -89,7 +89,7 @@ SELECT scenario, pool, is_dsa, chip, cache, stated_cache, heads_per_rank, sm100,
             ELSE NULL END AS refusal
 FROM lay;
 
--- KV bytes per token per rank (§1.7 KVBytesPerToken and the packed DSA layouts).
+-- KV bytes per token per rank (model.md §3.1 KVBytesPerToken and the packed DSA layouts).
 CREATE OR REPLACE VIEW pool_kv AS
 WITH k AS (
     SELECT d.scenario, d.pool, d.kv_heads, d.kv_head_dim, d.kv_kind, d.kv_layers, d.cache_bytes,

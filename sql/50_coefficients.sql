@@ -1,6 +1,6 @@
 -- materialize: true
--- Coefficient scoping (kernel-algorithm.md §1.4) and unit lifting to SI by the declared units
--- (§1.3).
+-- Coefficient scoping (model.md §9.8) and unit lifting to SI by the declared units
+-- (model.md §9.9).
 --
 -- Sets apply in the scenario's order; within the scenario's sets the last entry whose scope
 -- admits the pool wins for each name. Scope: every stated dimension must contain the pool's
@@ -65,7 +65,7 @@ SELECT t.scenario, t.pool, t.name, t.set, t.value, t.units, t.method,
        CASE WHEN u.si_unit = 'ns' THEN us_to_ns(t.value) END AS ns_value
 FROM typed t LEFT JOIN unit u USING (scenario, pool, name);
 
--- The names lift() reads for each pool, with whether each is required and needed (§1.3),
+-- The names lift() reads for each pool, with whether each is required and needed (model.md §9.9),
 -- in lift order (`lift_order`), the value when present, and for an optional name how it is
 -- priced without (`reason`; NULL for a required name).
 CREATE OR REPLACE VIEW pool_coefficient_needs AS
@@ -113,7 +113,7 @@ SELECT n.*, c.value, c.si_value, c.ns_value, c.set, c.method, c.name IS NOT NULL
 FROM names n
 LEFT JOIN coefficients_lifted c USING (scenario, pool, name);
 
--- Memory magnitudes (§3.1 liftMemory): names after declared-width snapping.
+-- Memory magnitudes (model.md §7.1 liftMemory): names after declared-width snapping.
 CREATE OR REPLACE VIEW pool_memory_names AS
 WITH p AS (
     SELECT l.scenario, l.pool, l.tp, l.moe_group, l.pcp, l.dcp, t.experts, e.graph_mode_name,

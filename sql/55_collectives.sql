@@ -1,5 +1,5 @@
 -- materialize: true
--- Collective keys, group geometry and width snapping (kernel-algorithm.md §1.10, §2.7).
+-- Collective keys, group geometry and width snapping (model.md §5.3, §5.4).
 
 -- The (op, group) keys lifted for each pool.
 CREATE OR REPLACE VIEW pool_collective_keys AS
@@ -51,7 +51,7 @@ HAVING count(DISTINCT m.part) = 3;
 --   floor(w) = f1 + max(0, (f1 - f0) / (w1 - w0)) * (w - w1)   (ring: a step per rank)
 --   rate(w) = rate(w1) * ((w1 - 1) / w1) / ((w - 1) / w)      (ring bus-bandwidth factor)
 -- The figures describe the group on one NVLink domain; where it spans nodes the kernel's
--- span (§2.7) prices the inter-node fabric on top, as it does for every crossing group.
+-- span (model.md §5.4) prices the inter-node fabric on top, as it does for every crossing group.
 CREATE OR REPLACE VIEW collective_width_extension AS
 WITH k AS (
     SELECT DISTINCT k.scenario, k.pool, k.coefficient_op, k.chip_key, k.chip, k.width,

@@ -1,5 +1,5 @@
 -- materialize: true
--- The kernel's assumptions, in the order New() records them (kernel-algorithm.md §1.2): each
+-- The kernel's assumptions, in the order New() records them (model.md §9.1): each
 -- unstated setting the pinned vLLM release defaults, and each optional coefficient priced
 -- without.
 

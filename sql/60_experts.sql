@@ -1,5 +1,5 @@
 -- materialize: true
--- Expert geometry (kernel-algorithm.md §1.7): physical experts with the redundant ones, and
+-- Expert geometry (model.md §4.1): physical experts with the redundant ones, and
 -- how many land on each rank.
 
 CREATE OR REPLACE VIEW pool_experts AS

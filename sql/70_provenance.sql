@@ -1,5 +1,5 @@
 -- materialize: true
--- Provenance (kernel-algorithm.md §7; kernel-behaviour.md §6): every coefficient in scope in
+-- Provenance (model.md §9.10): every coefficient in scope in
 -- ascending name order, then the kernel's assumptions in the order they were recorded.
 -- `scope` is the reference's text ("hardware: <first>", "<value>: <reason>"); the typed
 -- columns beside it hold the value as a number with its units, the scope axis with all of its

@@ -1,5 +1,5 @@
 -- materialize: true
--- Evidence (kernel-behaviour.md §6): entries resting on evidence, the total, assumed names.
+-- Evidence (model.md §9.10): entries resting on evidence, the total, assumed names.
 CREATE OR REPLACE VIEW evidence AS
 SELECT scenario, pool,
        -- the evidenced methods are pipeline.constants.EVIDENCED_METHODS, via kernel_constants

@@ -1,6 +1,6 @@
 -- materialize: true
--- Refusals (kernel-algorithm.md §8; kernel-behaviour.md §7): one row per reason a pool cannot
--- be priced. `step` follows the order of New() (§1.2) so the first row is the one the Go
+-- Refusals (model.md §10): one row per reason a pool cannot
+-- be priced. `step` follows the order of New() (model.md §9.1) so the first row is the one the Go
 -- kernel would report; build.py raises RefusalError(setting, value, reason) for it.
 CREATE OR REPLACE VIEW refusals AS
 SELECT * FROM (

@@ -1,5 +1,5 @@
 """Stated caches: window rings and hybrid groups as vLLM's allocator holds them (issue 15;
-seed-methods.md §0.3–§5)."""
+model.md §7.3–§7.5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Graph derivation from HuggingFace configs (issue 15; graph-derivation.md)."""
+"""Graph derivation from HuggingFace configs (issue 15; model.md §13)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Graph-mode downgrades (seed-methods.md §8 rules 5 and 8; issue 18): each downgrade is an
+"""Graph-mode downgrades (model.md §9.5 rules 5 and 8; issue 18): each downgrade is an
 override with its reason, and host time and capture bytes follow the resolved mode."""
 
 from __future__ import annotations

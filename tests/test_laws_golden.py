@@ -1,7 +1,8 @@
 """Pure-function goldens of kernel/laws.py.
 
-`case N` cites kernel-algorithm.md §9.1 case N (its stated tolerance is used); `seed §X`
-cites the worked examples of seed-methods.md; `behaviour §10.7` cites kernel-behaviour.md.
+`case N` is the reference's golden case N (model.md §14.1; model.md §14.2 lists these,
+and the case's stated tolerance is used); SW-A, HY-M and MLA-D are the worked examples
+of model.md §14.4; the remaining vectors are recomputed from the formulas (§14.2).
 Cases 39-44 (planner) and 49-51 (kernel) belong to the kernel owner and are not here.
 """
 
@@ -18,7 +19,7 @@ from kernel import laws as L
 INF, NAN = math.inf, math.nan
 
 
-# --- §2.3 efficiency ramps: cases 1-10, 25-29 ---------------------------------------------
+# --- model.md §2.1 efficiency ramps: cases 1-10, 25-29 ------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -85,7 +86,7 @@ def test_case_29_shape_efficiency_finite_for_zero_dims(
     assert math.isfinite(L.shape_efficiency(1024, n, k, 0.9, 256, n_half, k_half))
 
 
-# --- §2.3 spans: cases 11-20, 90 ----------------------------------------------------------
+# --- model.md §5.5 spans: cases 11-20, 90 -------------------------------------------------
 
 
 def test_case_11_span_without_crossing_is_one() -> None:
@@ -147,7 +148,7 @@ def test_case_90_fabric_ratio(intra: float, inter: float, expected: float) -> No
     assert L.fabric_ratio(intra, inter) == expected
 
 
-# --- §2.3 floor-and-rate and collectives: cases 21-24, 30-34 ------------------------------
+# --- model.md §5.1 floor-and-rate and collectives: cases 21-24, 30-34 ---------------------
 
 
 def test_case_21_floor_dominates_small_transfer() -> None:
@@ -179,7 +180,7 @@ def test_case_32_collective_never_beats_peak() -> None:
     assert L.collective_time(2**30, 2000e9, 200e9, 10e-6) >= 2**30 / 200e9
 
 
-# h200 8-rank fp16 all-reduce (bytes, µs), kernel-algorithm §9.1.
+# h200 8-rank fp16 all-reduce (bytes, µs), model.md §14.2.
 H200_ALL_REDUCE = [
     (256, 16.01), (1024, 15.98), (2048, 16.04), (4096, 16.67), (8192, 18.30), (16384, 18.38),
     (32768, 19.89), (65536, 21.45), (131072, 20.80), (262144, 20.46), (524288, 26.14),
@@ -210,7 +211,7 @@ def test_case_34_transition_band_error_bounds() -> None:
     assert max(meas / _predicted(b, TRANS) for b, meas in band) <= 1.5
 
 
-# --- §1.7 KV bytes: cases 35-38 -----------------------------------------------------------
+# --- model.md §3.1 KV bytes: cases 35-38 --------------------------------------------------
 
 
 def test_case_35_latent_kv_bytes_deepseek_v3() -> None:
@@ -237,7 +238,7 @@ def test_case_38_kv_bytes_closed_form_20000_draws_seed_1() -> None:
         assert L.kv_bytes_per_token(n_kv, tp, head_dim, layers, dt, latent) == expected
 
 
-# --- §2.8 windowed causal work: cases 45-48, behaviour §10.7 ------------------------------
+# --- model.md §3.5 windowed causal work: cases 45-48, §14.2 ----------------------
 
 
 def test_case_45_fully_windowed_chunk() -> None:
@@ -289,7 +290,7 @@ def test_behaviour_10_7_windowed_prefill_overcharge(prefix: int, ratio: float) -
     assert L.causal_pairs(1024, prefix) / windowed == pytest.approx(ratio, abs=0.005)
 
 
-# --- §2.8 DCP: cases 52-59 ----------------------------------------------------------------
+# --- model.md §3.7 DCP: cases 52-59 -------------------------------------------------------
 
 
 def _vllm_dcp_rank_len(length: int, dcp: int, inter: int, rank: int) -> int:
@@ -349,7 +350,7 @@ def test_behaviour_10_7_dcp_interleave_64() -> None:
     assert L.dcp_local_tokens([100], 8, 64) == 64
 
 
-# --- §2.8 PCP: cases 60-68, behaviour §10.7 -----------------------------------------------
+# --- model.md §3.8 PCP: cases 60-68, §14.2 ---------------------------------------
 
 
 def _zigzag_busiest(s: int, pcp: int) -> int:
@@ -425,7 +426,7 @@ def test_pcp_busiest_chunks_zigzag_and_replicated() -> None:
     assert L.pcp_busiest_chunks(17, 5, 1, 1) == [(17, 5)]  # pcp off
 
 
-# --- §2.8 sparse selection: cases 69-72 ---------------------------------------------------
+# --- model.md §3.6 sparse selection: cases 69-72 ------------------------------------------
 
 
 def test_case_69_short_contexts_read_whole() -> None:
@@ -447,7 +448,7 @@ def test_case_72_no_selection_is_minus_one(kind: str) -> None:
     assert L.selected_kv_tokens([65536], L.sparse_top_k(kind, 0, 0), 0) == -1
 
 
-# --- §1.5-1.6 dtypes: cases 73-76 ---------------------------------------------------------
+# --- model.md §9.3 dtypes: cases 73-76 ----------------------------------------------------
 
 
 def test_case_73_int4_runs_at_bf16_peak() -> None:
@@ -484,7 +485,7 @@ def test_cache_dtype_table_and_dtype_fit_fallbacks() -> None:
     assert L.dtype_fit("int8", 1000, 0, 4000) == ("fp8", 0.0)  # int8 has no fallback
 
 
-# --- §1.10, §3.1 width snapping: cases 83-89 (pure parts) ---------------------------------
+# --- model.md §5.3, §7.1 width snapping: cases 83-89 (pure parts) -------------------------
 
 
 def test_case_83_unmeasured_width_inside_sweep_is_refused() -> None:
@@ -530,7 +531,7 @@ def test_case_89_snap_declared() -> None:
     assert L.snap_declared(3, []) == 3
 
 
-# --- §1.9, §3.1 defaults: case 110 (chip memory sizes are the public figures) -------------
+# --- model.md §9.5 defaults: case 110 (chip memory sizes are the public figures) ----------
 
 
 @pytest.mark.parametrize(
@@ -552,7 +553,7 @@ def test_default_max_num_seqs() -> None:
     assert L.default_max_num_seqs(48, "l40s") == 256
 
 
-# --- §1.7, §3 experts and recurrent state, behaviour §10.7 --------------------------------
+# --- model.md §4.1, §7 experts and recurrent state, §14.2 ------------------------
 
 
 def test_behaviour_10_7_experts_touched() -> None:
@@ -583,7 +584,7 @@ def test_mla_context_chunk_alignment() -> None:
     assert L.mla_context_chunk(100, 1, 16, 3, 1) == 17 * 48  # lcm(16, 3) = 48
 
 
-# --- §2.5 durations -----------------------------------------------------------------------
+# --- model.md §0.1 durations --------------------------------------------------------------
 
 
 def test_durations() -> None:
@@ -597,7 +598,7 @@ def test_durations() -> None:
     assert L.duration_seconds(L.us_to_duration_ns(7.39)) == 7.39e-6
 
 
-# --- seed-methods §0.5-§5: SW-A ring and page arithmetic ----------------------------------
+# --- model.md §7.3–§7.5: SW-A ring and page arithmetic ----------------------------------
 
 SW_A_PAGE = L.paged_bytes(16, 16, L.kv_bytes_per_token(8, 1, 64, 1, 2, False))
 SW_A_PB = 18 * SW_A_PAGE  # G = 18 layers per group
@@ -711,7 +712,7 @@ def test_seed_5_edges() -> None:
     assert L.ring_pages(in_flight=50, **capped) == L.cdiv(100, 16) + 1
 
 
-# --- seed-methods §7 CaptureTokens: every row of the table, and the edges ------------------
+# --- model.md §9.6 CaptureTokens: every row of the table, and the edges ------------------
 
 
 @pytest.mark.parametrize(
@@ -768,7 +769,7 @@ def test_seed_7_capture_sizes_edges() -> None:
         L.capture_sizes(256, 1, 8192, max_capture_size=48, stated_sizes=[8, 16, 32])
 
 
-# --- seed-methods §11 TierTime via floor_and_rate + to_duration ----------------------------
+# --- model.md §6.2 TierTime via floor_and_rate + to_duration ----------------------------
 
 
 def _tier_time_ns(read_mbs: float, write_mbs: float, latency_us: float, host_mbs: float,

@@ -1,4 +1,5 @@
-"""Layout and placement (kernel-algorithm.md §2.7, §6.1; cases 83–94), read from the views.
+"""Layout and placement (model.md §5.4, §9.2; golden cases 83–94, model.md §14.2), read from the
+views.
 
 Variants are registered in one database per test and the ``pool_layout``,
 ``pool_allreduce``, ``pool_nodes`` and ``collective_keys`` rows are compared with the spec —
@@ -214,7 +215,7 @@ def oracle(gpn: int, tp: int, pcp: int, dp: int, dcp: int, group: str) -> tuple[
     ranks. TP groups are consecutive; PCP groups step by tp; the expert (EP) group is every
     rank of the DP × PCP × TP block; DCP groups split the TP group into consecutive runs
     without PCP; with PCP they run along the PCP axis (step tp) when dcp ≤ pcp and over
-    consecutive ranks of the PCP × TP block when dcp > pcp (the kernel's convention, §2.7).
+    consecutive ranks of the PCP × TP block when dcp > pcp (the kernel's convention, model.md §5.4).
     """
     world = dp * pcp * tp
     groups: list[list[int]] = []

@@ -1,4 +1,4 @@
-"""Memory per rank (kernel-algorithm.md §3, seed-methods.md §1–§6, §12).
+"""Memory per rank (model.md §7, §14.5).
 
 Decision followed throughout (lead's, resolving the old goldens against the seed API):
 FixedBytes.comm_buffers is 0 and the communicator reservation + engine workspace are
@@ -44,7 +44,7 @@ def test_fixed_bytes_moe_by_hand() -> None:
 
 
 def test_eplb_moved_out_of_weights() -> None:
-    """§3.1: eplb = Σ count·EWB·R/EW/ets is reported apart and subtracted from weights."""
+    """model.md §7.1: eplb = Σ count·EWB·R/EW/ets is reported apart and subtracted from weights."""
     r = tiny_moe_mla()
     r2 = replace(r, eplb_redundant_experts=2)
     a, b = memory.fixed_bytes(r), memory.fixed_bytes(r2)
@@ -74,7 +74,7 @@ def test_sequence_variable_bytes_paged() -> None:
 
 
 def test_sequence_variable_bytes_dcp_shards_when_all_layers_shard() -> None:
-    """§3.2: t' = ceil(tokens/dcp) when every KV layer shards; else unsharded."""
+    """model.md §7.4: t' = ceil(tokens/dcp) when every KV layer shards; else unsharded."""
     r = tiny_moe_mla(dcp=2)
     assert memory.sequence_variable_bytes(r, 33) == 2 * 16 * 3456  # cdiv(33,2)=17 → 2 blocks
     r2 = replace(r, dcp_shards_all_kv_layers=False)
@@ -82,13 +82,14 @@ def test_sequence_variable_bytes_dcp_shards_when_all_layers_shard() -> None:
 
 
 def test_seed_mla_d_worked_example() -> None:
-    """seed §2 MLA-D: t = 10,000, d = 8, κ = 70,272, B = 16 → 79·16·70,272 = 88,823,808."""
+    """model.md §7.4 MLA-D: t = 10,000, d = 8, κ = 70,272, B = 16 → 79·16·70,272 = 88,823,808."""
     r = tiny_moe_mla(dcp=8, kv_bytes_per_token=70_272.0)
     assert memory.sequence_variable_bytes(r, 10_000) == 88_823_808
 
 
 def test_recurrent_state_fixed_bytes_by_mode() -> None:
-    """§3.3 legacy: align → page·(2+K), none → page·(1+K), all → 0 (grows in SVB instead)."""
+    """model.md §7.6 legacy: align → page·(2+K), none → page·(1+K), all → 0 (grows in SVB
+    instead)."""
     page = 1_085_440
     assert memory.sequence_fixed_bytes(tiny_hybrid("align")) == 6 * page * 2
     assert memory.sequence_fixed_bytes(tiny_hybrid("none")) == 6 * page
@@ -101,14 +102,15 @@ def test_recurrent_state_fixed_bytes_by_mode() -> None:
 
 
 def test_seed_hy_m_legacy_figure() -> None:
-    """seed §1 HY-M, mode none, legacy unpadded: 24·1,085,440 = 26,050,560."""
+    """model.md §7.5 HY-M, mode none, legacy unpadded: 24·1,085,440 = 26,050,560."""
     r = tiny_hybrid("none", layers=(dataclasses.replace(tiny_hybrid().plan.layers[0], count=24),
                                     tiny_hybrid().plan.layers[1]))
     assert memory.sequence_fixed_bytes(r) == 26_050_560
 
 
 def test_pure_attention_sequence_fixed_bytes_zero() -> None:
-    """case 143 / seed §12.5: no recurrent or window caches → every bounded method is 0."""
+    """case 143 / model.md §14.5 item 5: no recurrent or window caches → every bounded method is
+    0."""
     r = tiny_dense()
     assert memory.sequence_fixed_bytes(r) == 0
     assert memory.sequence_admission_bytes(r) == 0
@@ -118,7 +120,7 @@ def test_pure_attention_sequence_fixed_bytes_zero() -> None:
 
 @pytest.mark.parametrize("mode", ["align", "none", "all"])
 def test_seed_invariants_legacy(mode: str) -> None:
-    """seed §12 items 1–4 on a legacy graph: Bounded(1+K) == Fixed; Bounded(M) == Admission;
+    """model.md §14.5 items 1–4 on a legacy graph: Bounded(1+K) == Fixed; Bounded(M) == Admission;
     At(c, f) <= Bounded(f); non-decreasing in f and c."""
     r = tiny_hybrid(mode)
     k = r.num_spec_tokens
@@ -136,7 +138,8 @@ def test_seed_invariants_legacy(mode: str) -> None:
 
 
 def test_kv_capacity_by_hand() -> None:
-    """budget = 80 GiB·0.9 − FixedBytes total; page = SVB(16); concurrency per seed §12.9."""
+    """budget = 80 GiB·0.9 − FixedBytes total; page = SVB(16); concurrency per model.md §14.5 item
+    9."""
     r = tiny_dense()
     fixed = memory.fixed_bytes(r)
     cap = memory.kv_capacity(r, fixed, 0.9)

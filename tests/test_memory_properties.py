@@ -1,4 +1,4 @@
-"""Memory and transfer identities (seed-methods §12) over every embedded pool at random lengths,
+"""Memory and transfer identities (model.md §14.5) over every embedded pool at random lengths,
 and monotonicity in tokens, window and block size."""
 
 from __future__ import annotations

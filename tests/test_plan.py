@@ -1,4 +1,4 @@
-"""The plan views (kernel-algorithm.md §1.8; kernel-behaviour.md §3.10; cases 39–44).
+"""The plan views (model.md §9.4; golden cases 39–44, model.md §14.2).
 
 Small graphs are built in the test and planned through the SQL views (``plan_layers``,
 ``plan_gemms``, ``plan_attentions``, ``plan_collectives``, ``plan_totals``).
@@ -119,7 +119,7 @@ def test_block_sparse_attention_either_order():  # case 44
         assert row["non_kv_attentions"] == 1
 
 
-def test_gemm_fusion_rule():  # §1.8 fusion chain
+def test_gemm_fusion_rule():  # model.md §9.4 fusion chain
     nodes = [
         Node(op="Elementwise", role="norm"),
         gemm("q", 4096, HIDDEN), gemm("k", 1024, HIDDEN),          # fuse (ShardN, same K)
@@ -145,7 +145,7 @@ def test_gemm_fusion_rule():  # §1.8 fusion chain
     assert tot == {"total_layers": 1, "total_kernels": 8 + 1, "piecewise_segments": 2}
 
 
-def test_recurrent_state_bytes():  # §1.8 recurrentBytes
+def test_recurrent_state_bytes():  # model.md §9.4 recurrentBytes
     mamba = Node(op="RecurrentUpdate", recurrent_kind="mamba2", n_heads=256, state_size=128,
                  n_groups=8, conv_kernel=4, intermediate_size=16384)
     kda = Node(op="RecurrentUpdate", recurrent_kind="kda", n_heads=96, state_size=128)

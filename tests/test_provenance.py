@@ -1,5 +1,5 @@
-"""Provenance, evidence, scoping and unit lifting (kernel-algorithm.md §1.3, §1.4, §7;
-kernel-behaviour.md §6), on several embedded scenarios."""
+"""Provenance, evidence, scoping and unit lifting (model.md §9.9, §9.8, §9.10;
+model.md §9.10), on several embedded scenarios."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_scope_text_and_supplying_set():
                    "scope": "hardware: h200"}
 
 
-def test_last_applicable_entry_wins_case_insensitively():  # §1.4
+def test_last_applicable_entry_wins_case_insensitively():  # model.md §9.8
     inp = with_entries(inputs(DS3), [
         entry("hbm_derate", 0.5, method="assumed", hardware=("H200",)),
         entry("hbm_derate", 0.1, method="assumed", hardware=("h100",)),  # not this part
@@ -99,7 +99,7 @@ def test_last_applicable_entry_wins_case_insensitively():  # §1.4
     assert r.coefficients.hbm_bps == inputs(DS3).chip.bw_peak_tbs * 1e12 * 0.5
 
 
-def test_scope_axes_tp_ep_nodes():  # §1.4 tp / ep / nodes_spanned dimensions
+def test_scope_axes_tp_ep_nodes():  # model.md §9.8 tp / ep / nodes_spanned dimensions
     from dataclasses import replace as dc_replace
 
     from pipeline.documents import Scope
@@ -122,7 +122,7 @@ def test_scope_axes_tp_ep_nodes():  # §1.4 tp / ep / nodes_spanned dimensions
     assert got == {"tp8": 2.0, "ep": 2.0, "nodes": 2.0, "tp4": 3.0}
 
 
-def test_unit_lifting():  # §1.3: µs → int(us*1000) ns; bytes/µs and tokens/µs × 1e6
+def test_unit_lifting():  # model.md §9.9: µs → int(us*1000) ns; bytes/µs and tokens/µs × 1e6
     inp = with_entries(inputs(KIMI), [
         entry("host_output_token", 1.001, method="assumed", hardware=("h100",),
               units="us_per_token"),

@@ -1,4 +1,4 @@
-"""Every refusal of kernel-algorithm.md §8 / kernel-behaviour.md §7: one variant each.
+"""Every refusal of model.md §10: one variant each (cases: model.md §14.3).
 
 Each variant is an embedded scenario with one field changed (dataclasses.replace); the test
 asserts that ``new()`` refuses it with a message naming the setting and the value (or, for a

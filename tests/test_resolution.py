@@ -1,5 +1,5 @@
 """Overrides with reasons, assumptions recorded exactly when a setting is unstated, and the
-resolved engine settings (kernel-algorithm.md §1.2, §1.9, §6; seed-methods.md §7–8).
+resolved engine settings (model.md §9.1, §9.5–§9.7; cases: model.md §14.3).
 Spec case numbers are cited per test.
 """
 
@@ -69,7 +69,7 @@ def test_interleave_under_nixl():
     assert not [o for o in res2.overrides if o.field == "cp_kv_cache_interleave_size"]
 
 
-def test_cache_dtype_fp8_to_fp8_ds_mla_on_hopper():  # §5.4, case 126/127
+def test_cache_dtype_fp8_to_fp8_ds_mla_on_hopper():  # model.md §9.7, case 126/127
     r, res = build.resolve(inputs(GLM5))
     (ov,) = [o for o in res.overrides if o.field == "cache_dtype"]
     assert (ov.requested, ov.resolved) == ("fp8", "fp8_ds_mla")
@@ -96,7 +96,7 @@ def test_kv_per_layer_blackwell_pcp_dcp():  # case 126
     assert rows["g-dcp1"]["per_layer"] == 576
 
 
-def test_mamba_none_overridden_to_align():  # §1.2 step 15
+def test_mamba_none_overridden_to_align():  # model.md §9.1 step 15
     r, res = build.resolve(variant(inputs(KIMI), engine={"mamba_cache_mode": "none"}))
     (ov,) = [o for o in res.overrides if o.field == "mamba_cache_mode"]
     assert (ov.requested, ov.resolved) == ("none", "align")
@@ -208,7 +208,7 @@ def _drop(inp, name):
         for s in inp.coefficients))
 
 
-def test_resolution_defaults_and_stated():  # §5.7
+def test_resolution_defaults_and_stated():  # model.md §12.9
     _, res = build.resolve(inputs(DS3))
     assert res.async_scheduling is True and res.cascade_attention is False
     _, res2 = build.resolve(variant(inputs(DS3), engine={"async_scheduling": False,
@@ -234,7 +234,7 @@ def test_kernel_does_not_share_state_with_inputs():
     assert pool == inp.pool and pool is not inp.pool
 
 
-# -- graph modes and capture sizes (§1.9, seed-methods §7–8) ----------------------------------
+# -- graph modes and capture sizes (model.md §9.5–§9.6) ------------------------
 
 
 GRAPH_CASES = {
@@ -242,7 +242,7 @@ GRAPH_CASES = {
     "unstated": ({"cudagraph_mode": ""}, ("FULL", "PIECEWISE"), 512),
     "fdo": ({"cudagraph_mode": "FULL_DECODE_ONLY"}, ("FULL", "NONE"), 512),
     # FULL on DS3: FlashMLA declares UNIFORM_BATCH, below ALWAYS, so mixed batches run piecewise
-    # (seed §8 rule 8; tests/test_graph_modes.py has FULL kept on FlashAttention 3)
+    # (model.md §9.5 rule 8; tests/test_graph_modes.py has FULL kept on FlashAttention 3)
     "full": ({"cudagraph_mode": "full"}, ("FULL", "PIECEWISE"), 512),
     "none": ({"cudagraph_mode": "NONE"}, ("NONE", "NONE"), 0),
     "seqs100": ({"max_num_seqs": 100, "max_num_batched_tokens": 2048}, ("PIECEWISE",) * 2, 200),
@@ -262,7 +262,7 @@ def _graph_batch():
 
 
 @pytest.mark.parametrize("key", list(GRAPH_CASES))
-def test_graph_modes_and_capture_tokens(key):  # §1.9 table, seed §7 worked examples
+def test_graph_modes_and_capture_tokens(key):  # model.md §9.5 table, §9.6 worked examples
     changes, modes, tokens = GRAPH_CASES[key]
     (row,) = query(_graph_batch(), "SELECT * FROM pool_engine WHERE scenario = ?", key)
     assert (row["decode_graph_mode"], row["other_graph_mode"]) == modes
@@ -279,7 +279,7 @@ def test_graph_modes_and_capture_tokens(key):  # §1.9 table, seed §7 worked ex
     assert ("max_cudagraph_capture_size" in names) == (tokens > 0 and not stated_capture)
 
 
-def test_blackwell_capture_ceiling_and_deepep_ht():  # seed §7 B200 example, §8 rule 7
+def test_blackwell_capture_ceiling_and_deepep_ht():  # model.md §9.6 B200 example, §9.5 rule 7
     inp = inputs(DS3)
     bw = variant(replace(inp, chip=replace(inp.chip, tflops_nvfp4=4500.0)),
                  engine={"max_num_seqs": 256, "cudagraph_mode": "",
@@ -295,7 +295,7 @@ def test_blackwell_capture_ceiling_and_deepep_ht():  # seed §7 B200 example, §
     assert (ov.requested, ov.resolved) == ("PIECEWISE", "NONE")
 
 
-def test_max_num_seqs_default_by_chip():  # §1.9 defaultMaxNumSeqs, case 110
+def test_max_num_seqs_default_by_chip():  # model.md §9.5 defaultMaxNumSeqs, case 110
     r, _ = build.resolve(variant(inputs(NEMOTRON), engine={"max_num_seqs": 0}))
     assert r.max_num_seqs == 1024  # h100, 80 GiB
     assert assumption(r, "max_num_seqs").scope.startswith("1024: ")

@@ -1,4 +1,4 @@
-"""The rules-pack layer (schemas.md §7.2): every rule fires with its id, severity and message."""
+"""The rules-pack layer (model.md §12.6): every rule fires with its id, severity and message."""
 
 from __future__ import annotations
 

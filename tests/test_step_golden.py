@@ -1,4 +1,4 @@
-"""Goldens on the embedded scenarios (kernel-algorithm.md §9.2, seed-methods.md §12).
+"""Goldens on the embedded scenarios (model.md §14.3, §14.5).
 
 These need ``kernel.build`` (``kernel.open``/``kernel.new``). They are never skipped: if
 the builder is missing they fail, so the gap is visible.
@@ -42,7 +42,8 @@ SCENARIOS = BUILDABLE
 
 
 def decode_batch(n: int, q: int, ctx: int) -> Batch:
-    """§9 decodeBatch(n, q, ctx): n × {Scheduled q, Computed ctx−q, PromptLen ctx}, thr 8."""
+    """model.md §14.3 decodeBatch(n, q, ctx): n × {Scheduled q, Computed ctx−q, PromptLen ctx}, thr
+    8."""
     return Batch([(q, ctx - q, ctx)] * n, decode_threshold=8)
 
 
@@ -233,7 +234,7 @@ def test_case_116_without_decode_rate_growth_at_hbm_bandwidth() -> None:
 
 @pytest.mark.parametrize("with_rate", [True, False])
 def test_cases_115_116_as_the_reference_states_them_on_the_legacy_path(with_rate: bool) -> None:
-    """kernel-algorithm §9 cases 115/116 verbatim: the HBM growth equals
+    """model.md §14.3 cases 115/116 verbatim: the HBM growth equals
     (SVB(8192) − SVB(4096)) / rate (2e-9 s), on the legacy path the reference takes
     (``Repos(stated_caches=False)``); the stated path keeps the same HBM term (tests above)."""
     k = kernel.open(NEMOTRON, kernel.Repos(stated_caches=False))
@@ -327,7 +328,7 @@ def test_case_134_135_dcp_shrinks_decode(name: str) -> None:
     "reduce-scatter combine +905.5, net +778.1 (NoOverlap 30,881,010 -> 31,659,116 ns); GLM5 "
     "(78 sparse-MLA layers, top-k 2048) KV read -150.6, indexer read -535.3, query all-gather "
     "+949.2, LSE all-gather +274.2, combine +701.1, net +1238.5 (34,692,572 -> 35,931,095 "
-    "ns). The §2.8 bytes double with dcp (heads/tp*dcp) while the read halves; with the "
+    "ns). The model.md §3.7 bytes double with dcp (heads/tp*dcp) while the read halves; with the "
     "embedded registry's 8-rank figures (all-gather floor 10.30 vs 7.13 µs at 4 ranks, "
     "reduce-scatter 10.24 vs 7.11) GLM5 still rises with infinite bandwidth (+52.8 µs) and "
     "falls only with free collectives (-685.9 µs): the Go golden ran on blis-registry v0.1.1 "
@@ -353,9 +354,9 @@ def _terms_total(r: ResolvedPool, ctxs: list[int]) -> dict[str, float]:
     (DSV4, 1_048_576, (1,))])
 def test_decode_terms_restate_the_pricing_path(name: str, ctx: int, dcps: tuple[int, ...]
                                                ) -> None:
-    """The reference's §2.4/§2.8 decode terms, restated term by term without kernel.step,
-    equal the priced layer: HBM = weights + elementwise + KV read + secondary reads, NVLink =
-    graph + DCP collectives (single node), to 1e-15 s per layer."""
+    """The reference's decode terms (model.md §3.2, §3.7), restated term by term without
+    kernel.step, equal the priced layer: HBM = weights + elementwise + KV read + secondary reads,
+    NVLink = graph + DCP collectives (single node), to 1e-15 s per layer."""
     for d in dcps:
         r = rpool(_dcp(name, d)) if d > 1 else rpool(open_k(name))
         n = 32 if name != DSV4 else 1
@@ -380,7 +381,7 @@ def _collectives(r: ResolvedPool, f: Any) -> ResolvedPool:
 
 def test_case_134_dcp8_rise_per_term() -> None:
     """GLM5 dcp 4 -> 8: the per-term split sums to the NoOverlap rise; the rise is the DCP
-    collectives' (bytes x2 by §2.8, priced by the registry's 8-rank figures) and survives
+    collectives' (bytes x2 by model.md §3.7, priced by the registry's 8-rank figures) and survives
     infinite bandwidth; free collectives turn it into the HBM saving."""
     b = decode_batch(32, 1, 32768)
     r4, r8 = rpool(_dcp(GLM5_DCP4, 4)), rpool(_dcp(GLM5_DCP4, 8))
@@ -486,7 +487,7 @@ def test_case_147_dsv4_long_context_ratio() -> None:
     assert k.step_time(one).no_overlap / k.step_time(short).no_overlap <= 1.8
 
 
-# --- every embedded scenario: §2 invariants and seed §12 identities ------------------------
+# --- every embedded scenario: model.md §1 invariants and §14.5 identities ---------
 
 
 def _pools(name: str) -> list[Kernel]:
@@ -552,7 +553,7 @@ def test_case_143_invariants_every_scenario(name: str) -> None:
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_seed_12_identities_every_scenario(name: str) -> None:
-    """seed §12: Bounded(1+K) == Fixed; Bounded(M) == Admission; At ≤ Bounded (and
+    """model.md §14.5: Bounded(1+K) == Fixed; Bounded(M) == Admission; At ≤ Bounded (and
     monotone); PD time == AloneTime; capacity concurrency identity; SVB block rounding."""
     for k in _pools(name):
         r = rpool(k)
@@ -678,7 +679,8 @@ def test_case_140_floor_probes_glm5_tp2_pcp4(dcp: int, gather_2rank_moves: bool)
 
 
 def test_case_146_minimax_ep72_smoke() -> None:
-    """The reference logs these steps only; here every one must satisfy the §2 invariants."""
+    """The reference logs these steps only; here every one must satisfy the model.md §1
+    invariants."""
     k = open_k(EP72)
     for b in (decode_batch(256, 2, 8192), decode_batch(32, 2, 8192),
               Batch([(2048, 0, 2048)], decode_threshold=8),

@@ -1,4 +1,4 @@
-"""Properties of StepTime (kernel-behaviour.md §9.4, kernel-algorithm.md case 143).
+"""Properties of StepTime (model.md §14.6; case 143, model.md §14.5).
 
 * compose on an array summary == K scalar composes, bit for bit (the bulk path's contract);
 * the all-decode fast path of summarise == the general walk;
@@ -163,7 +163,7 @@ def test_host_constant_for_uniform_decodes_under_piecewise(n: int, ctx: int, q: 
 ])
 def test_floor_times_ten_moves_step_by_nine_t0_per_launch(name: str, key: tuple[str, str],
                                                           launches: int) -> None:
-    """behaviour §9.4: ×10 on one collective floor → NoOverlap rises by 9·t0 per launch iff
+    """model.md §14.6: ×10 on one collective floor → NoOverlap rises by 9·t0 per launch iff
     that collective launches (decode moves; a pure prefill does not launch the DCP combine)."""
     r = POOLS[name]
     k = r.collectives[key]

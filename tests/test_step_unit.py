@@ -1,4 +1,4 @@
-"""StepTime term by term on hand-built pools (kernel-algorithm.md §2.2–§2.8).
+"""StepTime term by term on hand-built pools (model.md §1–§5).
 
 Each expected value is written out from the spec's formula with the fixture's round
 coefficients (tests/fixtures_pools.py), independently of kernel/step.py.
@@ -45,7 +45,7 @@ def decode(n: int, ctx: int, q: int = 1, thr: int = 8, sm_budget: int = 0) -> Ba
 
 
 def dense_decode_expected(n: int, ctx: int) -> dict[str, float]:
-    """tiny_dense, n decodes at context ctx, by §2.4/§2.5 with tp 1, 4 layers."""
+    """tiny_dense, n decodes at context ctx, by model.md §1.3/§1.4 with tp 1, 4 layers."""
     T = float(n)
     ramp = 0.8 * T / (T + 100.0)
     pr = 1e15 * ramp
@@ -110,7 +110,7 @@ def test_prefill_attention_term_on_sm() -> None:
 
 def test_mixed_batch_one_kernel_rule_drops_decode_floor() -> None:
     """FlashAttention varlen: gqa, dcp 1, no NVFP4, decode floor (10 µs) < prefill floor
-    (20 µs) → the decode floor is not charged on a mixed batch (§2.4)."""
+    (20 µs) → the decode floor is not charged on a mixed batch (model.md §3.4)."""
     r = tiny_dense()
     mixed = Batch([(512, 0), (1, 100)])
     t = totals(r, mixed)
@@ -159,7 +159,7 @@ def test_kind_rate_overrides_part_wide() -> None:
 
 
 def test_sm_budget_derates_sm_terms() -> None:
-    """SMBudget 66 of 132 SMs → SM terms × 2; HBM untouched (§2.2)."""
+    """SMBudget 66 of 132 SMs → SM terms × 2; HBM untouched (model.md §2.5)."""
     r = tiny_dense()
     full = totals(r, decode(4, 101))
     half = totals(r, decode(4, 101, sm_budget=66))
@@ -179,7 +179,7 @@ def test_host_modes() -> None:
 
 
 def test_empty_step_is_host_only() -> None:
-    """§2.1: Tokens() == 0 → host without the launch term; bottleneck host."""
+    """model.md §1.5: Tokens() == 0 → host without the launch term; bottleneck host."""
     r = tiny_dense()
     est = price(r, Batch([]))
     assert est == StepEstimate(5_000, 5_000, Resource.HOST, {Resource.HOST: 5_000})
@@ -202,7 +202,7 @@ def test_per_none_gives_no_map_and_clears_callers_map() -> None:
 
 def test_routed_experts_not_divided_by_tp() -> None:
     """The documented over-charge: routed FLOPs per rank = T·topK·share·EF·imb / dpSlice,
-    dpSlice = expertTensorShards/tp = 1 here; tp (2) does not divide it (§2.4)."""
+    dpSlice = expertTensorShards/tp = 1 here; tp (2) does not divide it (model.md §4.2)."""
     r = tiny_moe_mla(dcp=1)
     s = step.summarise(r, decode(8, 100))
     trace: list[dict[str, float]] = []
@@ -232,7 +232,7 @@ def test_routed_terms_add_outside_the_stage_max() -> None:
 
 
 def test_dcp_decode_read_is_the_busiest_shard() -> None:
-    """dcp 2: each ctx-101 decode reads ceil(101/2) = 51 tokens (§2.8)."""
+    """dcp 2: each ctx-101 decode reads ceil(101/2) = 51 tokens (model.md §3.7)."""
     r = tiny_moe_mla(dcp=2)
     s = step.summarise(r, decode(3, 101))
     assert s.decode_reads == (153.0,)
@@ -273,7 +273,7 @@ def test_dcp_decode_collectives_a2a() -> None:
 
 def test_dcp_prefill_context_gathers() -> None:
     """Latent + dcp: runs of computed context (sorted by scheduled, split at computed 0) are
-    gathered in ceil(C/chunk) launches of C·2·headDim/chunks bytes (§2.8)."""
+    gathered in ceil(C/chunk) launches of C·2·headDim/chunks bytes (model.md §3.7)."""
     r = tiny_moe_mla(dcp=2)  # mla_context_chunk 4096
     b = Batch([(300, 6000), (100, 0), (200, 4000), (50, 1000)], decode_threshold=8)
     s = step.summarise(r, b)
@@ -303,7 +303,7 @@ def test_dcp_context_gather_charge() -> None:
 
 def test_pcp_withholds_tokens_and_gathers_over_nic() -> None:
     """pcp 2, one 1000-token prefill: the busiest rank holds 500 (zigzag of 4 chunks of 250),
-    T = 500; the PCP gather crosses nodes (span 1.5) → NIC (§2.8 pcpPrefillGathers)."""
+    T = 500; the PCP gather crosses nodes (span 1.5) → NIC (model.md §3.8 pcpPrefillGathers)."""
     r = tiny_pcp(pcp=2)
     s = step.summarise(r, Batch([(1000, 0)]))
     assert (s.tokens_all, s.withheld, s.prefill_tokens) == (1000, 500, 500)
@@ -324,7 +324,7 @@ def test_pcp_withholds_tokens_and_gathers_over_nic() -> None:
 
 def test_recurrent_term_and_kv_layers_divisor() -> None:
     """mamba2: floor 15 µs + T/rate on SM per layer; decode KV share is κ/kv_layers
-    (2 attention layers of 8), the decided divisor (§2.4, case 115)."""
+    (2 attention layers of 8), the decided divisor (model.md §3.2, case 115)."""
     r = tiny_hybrid()
     a = totals(r, decode(1, 4096))
     b = totals(r, decode(1, 8192))
@@ -342,7 +342,7 @@ def test_windowed_layer_uses_windowed_causal_flops() -> None:
 
 def test_secondary_attention_reads_hbm_on_decode() -> None:
     """A cache-less scorer (role set) reads κ/L_kv·(kvH·hd/primary) per token, windowed by
-    Window·decodeRequests and compressed by its ratio (§2.4 secondary)."""
+    Window·decodeRequests and compressed by its ratio (model.md §3.3 secondary)."""
     scorer = PlannedAttention(4, 1, 128, "gqa", 64, "block_index_scores", 2)
     layer = dense_layer(attentions=(PlannedAttention(8, 2, 128, "gqa", 0, "", 0), scorer))
     r = make_pool(layers=(layer,))
@@ -355,7 +355,7 @@ def test_secondary_attention_reads_hbm_on_decode() -> None:
 
 
 def test_sparse_mla_decode_read_uses_selection() -> None:
-    """sparse_mla with index top-k 256: each decode reads min(ctx, 256) (§2.8)."""
+    """sparse_mla with index top-k 256: each decode reads min(ctx, 256) (model.md §3.6)."""
     layer = mla_layer(attn_kind="sparse_mla", attn_index_top_k=256,
                       attentions=(PlannedAttention(16, 1, 576, "sparse_mla", 0, "", 0),))
     r = tiny_moe_mla(dcp=1, layers=(layer,))
@@ -369,7 +369,7 @@ def test_sparse_mla_decode_read_uses_selection() -> None:
 
 
 def test_collective_floor_times_ten_adds_nine_t0_per_launch() -> None:
-    """behaviour §9.4: ×10 on the TP all-reduce floor moves NoOverlap by 9·t0 per launch
+    """model.md §14.6: ×10 on the TP all-reduce floor moves NoOverlap by 9·t0 per launch
     (4 layers × 1 launch) while the floor binds."""
     r = tiny_dense()
     key = r.collectives[("all_reduce", "tp")]
@@ -407,7 +407,8 @@ def test_finish_overlap_clamped_to_no_overlap() -> None:
 
 
 def test_host_duration_round_trip_goes_through_seconds() -> None:
-    """per[host] = toDuration(host.Seconds()) (§2.5), which may differ from host by 1 ns."""
+    """per[host] = toDuration(host.Seconds()) (model.md §0.1), which may differ from host by 1
+    ns."""
     t = step.StepTotals(1e-3, 0.0, 0.0, 0.0, laws.duration_seconds(123_456_789), 123_456_789,
                         1e-3, False)
     est = step.finish(t, {})
@@ -451,7 +452,7 @@ def test_batch_spec_groups_and_file(tmp_path) -> None:  # noqa: ANN001
 
 def test_shape_aware_gemms_match_shape_efficiency_law() -> None:
     """gemm_n_half/gemm_k_half present: per planned GEMM, n = N/tp if ShardN else k = K/tp,
-    denseShaped += T·f/tp / (peak·ShapeEfficiency(T, n, k, …)) (§2.4). No embedded scenario
+    denseShaped += T·f/tp / (peak·ShapeEfficiency(T, n, k, …)) (model.md §2.3). No embedded scenario
     is shape-aware, so the fixture is the only check of step.py's prepared n/k factors."""
     r = tiny_dense(layout_kw=dict(tp=2),
                    coeff_kw=dict(shape_aware=True, n_half=3072.0, k_half=2048.0))

@@ -1,4 +1,4 @@
-"""Transfers and host overheads (kernel-algorithm.md §4–§5, seed-methods.md §9–§12).
+"""Transfers and host overheads (model.md §6, §8, §14.5).
 
 Also the host goldens 49–51 (admission overhead).
 """
@@ -17,7 +17,7 @@ from tests.fixtures_pools import ckey, replace, replace_coeffs, tiny_dense, tiny
 MIB64 = 64 * 2**20
 
 
-# --- TierTime: seed §11 worked examples (device read 25,000 MB/s, write 20,000 MB/s, 10 µs,
+# --- TierTime: model.md §6.2 worked examples (device read 25,000 MB/s, write 20,000 MB/s, 10 µs,
 # host link 32,000 MB/s — the fixture's "cpu" tier) --------------------------------------
 
 
@@ -34,7 +34,7 @@ def test_tier_time_seed_examples(direction: Direction, nbytes: int, depth: int,
 
 
 def test_tier_time_unknown_tier_is_max_duration() -> None:
-    """seed §11 / case 143: an unknown tier prices as MaxInt64 ns, above any known tier."""
+    """model.md §6.2 / case 143: an unknown tier prices as MaxInt64 ns, above any known tier."""
     r = tiny_dense()
     assert transfer.tier_time(r, "nope", Direction.FROM_TIER, 1, 1) == MAX_DURATION_NS
     assert transfer.tier_time(r, "nope", Direction.FROM_TIER, 1, 1) > \
@@ -56,7 +56,7 @@ def test_tier_time_zero_rate_is_max() -> None:
         MAX_DURATION_NS
 
 
-# --- PDTransferDemand / PDTransferTime: seed §10 -----------------------------------------
+# --- PDTransferDemand / PDTransferTime: model.md §8.2 ------------------------------------
 
 
 def sw_a_pool(one_domain: bool) -> ResolvedPool:
@@ -101,7 +101,7 @@ def test_pd_zero_tokens_is_empty_demand() -> None:
 
 
 def test_pd_payload_never_divided_by_dcp() -> None:
-    """seed §9 MLA-D legacy: 10,000 tokens · 70,272 B = 702,720,000 B whatever dcp is;
+    """model.md §8.1 MLA-D legacy: 10,000 tokens · 70,272 B = 702,720,000 B whatever dcp is;
     over a 50 GB/s NIC 14.05 ms."""
     r = tiny_moe_mla(dcp=8, kv_bytes_per_token=70_272.0)
     d = transfer.pd_transfer_demand(r, 10_000, Placement(0, 0), Placement(1, 1))
@@ -115,8 +115,8 @@ def test_pd_payload_never_divided_by_dcp() -> None:
                                           ((2, 1), (5, 3))])
 def test_pd_time_equals_alone_time(tokens: int, src: tuple[int, int],
                                    dst: tuple[int, int]) -> None:
-    """seed §12.6: PDTransferTime == PDTransferDemand(...).AloneTime() for all inputs, and
-    both equal §4's FloorAndRate on the chosen rate."""
+    """model.md §14.5 item 6: PDTransferTime == PDTransferDemand(...).AloneTime() for all inputs,
+    and both equal model.md §8's FloorAndRate on the chosen rate."""
     for one_domain in (True, False):
         r = sw_a_pool(one_domain)
         a, b = Placement(*src), Placement(*dst)
@@ -129,7 +129,7 @@ def test_pd_time_equals_alone_time(tokens: int, src: tuple[int, int],
 
 
 def test_pd_no_fabric_nic_rate_is_nvlink() -> None:
-    r = replace_coeffs(sw_a_pool(False), nic_bps=450e9)  # §1.3: nic = nvlink with no fabric
+    r = replace_coeffs(sw_a_pool(False), nic_bps=450e9)  # model.md §9.9: nic = nvlink, no fabric
     d = transfer.pd_transfer_demand(r, 1000, Placement(3, 0), Placement(9, 1))
     assert d.alone_time() == 94_371
 

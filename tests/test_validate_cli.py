@@ -121,7 +121,7 @@ def test_unresolved_names_are_all_reported(tmp_path: Path) -> None:
 
 
 def test_unknown_engine_version_is_a_warning_and_a_refusal(tmp_path: Path) -> None:
-    """Document validation warns (schemas.md); opening the bundle fails with no rules pack, so
+    """Document validation warns (model.md §12.6); opening the bundle fails with no rules pack, so
     the bundle check reports that as an error too (validate agrees with open)."""
     text = (ROOTS / "scenarios" / "tiny-tp2.yaml").read_text().replace('"0.29.0"', "0.29")
     path = tmp_path / "v.yaml"

@@ -189,7 +189,7 @@ def test_problem_lines_point_into_the_bundle() -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# The §3.8 placement algorithm
+# The model.md §12.2 placement algorithm
 
 CLUSTER_2x8 = Cluster(hardware="h100", fabric="ib-400g", nodes=2, gpus_per_node=8)
 

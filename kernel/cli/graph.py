@@ -1,5 +1,5 @@
 """``blis-kernel graph derive`` and ``blis-kernel catalog add-model``: model graphs from
-HuggingFace configs (graph-derivation.md), and the ``--check`` pass over a catalog."""
+HuggingFace configs (model.md §13), and the ``--check`` pass over a catalog."""
 
 from __future__ import annotations
 

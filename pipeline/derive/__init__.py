@@ -1,4 +1,4 @@
-"""Derive a ModelGraph from a HuggingFace ``config.json`` (graph-derivation.md).
+"""Derive a ModelGraph from a HuggingFace ``config.json`` (model.md §13).
 
 ``config`` reads the config (aliases, dtypes, quantisation), ``nodes`` builds nodes,
 ``families``/``hybrids`` hold the per-architecture rules, ``registry`` picks the handler and

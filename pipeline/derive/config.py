@@ -1,6 +1,6 @@
 """Reading a HuggingFace ``config.json``: concept aliases, dtypes and quantisation layouts.
 
-The rules are the reference deriver's (graph-derivation.md §2, §2.1), restated: a concept is
+The rules are the reference deriver's (model.md §13.2), restated: a concept is
 the first present, non-null key among its aliases; a multimodal config's shapes come from its
 ``text_config``; the global weight width is the base dtype unless a quantisation block says
 otherwise, and partial quantisation rides on the nodes it covers.
@@ -247,7 +247,7 @@ def _group_width(c: Config, q: dict[str, Any]) -> str | None:
 
 
 def weight_dtype(c: Config) -> str:
-    """The graph's global weight width (§2.1)."""
+    """The graph's global weight width (model.md §13.2)."""
     q = c.quant()
     if not q:
         return base_dtype(c)

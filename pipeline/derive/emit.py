@@ -1,4 +1,4 @@
-"""Writing a derived graph exactly as the reference deriver does (graph-derivation.md §1)."""
+"""Writing a derived graph exactly as the reference deriver does (model.md §13.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Handlers for the attention-plus-MLP families (graph-derivation.md §3–§7).
+"""Handlers for the attention-plus-MLP families (model.md §13.3–§13.4).
 
 A handler returns ``(layer_kinds, stack)``. Uniform models get one kind and a repeat; per-layer
 vectors are expanded and compressed.

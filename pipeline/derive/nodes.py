@@ -1,4 +1,4 @@
-"""Node builders shared by every family (graph-derivation.md §3–§6).
+"""Node builders shared by every family (model.md §13.3).
 
 Key order inside each node is the reference builder's, because the emitted YAML keeps
 insertion order: ``op, role, n, k`` for GEMM; ``op, kind, n_q, n_kv, d_h, …`` for Attention;

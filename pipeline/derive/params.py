@@ -1,7 +1,7 @@
 """Parameter count of a derived graph (for checking a derivation against published totals).
 
 GEMM ``n·k``; a routed-expert GroupedGEMM ``experts·3·n·k'`` (gate, up and down per expert,
-kernel-algorithm.md §1.8, with ``k' = latent_size`` when the experts run in a latent space)
+model.md §9.4, with ``k' = latent_size`` when the experts run in a latent space)
 plus its shared experts ``shared·3·n_s·k``; the input embedding ``vocab·hidden`` unless tied.
 Norms, biases, routers and the draft module are not counted (each well under 1% of a model).
 """

@@ -1,4 +1,5 @@
-"""Architecture -> handler, speculative methods, refusals, and the driver (§6, §7)."""
+"""Architecture -> handler, speculative methods, refusals, and the driver (model.md §13.3,
+model.md §13.4)."""
 
 from __future__ import annotations
 
