@@ -71,6 +71,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=1, help="alternate runs, best of each")
     parser.add_argument("--dask", action="store_true", help="also time a local Dask cluster")
+    parser.add_argument("--one-file", action="store_true",
+                        help="instead: one scenario on the whole trace file, price_file in one "
+                             "process vs local:N workers on row-group pieces of the file")
     args = parser.parse_args()
     names = pick_scenarios(args.scenarios)
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,6 +89,9 @@ def main() -> None:
         del table
         print(f"trace: {args.batches:,} batches in {args.partitions} partitions; "
               f"{len(names)} scenarios; {os.cpu_count()} cores")
+        if args.one_file:
+            _one_file(whole, root, names[0], args.workers, args.repeat)
+            return
 
         best_single = best_procs = (float("inf"), 0.0)
         for round_ in range(args.repeat):
@@ -163,6 +169,24 @@ def _one_process(whole: Path, root: Path, names: list[str]) -> tuple[tuple[float
         check=True, capture_output=True, text=True))
     build_s, price_s = map(float, done.stdout.split()[-2:])
     return timed, build_s, price_s
+
+
+def _one_file(whole: Path, root: Path, name: str, workers: int, repeat: int) -> None:
+    """One scenario on one file: one process (price_file, a thread per core) vs ``workers``
+    processes on pieces of whole row groups (issue 13: CPU/wall on every core)."""
+    best_single = best_procs = (float("inf"), 0.0)
+    for round_ in range(repeat):
+        best_single = min(best_single, _one_process(whole, root, [name])[0])
+        procs, result = _children_timed(
+            lambda r=round_: price_dataset(whole, root / f"one-{r}", [name], f"local:{workers}"))
+        best_procs = min(best_procs, procs)
+    print(f"{name}, the whole file: {len(result.tasks)} pieces on local:{workers}")
+    _report("one process", best_single)
+    _report(f"local:{workers}", best_procs)
+    (ws, cs), (wp, cp) = best_single, best_procs
+    print(f"speed-up over one process: {ws / wp:.2f}x (best of {repeat}) = cores busy "
+          f"{cp / wp:.2f} / {cs / ws:.2f} ÷ CPU ratio {cp / cs:.2f}; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 def _report(label: str, wall_cpu: tuple[float, float]) -> None:

@@ -1,7 +1,8 @@
 """Price partitioned traces, and sweeps over many deployments, on local processes or Dask.
 
 One task prices one input partition under one scenario with the bulk path and writes one output
-partition. Every batch is priced whole: a batch whose rows straddle input partitions is moved to
+partition. When there are too few partitions × scenarios to keep every worker busy, files are
+split into pieces of whole row groups (:class:`Piece`), so one big file prices on every worker. Every batch is priced whole: a batch whose rows straddle input partitions is moved to
 the first partition that holds it before pricing. Each scenario's kernel is built exactly once
 per sweep (by a build task, in parallel) and handed to the pricing tasks as a saved resolved pool
 (:mod:`kernel.saved`), so no worker reads YAML or resolves again; a worker keeps the kernels it
@@ -75,6 +76,62 @@ class SweepResult:
         return sum(t.rows_rejected for t in self.tasks)
 
 
+@dataclass(frozen=True)
+class Piece:
+    """Some row groups of one parquet file, priced as one partition."""
+
+    path: str
+    row_groups: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.path} (row groups {self.row_groups[0]}-{self.row_groups[-1]})"
+
+
+Part = str | Piece  # a whole file, or a piece of one
+
+
+def _read(part: Part, columns: list[str] | None = None) -> pa.Table:
+    if isinstance(part, Piece):
+        return pq.ParquetFile(part.path).read_row_groups(list(part.row_groups), columns=columns)
+    return pq.read_table(part, columns=columns)
+
+
+def _groups_that_may_hold(piece: Piece, column: str, ids: np.ndarray) -> Piece:
+    """The row groups of ``piece`` whose statistics of ``column`` overlap ``ids`` (all of
+    them when a group has no statistics)."""
+    meta = pq.ParquetFile(piece.path).metadata
+    paths = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    at = paths.index(column) if column in paths else -1
+    lo, hi = ids.min(), ids.max()
+    keep = []
+    for g in piece.row_groups:
+        stats = meta.row_group(g).column(at).statistics if at >= 0 else None
+        if stats is None or not stats.has_min_max or not (stats.max < lo or stats.min > hi):
+            keep.append(g)
+    return Piece(piece.path, tuple(keep) or piece.row_groups[:1])
+
+
+def split_files(files: Sequence[str], pieces_per_file: int) -> list[Part]:
+    """Each file as up to ``pieces_per_file`` pieces of consecutive, whole row groups (a file
+    of one row group, or ``pieces_per_file`` <= 1, stays whole)."""
+    if pieces_per_file <= 1:
+        return list(files)
+    parts: list[Part] = []
+    for f in files:
+        try:
+            n = pq.ParquetFile(f).metadata.num_row_groups
+        except Exception:  # unreadable: stays whole, and its task reports why
+            n = 1
+        k = min(pieces_per_file, n)
+        if k <= 1:
+            parts.append(f)
+            continue
+        bounds = [i * n // k for i in range(k + 1)]
+        parts.extend(Piece(f, tuple(range(a, b))) for a, b in zip(bounds, bounds[1:],
+                                                                 strict=False))
+    return parts
+
+
 def list_partitions(src: str | os.PathLike[str]) -> list[Path]:
     """The parquet files of a partitioned dataset (a directory, searched recursively, or one file)."""
     path = Path(src)
@@ -86,9 +143,9 @@ def list_partitions(src: str | os.PathLike[str]) -> list[Path]:
     return files
 
 
-def _ids_of(path: str, column: str) -> np.ndarray:
+def _ids_of(part: Part, column: str) -> np.ndarray:
     """The distinct batch ids of one partition (no sort when they already increase)."""
-    ids = pq.read_table(path, columns=[column]).column(column).drop_null()
+    ids = _read(part, [column]).column(column).drop_null()
     values = ids.to_numpy(zero_copy_only=False)
     if values.size and bool(np.all(values[1:] >= values[:-1])):
         keep = np.ones(values.size, dtype=bool)
@@ -121,11 +178,11 @@ def straddling_owners(partition_ids: Sequence[np.ndarray]) -> dict[int, np.ndarr
     return owners
 
 
-def _read_partition(files: Sequence[str], index: int, owned: np.ndarray,
+def _read_partition(files: Sequence[Part], index: int, owned: np.ndarray,
                     foreign: np.ndarray, column: str, donors: Sequence[int] = ()) -> pa.Table:
     """Partition ``index`` without the batches it gave away, plus the rows of those it owns
     (read from the ``donors``, the later partitions that hold some of them)."""
-    own = pq.read_table(files[index])
+    own = _read(files[index])
     if len(foreign):
         keep = pc.invert(pc.is_in(own.column(column), value_set=pa.array(foreign)))
         own = own.filter(pc.fill_null(keep, True))
@@ -133,10 +190,17 @@ def _read_partition(files: Sequence[str], index: int, owned: np.ndarray,
         return own
     extra = [own]
     for j in donors:
-        other = pq.read_table(files[j], filters=[(column, "in", owned.tolist())])
+        donor = files[j]
+        if isinstance(donor, Piece):
+            other = _read(_groups_that_may_hold(donor, column, owned))
+            other = other.filter(pc.fill_null(pc.is_in(other.column(column),
+                                                       value_set=pa.array(owned)), False))
+        else:
+            other = pq.read_table(donor, filters=[(column, "in", owned.tolist())])
         if other.num_rows:
             extra.append(other.select(own.column_names).cast(own.schema))
-    return pa.concat_tables(extra)
+    # One chunk: the bulk path prices a table of one chunk faster than the same rows in two.
+    return pa.concat_tables(extra).combine_chunks() if len(extra) > 1 else own
 
 
 def build_kernel(scenario: str, pool: int, repos: Repos) -> bytes:
@@ -168,7 +232,7 @@ def scenario_key(scenario: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", stem)
 
 
-def price_partition(files: Sequence[str], index: int, owned: np.ndarray, foreign: np.ndarray,
+def price_partition(files: Sequence[Part], index: int, owned: np.ndarray, foreign: np.ndarray,
                     scenario: str, saved: bytes, digest: str, dst: str, decode_threshold: int,
                     column: str = BATCH_ID, donors: Sequence[int] = (),
                     threads: int | None = None) -> PartitionResult:
@@ -183,7 +247,7 @@ def price_partition(files: Sequence[str], index: int, owned: np.ndarray, foreign
                                  decode_threshold, column, donors, threads)[0]
 
 
-def price_partition_group(files: Sequence[str], index: int, owned: np.ndarray,
+def price_partition_group(files: Sequence[Part], index: int, owned: np.ndarray,
                           foreign: np.ndarray, kernels: Sequence[tuple[str, bytes, str]],
                           dst: str, decode_threshold: int, column: str = BATCH_ID,
                           donors: Sequence[int] = (), threads: int | None = None
@@ -204,7 +268,7 @@ def _failed(scenario: str, index: int, dst: str, exc: Exception) -> PartitionRes
     return PartitionResult(key, index, 0, 0, 0, 0, str(out), f"{type(exc).__name__}: {exc}")
 
 
-def _price_table(table: pa.Table, files: Sequence[str], index: int, scenario: str,
+def _price_table(table: pa.Table, files: Sequence[Part], index: int, scenario: str,
                  saved: bytes, digest: str, dst: str, decode_threshold: int, column: str,
                  threads: int | None) -> PartitionResult:
     from .bulk import price_file
@@ -217,8 +281,12 @@ def _price_table(table: pa.Table, files: Sequence[str], index: int, scenario: st
         k = _worker_kernel(digest, saved)
         out.parent.mkdir(parents=True, exist_ok=True)
         rejects.parent.mkdir(parents=True, exist_ok=True)
-        made = for_kernel(k, "sweep-partition", trace=files[index],
-                          decode_threshold=decode_threshold, sm_budget=0)
+        part = files[index]
+        pieces = ({"row_groups": f"{part.row_groups[0]}-{part.row_groups[-1]}"}
+                  if isinstance(part, Piece) else {})
+        made = for_kernel(k, "sweep-partition",
+                          trace=part.path if isinstance(part, Piece) else part,
+                          decode_threshold=decode_threshold, sm_budget=0, **pieces)
         counts = price_file(k, table, out, rejects=rejects, progress=False,
                             decode_threshold=decode_threshold, workers=threads,
                             metadata=made.to_metadata(),
@@ -405,10 +473,13 @@ def price_dataset(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     names = list(dict.fromkeys(scenarios))
     if not names:
         raise ValueError("price_dataset needs at least one scenario")
-    files = [str(p) for p in list_partitions(src)]
+    whole = [str(p) for p in list_partitions(src)]
     Path(dst).mkdir(parents=True, exist_ok=True)
     runner = _runner(cluster, connect_timeout)
     try:
+        # About four tasks per worker keep them all busy to the end (docs/scaling.md): with
+        # fewer partitions × scenarios, files are cut into pieces of whole row groups.
+        files = split_files(whole, -(-4 * runner.workers // (len(whole) * len(names))))
         # Kernels and partition ids in one round: both are independent of each other.
         scans = [(f, column) for f in files]
         builds = [(n, pool, repos) for n in names]

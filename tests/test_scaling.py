@@ -1,12 +1,14 @@
 """Faster opens and sweeps change no result: the YAML composer without tag resolution and the
 path-free conversion give the trees the full conversion gives (every refusal still names its
-key path and line), and a sweep task prices alike on any number of threads."""
+key path and line); a sweep task prices alike on any number of threads, and one file cut into
+row-group pieces for several workers prices like one process."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -14,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernel
-from kernel.distributed import price_partition_group
+from kernel.bulk import price
+from kernel.distributed import Piece, price_dataset, price_partition_group, split_files
 from kernel.saved import dumps
 from kernel.synth import synth
 from pipeline import yamlio
@@ -69,3 +72,35 @@ def test_a_sweep_task_prices_alike_on_any_number_of_threads(tmp_path: Path) -> N
         got.append(pq.read_table(r.output).replace_schema_metadata(None))
     assert got[0].num_rows > 0
     assert all(g.equals(got[0]) for g in got[1:])
+
+
+def test_files_split_into_whole_row_groups_cover_each_group_once(tmp_path: Path) -> None:
+    trace = synth(300, requests_per_batch=4, seed=2)
+    path = tmp_path / "t.parquet"
+    pq.write_table(trace, path, row_group_size=100)
+    n = pq.ParquetFile(path).metadata.num_row_groups
+    assert n > 5
+    for k in (1, 2, 5, n, 4 * n):
+        parts = split_files([str(path)], k)
+        if k == 1:
+            assert parts == [str(path)]
+            continue
+        assert all(isinstance(p, Piece) for p in parts)
+        assert len(parts) == min(k, n)
+        groups = [g for p in parts for g in p.row_groups]  # type: ignore[union-attr]
+        assert groups == list(range(n))
+
+
+def test_one_file_prices_on_every_worker_like_one_process(tmp_path: Path) -> None:
+    """A single file, one scenario, 2 workers: cut into pieces at row groups that split
+    batches, priced bit for bit as one process prices the whole file."""
+    trace = synth(900, requests_per_batch=7, prefill_share=0.2, seed=8)
+    path = tmp_path / "t.parquet"
+    pq.write_table(trace, path, row_group_size=500)  # batches cut at the row-group seams
+    name = "llama-3.1-8b-h100-tp1"
+    result = price_dataset(path, tmp_path / "out", [name], "local:2")
+    assert len(result.tasks) == 8  # four tasks per worker
+    assert result.rows_in == trace.num_rows == result.rows_priced + result.rows_rejected
+    got = pl.read_parquet(str(tmp_path / "out" / f"scenario={name}" / "*.parquet"),
+                          hive_partitioning=False).sort("batch_id")
+    assert got.equals(price(kernel.open(name), trace).sort("batch_id"))
