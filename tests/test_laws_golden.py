@@ -1,6 +1,6 @@
 """Pure-function goldens of kernel/laws.py.
 
-`case N` is the reference's golden case N (model.md §14.1; model.md §14.2 lists these,
+`case N` is the reference's golden case N (model.md §14.1; §14.2 lists these,
 and the case's stated tolerance is used); SW-A, HY-M and MLA-D are the worked examples
 of model.md §14.4; the remaining vectors are recomputed from the formulas (§14.2).
 Cases 39-44 (planner) and 49-51 (kernel) belong to the kernel owner and are not here.

@@ -1,4 +1,4 @@
-"""Layout and placement (model.md §5.4, §9.2; golden cases 83–94, model.md §14.2), read from the
+"""Layout and placement (model.md §5.4, §9.2; golden cases 83–94, §14.2), read from the
 views.
 
 Variants are registered in one database per test and the ``pool_layout``,

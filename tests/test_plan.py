@@ -1,4 +1,4 @@
-"""The plan views (model.md §9.4; golden cases 39–44, model.md §14.2).
+"""The plan views (model.md §9.4; golden cases 39–44, §14.2).
 
 Small graphs are built in the test and planned through the SQL views (``plan_layers``,
 ``plan_gemms``, ``plan_attentions``, ``plan_collectives``, ``plan_totals``).

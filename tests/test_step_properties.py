@@ -1,4 +1,4 @@
-"""Properties of StepTime (model.md §14.6; case 143, model.md §14.5).
+"""Properties of StepTime (model.md §14.6; case 143, §14.5).
 
 * compose on an array summary == K scalar composes, bit for bit (the bulk path's contract);
 * the all-decode fast path of summarise == the general walk;
