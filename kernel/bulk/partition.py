@@ -34,6 +34,8 @@ __all__ = ["CELLS", "Partition", "fits", "gather_piece", "group_piece", "plan",
            "plan_from_ranges", "scatter"]
 
 CELLS = 1 << 16  # id ranges of the histogram (the lookup table: 64k entries)
+
+
 @dataclass
 class Partition:
     """Pieces of whole batches over the id range ``[lo, lo + (CELLS << shift))``."""
