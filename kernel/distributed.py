@@ -111,32 +111,22 @@ def _groups_that_may_hold(piece: Piece, column: str, ids: np.ndarray) -> Piece:
     return Piece(piece.path, tuple(keep) or piece.row_groups[:1])
 
 
-# Rows one task reads and prices from memory at most: a bigger in-memory table priced up to twice
-# the CPU per row of the same rows streamed from parquet (docs/scaling.md).
-PIECE_ROWS = 1 << 22
-
-
-def split_files(files: Sequence[str], pieces_per_file: int,
-                max_rows: int = PIECE_ROWS) -> list[Part]:
-    """Each file as pieces of consecutive, whole row groups: at least ``pieces_per_file`` and
-    enough that none holds much more than ``max_rows`` rows, as the row groups allow (a file
-    of one row group stays whole)."""
+def split_files(files: Sequence[str], pieces_per_file: int) -> list[Part]:
+    """Each file as up to ``pieces_per_file`` pieces of consecutive, whole row groups (a file
+    of one row group, or ``pieces_per_file`` <= 1, stays whole)."""
+    if pieces_per_file <= 1:
+        return list(files)
     parts: list[Part] = []
     for f in files:
         try:
-            meta = pq.ParquetFile(f).metadata
-            sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+            n = pq.ParquetFile(f).metadata.num_row_groups
         except Exception:  # unreadable: stays whole, and its task reports why
-            sizes = []
-        total = sum(sizes)
-        k = min(max(pieces_per_file, -(-total // max_rows)), len(sizes))
+            n = 1
+        k = min(pieces_per_file, n)
         if k <= 1:
             parts.append(f)
             continue
-        # cut after the row group where the running total passes each k-th of the rows
-        cum = np.cumsum(sizes)
-        cuts = {int(np.searchsorted(cum, i * total / k)) + 1 for i in range(1, k)}
-        bounds = [0, *sorted(c for c in cuts if 0 < c < len(sizes)), len(sizes)]
+        bounds = [i * n // k for i in range(k + 1)]
         parts.extend(Piece(f, tuple(range(a, b))) for a, b in zip(bounds, bounds[1:],
                                                                  strict=False))
     return parts
