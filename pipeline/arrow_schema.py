@@ -62,7 +62,8 @@ def _meta(f: dataclasses.Field[Any]) -> dict[str, Any]:
 
 
 def column_name(f: dataclasses.Field[Any]) -> str:
-    """The column a field is read from or written to, before any prefix."""
+    """The column a field is read from or written to: its declared name, else its own (a
+    nested record's prefix applies only to the latter)."""
     return _meta(f).get("name") or f.name
 
 
