@@ -200,16 +200,19 @@ class Rows:
         return self._map(lambda v: v[lo:hi], lambda a: a.slice(lo, max(hi - lo, 0)))
 
     @staticmethod
-    def concat(parts: list[Rows]) -> Rows:
+    def concat(parts: list[Rows], *, wide: bool = False) -> Rows:
+        """The rows of ``parts`` one after another; ``wide``: as :meth:`widened` (in the
+        same pass)."""
         parts = [p for p in parts if len(p)] or parts[:1]
         if not parts:
             return Rows.empty()
         if len(parts) == 1:
-            return parts[0]
+            return parts[0].widened() if wide else parts[0]
         out: list[Any] = []
         for x in _ARRAY_FIELDS:
             vals = [getattr(p, x) for p in parts]
-            out.append(None if vals[0] is None else np.concatenate(vals))
+            dtype = np.int64 if wide and x in _NARROWABLE else None
+            out.append(None if vals[0] is None else np.concatenate(vals, dtype=dtype))
         extra = None
         if parts[0].extra is not None:
             extra = {k: pa.concat_arrays([p.extra[k] for p in parts if p.extra is not None])

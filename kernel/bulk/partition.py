@@ -41,7 +41,7 @@ class Partition:
     lo: int
     hi: int  # the largest id planned for
     shift: int
-    piece_of_cell: np.ndarray  # uint16: the piece of each cell
+    piece_of_cell: np.ndarray  # uint8 (up to 256 pieces) or uint16: the piece of each cell
     first_cell: np.ndarray  # int64: each piece's first cell (pieces in id order)
 
     @property
@@ -71,9 +71,14 @@ def cell_shift(lo: int, hi: int) -> int:
 
 
 def cells(ids: np.ndarray, lo: int, shift: int) -> np.ndarray:
-    """The cell of each id (ids >= lo; unsigned arithmetic: ``hi - lo`` may exceed int64)."""
-    off = ids.astype(np.uint64) - np.uint64(lo % (1 << 64))
-    return (off >> np.uint64(shift)).astype(np.intp)
+    """The cell of each id (``lo <= ids < lo + (CELLS << shift)``)."""
+    if shift < 47:  # id - lo < 2**63: int64 arithmetic, in place
+        off = ids - np.int64(lo)
+        off >>= shift
+        return off
+    # (ids spanning more than half the int64 range: unsigned arithmetic)
+    u = ids.astype(np.uint64) - np.uint64(lo % (1 << 64))
+    return (u >> np.uint64(shift)).astype(np.intp)
 
 
 def histogram(ids: np.ndarray, lo: int, shift: int) -> np.ndarray:
@@ -95,7 +100,8 @@ def plan(lo: int, shift: int, counts: np.ndarray, piece_rows: int) -> Partition:
     dense[starts[1:]] = 1
     np.cumsum(dense, out=dense)
     hi = lo + (CELLS << shift) - 1
-    return Partition(lo, hi, shift, dense.astype(np.uint16), starts.astype(np.int64))
+    lut = dense.astype(np.uint8 if starts.size <= 256 else np.uint16)  # radix-sortable keys
+    return Partition(lo, hi, shift, lut, starts.astype(np.int64))
 
 
 def plan_from_ranges(ranges: list[tuple[int, int, int]], piece_rows: int) -> Partition | None:
@@ -126,8 +132,6 @@ def scatter(rows: Rows, part: Partition) -> tuple[Rows, np.ndarray]:
     """The rows reordered by piece (stable: input order within a piece) and each piece's
     offsets into them (``part.n + 1`` values)."""
     key = part.piece_of_cell[part.cells(rows.batch_id)]
-    if part.n <= 256:
-        key = key.astype(np.uint8)
     order = np.argsort(key, kind="stable")  # a radix sort on 8/16-bit keys
     offsets = np.zeros(part.n + 1, np.int64)
     np.cumsum(np.bincount(key, minlength=part.n), out=offsets[1:])
@@ -139,7 +143,7 @@ def gather_piece(chunks: list[tuple[Rows, np.ndarray]], part: Partition, k: int)
     grouped by batch (ids increasing, input order within a batch), as int64."""
     parts = [rows.slice(int(off[k]), int(off[k + 1])) for rows, off in chunks
              if off[k + 1] > off[k]]
-    rows = Rows.concat(parts).widened() if parts else Rows.empty()
+    rows = Rows.concat(parts, wide=True) if parts else Rows.empty()
     return group_piece(rows, part.piece_lo(k), part.piece_span(k))
 
 

@@ -73,6 +73,8 @@ if TYPE_CHECKING:
 __all__ = ["ROW_GROUP_ROWS", "SORT_MEMORY", "price_file", "priced_stream"]
 
 ROW_GROUP_ROWS = 1 << 18  # priced rows per parquet row group (DuckDB scans like >= 128k)
+READ_AHEAD = 2  # chunks read and validated ahead of the one being grouped
+PRICE_AHEAD = 2  # groups priced ahead, per worker (a worker never waits on the calling thread)
 SORT_MEMORY = "1GB"  # DuckDB's memory limit for the external sort (it spills beyond)
 
 T = TypeVar("T")
@@ -122,7 +124,7 @@ def _grouped_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor) -> It
             offset += n
 
     held = Rows.empty()
-    for c, carry in _ordered(pool, task, items(), 1):
+    for c, carry in _ordered(pool, task, items(), READ_AHEAD):
         rows = eng.take_coerced(c)
         if len(rows) == 0:
             continue  # (an empty row group: a held batch goes on holding)
@@ -210,7 +212,7 @@ def _validated(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor,
         return c, None
 
     try:
-        for c, off in _ordered(pool, task, _offsets(ts.chunks()), 1):
+        for c, off in _ordered(pool, task, _offsets(ts.chunks()), READ_AHEAD):
             rows = eng.take_coerced(c)
             if len(rows):
                 yield rows, off
@@ -391,7 +393,7 @@ def priced_stream(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, *, wor
         units = _any_order_units(eng, ts, pool, st, workers=workers, chunk_rows=chunk_rows,
                                  tmp_parent=tmp_parent, sort_memory=sort_memory,
                                  memory_budget=budget)
-    st.results = _ordered(pool, lambda u: u(), units, workers)
+    st.results = _ordered(pool, lambda u: u(), units, PRICE_AHEAD * workers)
     return st
 
 
