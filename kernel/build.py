@@ -208,8 +208,9 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
 
 
 def _typed_tables(con: duckdb.DuckDBPyConnection, args: list[Any]) -> dict[str, Any]:
-    """The pool's typed provenance and resolved row as Arrow tables (kept on the kernel for
-    ``provenance_frame()`` / ``resolved_frame()``; pricing never reads them)."""
+    """The pool's typed provenance, resolved row and evidence as Arrow tables (kept on the
+    kernel for ``provenance_frame()`` / ``resolved_frame()`` / ``evidence()``, so a saved
+    kernel answers too; pricing never reads them)."""
     def table(sql: str) -> Any:
         return con.sql(sql, params=args).to_arrow_table()
 
@@ -217,6 +218,8 @@ def _typed_tables(con: duckdb.DuckDBPyConnection, args: list[Any]) -> dict[str, 
         "provenance": table("SELECT * EXCLUDE (scenario, pool) FROM provenance "
                             "WHERE scenario = ? AND pool = ? ORDER BY position"),
         "resolved": table("SELECT * FROM resolved_pools WHERE scenario = ? AND pool = ?"),
+        "evidence": table("SELECT evidenced, total, assumed_names FROM evidence "
+                          "WHERE scenario = ? AND pool = ?"),
         "overrides": table("SELECT * EXCLUDE (scenario, pool) FROM pool_overrides "
                            "WHERE scenario = ? AND pool = ? ORDER BY seq"),
     }

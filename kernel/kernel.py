@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import host, memory, step, transfer, utilisation
 from . import limits as _limits
-from .origins import ORIGIN_SETS
 from .resolved import ResolvedPool
 from .types import (
     Batch,
@@ -40,9 +39,6 @@ if TYPE_CHECKING:
     from .protocols import TraceInput
     from .transfer import PDTransferDemand
     from .utilisation import Utilisation
-
-EVIDENCED_METHODS = frozenset({"measured", "literature", "vendor_spec"})
-
 
 class Kernel:
     """Prices one pool of one deployment. Build it with :func:`kernel.new` or :func:`kernel.open`."""
@@ -240,11 +236,17 @@ class Kernel:
         return [*self._r.provenance, *provenance_entries(self._cal)]
 
     def evidence(self) -> tuple[int, int, list[str]]:
-        """(entries resting on evidence, all entries, names of assumed entries)."""
-        # catalog-origin rows say where a document came from, not how a number was obtained
-        entries = tuple(e for e in self._r.provenance if e.set not in ORIGIN_SETS)
-        evidenced = sum(1 for e in entries if e.method in EVIDENCED_METHODS)
-        return evidenced, len(entries), [e.name for e in entries if e.method == "assumed"]
+        """(entries resting on evidence, all entries, names of assumed entries): the SQL
+        ``evidence`` view's row, read when the kernel was built (catalog-origin rows, which
+        say where a document came from, are not provenance entries there)."""
+        table = self._r.tables.get("evidence")
+        if table is None:  # pragma: no cover - every kernel built by kernel.build has it
+            raise LookupError("this kernel carries no evidence row (build it with kernel.build)")
+        rows = table.to_pylist()
+        if not rows:  # a pool without provenance entries
+            return 0, 0, []
+        row = rows[0]
+        return int(row["evidenced"]), int(row["total"]), list(row["assumed_names"])
 
     def resolved(self) -> Resolution:
         return self._resolution

@@ -584,12 +584,17 @@ def dtype_fit(
 
 
 def kv_bytes_per_token(
-    n_kv: int, tp: int, head_dim: int, layers: int, cache_bytes: float, latent: bool
+    n_kv: int, tp: int, head_dim: int, layers: int, cache_bytes: float, latent: bool,
+    layout: str = "",
 ) -> float:
     """Per-rank KV bytes per token over all KV layers (§1.7 KVBytesPerToken).
 
+    A latent cache in a packed DSA ``layout`` (``DS_MLA_STATE_BYTES``) holds that many bytes
+    per token per layer, scales included, whatever the heads and element width. Otherwise
     tp <= 1 leaves the heads undivided, so only n_kv, head_dim, layers and cache_bytes gate 0.
     """
+    if latent and layout in DS_MLA_STATE_BYTES:
+        return float(DS_MLA_STATE_BYTES[layout] * layers)
     if n_kv <= 0 or head_dim <= 0 or layers <= 0 or cache_bytes <= 0:
         return 0.0
     heads = n_kv if tp <= 1 else max(n_kv // tp, 1)
@@ -670,8 +675,9 @@ def mla_context_chunk(
 # --- width snapping (§1.10, §3.1) ---------------------------------------------------------
 
 
-def _go_list(xs: Sequence[int]) -> str:
-    return "[" + " ".join(str(x) for x in xs) + "]"  # Go's %v of a []int
+def go_int_list(xs: Sequence[int]) -> str:
+    """Go's %v of a []int, as the reference's messages print a width list: [2 4 8]."""
+    return "[" + " ".join(str(x) for x in xs) + "]"
 
 
 def snap_collective_width(
@@ -693,7 +699,7 @@ def snap_collective_width(
         return widths[-1]
     raise ValueError(
         f"no {width}-rank {op} measurement for {chip}: the registry carries "
-        f"{_go_list(widths)}-rank figures"
+        f"{go_int_list(widths)}-rank figures"
     )
 
 
@@ -756,6 +762,11 @@ def _capture_grid(ceiling: int) -> set[int]:
     return sizes
 
 
+def platform_capture_cap(blackwell_family_100: bool) -> int:
+    """The platform's largest default capture size: 1024 on the Blackwell 100 family, else 512."""
+    return 1024 if blackwell_family_100 else 512
+
+
 def capture_sizes(
     max_num_seqs: int,
     decode_query_len: int,
@@ -776,7 +787,7 @@ def capture_sizes(
     stated sizes, or spec-decode rounding leaves nothing.
     """
     seqs, q, budget = max_num_seqs, decode_query_len, max_num_batched_tokens
-    platform = 1024 if blackwell_family_100 else 512
+    platform = platform_capture_cap(blackwell_family_100)
     ceiling = max_capture_size if max_capture_size is not None else min(seqs * q * 2, platform)
     uniform: set[int] = set()
     if max_capture_size is None and q > 1:

@@ -12,7 +12,7 @@ from typing import Any
 
 import duckdb
 
-from pipeline import db
+from pipeline import db, rules
 
 from . import laws
 
@@ -29,6 +29,14 @@ _LAWS: dict[str, tuple[Callable[..., Any], list[str], str]] = {
                                   "DOUBLE"),
     "mla_context_chunk": (laws.mla_context_chunk,
                           ["BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT"], "BIGINT"),
+    "platform_capture_cap": (laws.platform_capture_cap, ["BOOLEAN"], "BIGINT"),
+    "go_int_list": (laws.go_int_list, ["BIGINT[]"], "VARCHAR"),
+    "latent_kind": (laws.is_latent, ["VARCHAR"], "BOOLEAN"),
+    "dcp_shards_kind": (laws.dcp_shards_kv, ["VARCHAR"], "BOOLEAN"),
+    "fabric_ratio": (laws.fabric_ratio, ["DOUBLE", "DOUBLE"], "DOUBLE"),
+    "default_max_num_batched_tokens": (laws.default_max_num_batched_tokens,
+                                       ["DOUBLE", "VARCHAR"], "BIGINT"),
+    "default_max_num_seqs": (laws.default_max_num_seqs, ["DOUBLE", "VARCHAR"], "BIGINT"),
 }
 
 
@@ -65,10 +73,63 @@ def _cache_dtype_bytes(declared: str | None, fallback: float | None) -> float | 
     return laws.cache_dtype_bytes(declared, 0.0 if fallback is None else fallback)
 
 
+def _gemm_fit(served: str | None, bf16: float | None, fp8: float | None,
+              nvfp4: float | None) -> dict[str, Any]:
+    """``laws.dtype_fit`` for SQL as {suffix, peak}: an unknown served dtype (NULL) runs at
+    bf16, an unstated peak (NULL) is no such unit, and the peak it picks stays NULL."""
+    suffix, peak = laws.dtype_fit(served or "", bf16 or 0.0, fp8 or 0.0, nvfp4 or 0.0)
+    stated = {"bf16": bf16, "fp8": fp8, "nvfp4": nvfp4}[suffix]
+    return {"suffix": suffix, "peak": None if stated is None else peak}
+
+
+def _kv_bytes_per_token(n_kv: int | None, tp: int | None, head_dim: int | None,
+                        layers: int | None, cache_bytes: float | None, latent: bool | None,
+                        layout: str | None) -> float | None:
+    """``laws.kv_bytes_per_token`` for SQL: an unknown cache width (NULL, refused by
+    90_refusals.sql) holds nothing; a missing geometry stays NULL."""
+    if n_kv is None or tp is None or head_dim is None or layers is None:
+        return None
+    return laws.kv_bytes_per_token(n_kv, tp, head_dim, layers, cache_bytes or 0.0,
+                                   bool(latent), layout or "")
+
+
+def _snap_collective_width(width: int | None, measured: list[int] | None) -> int | None:
+    """``laws.snap_collective_width`` for SQL: NULL where it refuses (55_collectives.sql
+    says why, or prices the assumed extension)."""
+    if width is None:
+        return None
+    try:
+        return laws.snap_collective_width(width, measured or [])
+    except ValueError:
+        return None
+
+
+def _sequence_parallel_moe(backend: str | None, expert_parallel: bool | None, tp: int, dp: int,
+                           sp_moe_backends: list[str] | None) -> bool:
+    """``RulesPack.sequence_parallel_moe`` over the pack's ``rules`` rows (none: no backend)."""
+    return rules.sequence_parallel_moe(backend or "", bool(expert_parallel), tp, dp,
+                                       frozenset(sp_moe_backends or ()))
+
+
+def _custom_allreduce_supports_width(tp: int, world_sizes: list[int] | None) -> bool:
+    """``RulesPack.custom_allreduce_supports_width`` over the pack's ``rules`` rows."""
+    return rules.custom_allreduce_supports_width(tp, frozenset(world_sizes or ()))
+
+
 # Laws whose SQL form gives an absent argument a meaning: SQL name -> (law, args, result).
 _NULL_AWARE: dict[str, tuple[Callable[..., Any], list[str], str]] = {
     "dtype_bytes": (_dtype_bytes, ["VARCHAR"], "DOUBLE"),
     "cache_dtype_bytes": (_cache_dtype_bytes, ["VARCHAR", "DOUBLE"], "DOUBLE"),
+    "gemm_fit": (_gemm_fit, ["VARCHAR", "DOUBLE", "DOUBLE", "DOUBLE"],
+                 "STRUCT(suffix VARCHAR, peak DOUBLE)"),
+    "kv_bytes_per_token": (_kv_bytes_per_token,
+                           ["BIGINT", "BIGINT", "BIGINT", "BIGINT", "DOUBLE", "BOOLEAN",
+                            "VARCHAR"], "DOUBLE"),
+    "snap_collective_width": (_snap_collective_width, ["BIGINT", "BIGINT[]"], "BIGINT"),
+    "sequence_parallel_moe": (_sequence_parallel_moe,
+                              ["VARCHAR", "BOOLEAN", "BIGINT", "BIGINT", "VARCHAR[]"], "BOOLEAN"),
+    "custom_allreduce_supports_width": (_custom_allreduce_supports_width,
+                                        ["BIGINT", "BIGINT[]"], "BOOLEAN"),
 }
 
 

@@ -216,9 +216,10 @@ def register_constants(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         "CREATE OR REPLACE TABLE kernel_constants AS SELECT ?::VARCHAR AS engine_version, "
         "?::VARCHAR AS engine_commit, ?::VARCHAR AS assumption_set, "
-        "?::BIGINT AS max_duration_ns",
+        "?::BIGINT AS max_duration_ns, ?::VARCHAR[] AS evidenced_methods",
         [constants.ENGINE_BEHAVIOUR_VERSION, constants.ENGINE_BEHAVIOUR_COMMIT,
-         constants.KERNEL_ASSUMPTION_SET, constants.MAX_DURATION_NS])
+         constants.KERNEL_ASSUMPTION_SET, constants.MAX_DURATION_NS,
+         list(constants.EVIDENCED_METHODS)])
     con.execute("CREATE OR REPLACE MACRO engine_version() AS "
                 "(SELECT engine_version FROM kernel_constants)")
     con.execute("CREATE OR REPLACE MACRO vllm() AS "

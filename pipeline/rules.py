@@ -7,6 +7,7 @@ accepted DCP backends) plus the accepted-value sets the rule checks use.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 
@@ -35,10 +36,23 @@ class RulesPack:
 
     def sequence_parallel_moe(self, backend: str, expert_parallel: bool, tp: int, dp: int) -> bool:
         """The engine makes the MoE input sequence-parallel (drops the TP all-reduce)."""
-        return expert_parallel and tp > 1 and dp > 1 and backend in self.sp_moe_backends
+        return sequence_parallel_moe(backend, expert_parallel, tp, dp, self.sp_moe_backends)
 
     def custom_allreduce_supports_width(self, tp: int) -> bool:
-        return tp in self.custom_allreduce_world_sizes
+        return custom_allreduce_supports_width(tp, self.custom_allreduce_world_sizes)
+
+
+# The two rules over a pack's facts, as functions of those facts, so that SQL (which holds the
+# pack as the ``rules`` table) calls the same definition through kernel/sql_laws.py.
+def sequence_parallel_moe(backend: str, expert_parallel: bool, tp: int, dp: int,
+                          sp_moe_backends: Collection[str]) -> bool:
+    """Whether the engine makes the MoE input sequence-parallel (drops the TP all-reduce)."""
+    return expert_parallel and tp > 1 and dp > 1 and backend in sp_moe_backends
+
+
+def custom_allreduce_supports_width(tp: int, world_sizes: Collection[int]) -> bool:
+    """Whether custom all-reduce runs at ``tp`` ranks (else the engine falls back to NCCL)."""
+    return tp in world_sizes
 
 
 _SPEC_METHODS = frozenset({

@@ -7,9 +7,7 @@
 -- dtype_bytes(d) and cache_dtype_bytes(declared, fallback) are kernel.laws too, bound by
 -- kernel/sql_laws.py: 0.0 for an unknown served dtype, NULL for an unknown cache dtype.
 
--- Go's %v for an int list: [2 4 8].
-CREATE OR REPLACE MACRO go_int_list(xs) AS
-    '[' || array_to_string(list_transform(xs, lambda x: CAST(x AS VARCHAR)), ' ') || ']';
-
-CREATE OR REPLACE MACRO latent_kind(k) AS k IN ('mla', 'sparse_mla');
-CREATE OR REPLACE MACRO dcp_shards_kind(k) AS k IN ('gqa', 'mla', 'sparse_mla');
+-- So are go_int_list(xs) (Go's %v of an int list), latent_kind(k), dcp_shards_kind(k) and
+-- every other law the views call (dtype fit, default budgets, KV bytes, width snapping,
+-- fabric ratio, the rules pack's two rules): kernel/sql_laws.py lists them all, and
+-- tests/test_one_definition.py fails if a SQL copy of one comes back.

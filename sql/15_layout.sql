@@ -28,8 +28,7 @@ WITH base AS (
 ), wide AS (
     SELECT *, greatest(moe_group_width, expert_width) AS moe_group,
            greatest(tp, moe_group_width, tp * greatest(pcp, 1)) AS widest,
-           CASE WHEN intra_node_bw_gbps <= 0 OR inter_node_bw_gbps <= 0 THEN CAST(1 AS DOUBLE)
-                ELSE intra_node_bw_gbps / inter_node_bw_gbps END AS fabric_ratio,
+           fabric_ratio(intra_node_bw_gbps, inter_node_bw_gbps) AS fabric_ratio,
            CASE WHEN gpus_per_rack > 0 THEN gpus_per_rack ELSE chip_gpus_per_rack END
                AS rack_width
     FROM widths
@@ -39,13 +38,15 @@ SELECT w.*,
                 THEN 1
             WHEN w.gpus_per_node > 0 THEN CAST(ceil(w.widest / w.gpus_per_node) AS BIGINT)
             ELSE 1 END AS nodes_spanned,
-       (w.enable_expert_parallel AND w.tp > 1 AND w.dp > 1 AND w.all2all_backend IN (
-            SELECT value FROM rules r
-            WHERE r.version = w.rules_version AND r.category = 'sp_moe_backends'))
-           AS sequence_parallel_moe,
-       (w.tp IN (SELECT CAST(value AS BIGINT) FROM rules r
-                 WHERE r.version = w.rules_version
-                   AND r.category = 'custom_allreduce_world_sizes')) AS custom_width_ok,
+       -- the rules pack's two rules (pipeline/rules.py) over its facts in `rules`
+       sequence_parallel_moe(w.all2all_backend, w.enable_expert_parallel, w.tp, w.dp,
+                             (SELECT list(value) FROM rules r
+                              WHERE r.version = w.rules_version
+                                AND r.category = 'sp_moe_backends')) AS sequence_parallel_moe,
+       custom_allreduce_supports_width(w.tp, (SELECT list(CAST(value AS BIGINT)) FROM rules r
+                                               WHERE r.version = w.rules_version
+                                                 AND r.category = 'custom_allreduce_world_sizes'))
+           AS custom_width_ok,
        (w.enable_expert_parallel
         AND w.all2all_backend NOT IN ('', 'naive', 'allgather_reducescatter'))
            AS routed_all2all

@@ -17,24 +17,14 @@ WITH q AS (
     JOIN models m ON m.model = s.model
     JOIN chips c ON c.chip = s.hardware
 ), fit AS (
-    SELECT *,
-           CASE WHEN served_dtype IN ('bf16', 'fp16') THEN 'bf16'
-                WHEN served_dtype = 'fp8' THEN CASE WHEN tflops_fp8 > 0 THEN 'fp8' ELSE 'bf16' END
-                WHEN served_dtype IN ('nvfp4', 'mxfp4') THEN
-                    CASE WHEN tflops_nvfp4 > 0 THEN 'nvfp4'
-                         WHEN tflops_fp8 > 0 THEN 'fp8' ELSE 'bf16' END
-                WHEN served_dtype = 'int8' THEN 'fp8'
-                ELSE 'bf16' END AS gemm_suffix
+    -- kernel.laws.dtype_fit: the coefficient suffix and peak the served dtype runs at
+    SELECT *, gemm_fit(served_dtype, tflops_bf16, tflops_fp8, tflops_nvfp4) AS fit
     FROM q
 )
 SELECT f.scenario, f.pool, f.model, f.quantization, f.checkpoint_dtype, f.served_dtype,
        dtype_bytes(f.served_dtype) AS served_bytes,
        dtype_bytes(f.checkpoint_dtype) AS checkpoint_bytes,
-       f.gemm_suffix,
-       CASE WHEN f.served_dtype = 'int8' THEN f.tflops_fp8 * 1e12
-            WHEN f.gemm_suffix = 'nvfp4' THEN f.tflops_nvfp4 * 1e12
-            WHEN f.gemm_suffix = 'fp8' THEN f.tflops_fp8 * 1e12
-            ELSE f.tflops_bf16 * 1e12 END AS peak_flops,
+       f.fit.suffix AS gemm_suffix, f.fit.peak AS peak_flops,
        f.cache_dtype, f.mamba_cache_dtype,
        cache_dtype_bytes(f.cache_dtype, dtype_bytes(f.served_dtype)) AS cache_bytes,
        cache_dtype_bytes(f.mamba_cache_dtype, 4.0) AS state_bytes,

@@ -33,14 +33,12 @@ WITH e AS (
            (NOT hybrid AND (block_size > 0 OR is_dsa)) AS block_size_final,
            CASE WHEN block_size > 0 THEN block_size WHEN is_dsa THEN 64 ELSE 16 END
                AS resolved_block_size,
-           -- scheduler budgets (§3.1, §1.9)
+           -- scheduler budgets (§3.1, §1.9): the stated ones, else kernel.laws' defaults
            CASE WHEN max_num_batched_tokens > 0 THEN max_num_batched_tokens
-                WHEN memory_gib >= 160 THEN 16384
-                WHEN memory_gib >= 70 AND lower(chip) NOT LIKE '%a100%' THEN 8192
-                ELSE 2048 END AS resolved_max_num_batched_tokens,
+                ELSE default_max_num_batched_tokens(memory_gib, chip) END
+               AS resolved_max_num_batched_tokens,
            CASE WHEN max_num_seqs > 0 THEN max_num_seqs
-                WHEN memory_gib >= 70 AND lower(chip) NOT LIKE '%a100%' THEN 1024
-                ELSE 256 END AS resolved_max_num_seqs,
+                ELSE default_max_num_seqs(memory_gib, chip) END AS resolved_max_num_seqs,
            -- CUDA graph mode (§1.9; seed §8 rule 7: DeepEP high-throughput with DP > 1 on an
            -- MoE graph runs with no graphs)
            CASE WHEN cudagraph_mode = '' THEN 'FULL_AND_PIECEWISE' ELSE upper(cudagraph_mode) END
@@ -49,7 +47,8 @@ WITH e AS (
             AND experts > 0) AS deepep_ht_no_graphs,
            CASE WHEN speculative_method <> '' AND num_spec_tokens > 0 THEN 1 + num_spec_tokens
                 ELSE 1 END AS uniform_decode_width,
-           CASE WHEN tflops_nvfp4 > 0 THEN 1024 ELSE 512 END AS platform_capture_cap,
+           tflops_nvfp4 > 0 AS blackwell_family_100,
+           platform_capture_cap(tflops_nvfp4 > 0) AS platform_capture_cap,
            ('MultiConnector' IN (pd_connector, offload_connector)) AS multi_connector,
            ('NixlConnector' IN (pd_connector, offload_connector)) AS nixl_connector
     FROM e
@@ -105,7 +104,7 @@ WITH e AS (
            -- would refuse (90_refusals.sql reports it)
            capture_sizes(resolved_max_num_seqs, uniform_decode_width,
                          resolved_max_num_batched_tokens, max_cudagraph_capture_size,
-                         cudagraph_capture_sizes, platform_capture_cap = 1024,
+                         cudagraph_capture_sizes, blackwell_family_100,
                          decode_graph_mode = 'FULL') AS capture_sizes,
            coalesce(list_max(list_filter(cudagraph_capture_sizes,
                                          lambda x: x <= resolved_max_num_batched_tokens)), 0)

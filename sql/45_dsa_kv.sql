@@ -95,16 +95,12 @@ WITH k AS (
     SELECT d.scenario, d.pool, d.kv_heads, d.kv_head_dim, d.kv_kind, d.kv_layers, d.cache_bytes,
            d.dcp_shards_all_kv_layers, l.tp,
            CASE WHEN b.is_dsa AND b.backend IS NOT NULL THEN b.layout ELSE d.cache_dtype END
-               AS cache_layout,
-           CASE WHEN l.tp <= 1 THEN d.kv_heads ELSE greatest(d.kv_heads // l.tp, 1) END AS heads
+               AS cache_layout
     FROM pool_dtypes d JOIN pool_layout l USING (scenario, pool)
     JOIN pool_dsa_backend b USING (scenario, pool)
 )
+-- kernel.laws.kv_bytes_per_token, the packed DSA layouts included
 SELECT *,
-       CASE WHEN latent_kind(kv_kind) AND cache_layout = 'fp8_ds_mla' THEN CAST(656 * kv_layers AS DOUBLE)
-            WHEN latent_kind(kv_kind) AND cache_layout = 'nvfp4_ds_mla' THEN CAST(352 * kv_layers AS DOUBLE)
-            WHEN kv_heads <= 0 OR kv_head_dim <= 0 OR kv_layers <= 0 OR coalesce(cache_bytes, 0) <= 0
-                THEN CAST(0 AS DOUBLE)
-            ELSE (CASE WHEN latent_kind(kv_kind) THEN 1 ELSE 2 END) * heads * kv_head_dim
-                 * cache_bytes * kv_layers END AS kv_bytes_per_token
+       kv_bytes_per_token(kv_heads, tp, kv_head_dim, kv_layers, cache_bytes,
+                          latent_kind(kv_kind), cache_layout) AS kv_bytes_per_token
 FROM k;

@@ -65,8 +65,8 @@ WITH k AS (
     SELECT *, measured[-1] AS w1,
            CASE WHEN len(measured) >= 2 THEN measured[-2] ELSE measured[-1] END AS w0
     FROM k
-    WHERE coalesce(len(measured), 0) > 0 AND width >= 16 AND width > measured[1]
-      AND NOT list_contains(measured, width) AND width <= 16
+    WHERE coalesce(len(measured), 0) > 0 AND width >= 16
+      AND snap_collective_width(width, measured) IS NULL
 ), src AS (
     SELECT n.*, part,
            'collective_' || part || '_' || coefficient_op || '_fp16_' || w1 || 'rank_' || chip_key
@@ -147,12 +147,9 @@ WITH g AS (
     FROM g
 ), s AS (
     SELECT x.*,
-           CASE WHEN coalesce(len(measured), 0) = 0 THEN NULL
-                WHEN width <= measured[1] THEN measured[1]
-                WHEN list_contains(measured, width) THEN width
-                WHEN width > 16 THEN measured[-1]
-                WHEN assumed THEN width
-                ELSE NULL END AS ranks,
+           -- kernel.laws.snap_collective_width, else the assumed extension's own width
+           CASE WHEN assumed THEN width ELSE snap_collective_width(width, measured) END
+               AS ranks,
            CASE WHEN NOT crosses_nodes THEN CAST(1 AS DOUBLE)
                 WHEN op = 'all2all' AND ("group" <> 'expert' OR routed_all2all)
                     THEN all2all_span(width, per_node, fabric_ratio)

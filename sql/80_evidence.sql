@@ -2,7 +2,9 @@
 -- Evidence (kernel-behaviour.md §6): entries resting on evidence, the total, assumed names.
 CREATE OR REPLACE VIEW evidence AS
 SELECT scenario, pool,
-       count(*) FILTER (WHERE method IN ('measured', 'literature', 'vendor_spec')) AS evidenced,
+       -- the evidenced methods are pipeline.constants.EVIDENCED_METHODS, via kernel_constants
+       count(*) FILTER (WHERE CAST(method AS VARCHAR) IN (
+           SELECT unnest(evidenced_methods) FROM kernel_constants)) AS evidenced,
        count(*) AS total,
        coalesce(list(name ORDER BY position) FILTER (WHERE method = 'assumed'), [])
            AS assumed_names
