@@ -47,7 +47,8 @@ WITH named AS (
     FROM coefficients_in_scope c JOIN coefficient_quantities q ON c.name GLOB q.pattern
     GROUP BY c.scenario, c.pool, c.name
 ), typed AS (
-    SELECT c.scenario, c.pool, c.name, c.set, c.value, c.units, c.method, n.quantity
+    SELECT c.scenario, c.pool, c.name, c.set, c.entry_index, c.value, c.units, c.method,
+           n.quantity
     FROM coefficients_in_scope c LEFT JOIN named n USING (scenario, pool, name)
 ), unit AS (
     SELECT t.scenario, t.pool, t.name, arg_min(u.quantity, u.position) AS quantity,
@@ -56,7 +57,7 @@ WITH named AS (
       ON u.unit = t.units AND (t.quantity IS NULL OR u.quantity = t.quantity)
     GROUP BY t.scenario, t.pool, t.name
 )
-SELECT t.scenario, t.pool, t.name, t.set, t.value, t.units, t.method,
+SELECT t.scenario, t.pool, t.name, t.set, t.entry_index, t.value, t.units, t.method,
        coalesce(t.quantity, u.quantity) AS quantity, u.si_unit IS NOT NULL AS units_fit,
        u.si_unit,
        CASE WHEN u.si_unit = 'ns' THEN CAST(us_to_ns(t.value) AS DOUBLE)

@@ -23,8 +23,8 @@ SELECT * FROM (
     UNION ALL
     -- step 8.5: a coefficient in scope whose declared units do not measure what its name does
     SELECT c.scenario, c.pool, 8.5, c.name, c.units,
-           'resolving coefficients: ' || c.name || ' in set ' || c.set
-           || coalesce(' (' || nullif(f.file, '<memory>') || ')', '') || ' declares units '''
+           'resolving coefficients: set ' || c.set || coalesce(' (' || nullif(f.file, '<memory>')
+           || ')', '') || ', coefficients[' || c.entry_index || '].' || c.name || '.units is '''
            || c.units || ''', but ' || c.name || ' is '
            || (SELECT any_value(u.quantity_label) FROM coefficient_units u
                WHERE u.quantity = c.quantity)

@@ -82,6 +82,8 @@ def test_units_that_do_not_fit_the_name_are_refused_naming_set_and_file(
         build.resolve(dataclasses.replace(base, coefficients=tuple(sets)))
     assert (err.value.setting, err.value.value) == (name, declared)
     reason = str(err.value)
-    for needle in (f"{name} in set {changed[-1].name}", where, f"units '{declared}'", label,
-                   "accepted units: "):
+    index = next(i for i, e in enumerate(changed[-1].coefficients) if e.name == name
+                 and e.scope.hardware and base.chip.name in e.scope.hardware)
+    for needle in (f"set {changed[-1].name} ({where})", f"coefficients[{index}].{name}.units "
+                   f"is '{declared}', but {name} is {label}; accepted units: "):
         assert needle in reason, (needle, reason)
