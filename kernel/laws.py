@@ -660,7 +660,8 @@ def default_max_num_seqs(memory_gib: float, chip_name: str) -> int:
     return 1024 if memory_gib >= 70 and "a100" not in chip_name.lower() else 256
 
 
-# The MLA context-gather chunk with no max_model_len stated, and its ceiling otherwise (§6.6).
+# The MLA context-gather chunk with no max_model_len stated, and its ceiling otherwise
+# (model.md §9.7).
 MLA_CONTEXT_CHUNK_MAX = 65536
 
 
