@@ -80,6 +80,10 @@ def main() -> None:
         root = Path(tmp)
         whole = root / "trace.parquet"
         write_synth(whole, args.batches, seed=1)
+        if args.one_file:
+            print(f"trace: {args.batches:,} batches in one file; {os.cpu_count()} cores")
+            _one_file(whole, root, names[0], args.workers, args.repeat)
+            return
         table = pq.read_table(whole)
         src = root / "parts"
         src.mkdir()
@@ -89,9 +93,6 @@ def main() -> None:
         del table
         print(f"trace: {args.batches:,} batches in {args.partitions} partitions; "
               f"{len(names)} scenarios; {os.cpu_count()} cores")
-        if args.one_file:
-            _one_file(whole, root, names[0], args.workers, args.repeat)
-            return
 
         best_single = best_procs = (float("inf"), 0.0)
         for round_ in range(args.repeat):
