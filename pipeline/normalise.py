@@ -67,15 +67,8 @@ TABLES: dict[str, tuple[Part, ...]] = {
 
 SCHEMAS: dict[str, pa.Schema] = {name: schema(parts) for name, parts in TABLES.items()}
 
-# The key columns that identify one document's rows in each table (for dedupe/conflicts).
-DOCUMENT_KEYS: dict[str, str] = {
-    "scenarios": "scenario", "scenario_coefficient_sets": "scenario",
-    "scenario_options": "scenario",
-    "scenario_storage": "scenario", "offload_tiers": "scenario", "pools": "scenario",
-    "models": "model", "graph_layer_kinds": "model", "graph_nodes": "model",
-    "graph_stack": "model", "chips": "chip", "fabrics": "fabric",
-    "storage_devices": "device", "coefficients": "set", "rules": "version",
-}
+# The key column that identifies one document's rows in each table (its first column).
+DOCUMENT_KEYS: dict[str, str] = {name: s.names[0] for name, s in SCHEMAS.items()}
 
 
 def _table(name: str, rows: list[dict[str, Any]]) -> pa.Table:
