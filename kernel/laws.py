@@ -654,17 +654,21 @@ def default_max_num_seqs(memory_gib: float, chip_name: str) -> int:
     return 1024 if memory_gib >= 70 and "a100" not in chip_name.lower() else 256
 
 
+# The MLA context-gather chunk with no max_model_len stated, and its ceiling otherwise (§6.6).
+MLA_CONTEXT_CHUNK_MAX = 65536
+
+
 def mla_context_chunk(
     max_model_len: int, max_num_seqs: int, block: int, dcp: int, interleave: int
 ) -> int:
     """MLA context-gather chunk in tokens, aligned to block and DCP stripe (§6.6, 19ac88e6).
 
-    With max_model_len <= 0 the chunk is 65536 (with dcp > 1 on a latent model the caller
-    records the assumption `mla_context_chunk = "65536"`).
+    With max_model_len <= 0 the chunk is ``MLA_CONTEXT_CHUNK_MAX`` (with dcp > 1 on a latent
+    model the caller records that value as the assumption `mla_context_chunk`).
     """
-    chunk = 65536
+    chunk = MLA_CONTEXT_CHUNK_MAX
     if max_model_len > 0:
-        chunk = min(max(8 * max_model_len, 4 * max_num_seqs * block), 65536)
+        chunk = min(max(8 * max_model_len, 4 * max_num_seqs * block), MLA_CONTEXT_CHUNK_MAX)
     align = max(block, 1)
     if dcp > 1:
         align = math.lcm(align, dcp * max(interleave, 1))

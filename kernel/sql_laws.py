@@ -104,6 +104,12 @@ def _snap_collective_width(width: int | None, measured: list[int] | None) -> int
         return None
 
 
+def _measured_collective_widths(names: list[str] | None, op: str, chip: str) -> list[int]:
+    """``laws.measured_collective_widths`` for SQL, at the registry's fp16 figures (no names:
+    nothing measured)."""
+    return laws.measured_collective_widths(names or [], op, chip)
+
+
 def _sequence_parallel_moe(backend: str | None, expert_parallel: bool | None, tp: int, dp: int,
                            sp_moe_backends: list[str] | None) -> bool:
     """``RulesPack.sequence_parallel_moe`` over the pack's ``rules`` rows (none: no backend)."""
@@ -125,6 +131,8 @@ _NULL_AWARE: dict[str, tuple[Callable[..., Any], list[str], str]] = {
     "kv_bytes_per_token": (_kv_bytes_per_token,
                            ["BIGINT", "BIGINT", "BIGINT", "BIGINT", "DOUBLE", "BOOLEAN",
                             "VARCHAR"], "DOUBLE"),
+    "measured_collective_widths": (_measured_collective_widths,
+                                   ["VARCHAR[]", "VARCHAR", "VARCHAR"], "BIGINT[]"),
     "snap_collective_width": (_snap_collective_width, ["BIGINT", "BIGINT[]"], "BIGINT"),
     "sequence_parallel_moe": (_sequence_parallel_moe,
                               ["VARCHAR", "BOOLEAN", "BIGINT", "BIGINT", "VARCHAR[]"], "BOOLEAN"),
@@ -144,6 +152,9 @@ def register_laws(con: duckdb.DuckDBPyConnection) -> None:
         if name not in have:
             con.create_function(name, law, args, result,  # type: ignore[call-overload]
                                 null_handling="special")
+    # the laws' constants the views name, as macros made from the Python values
+    con.execute(f"CREATE OR REPLACE MACRO mla_context_chunk_max() AS "
+                f"{int(laws.MLA_CONTEXT_CHUNK_MAX)}")
     if "capture_sizes" not in have:  # its ceiling and stated sizes may be NULL
         con.create_function("capture_sizes", _capture_sizes,  # type: ignore[call-overload]
                             ["BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT[]", "BOOLEAN",

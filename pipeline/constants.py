@@ -13,6 +13,8 @@ ENGINE_BEHAVIOUR_VERSION = "0.31.0"
 ENGINE_BEHAVIOUR_COMMIT = "db9527a46873454610df6dbedf79a36d6bf1a7f6"
 # The set name every kernel-level assumption is listed under in provenance.
 KERNEL_ASSUMPTION_SET = "blis-latency-kernel"
+# The FlashInfer release the engine's SM90 sparse-MLA backend needs (an assumption's reason).
+FLASHINFER_SM90_SPARSE_MLA_VERSION = "0.6.18"
 # Provenance methods that rest on evidence; the SQL `evidence` view counts these (through
 # `kernel_constants`), and Kernel.evidence() reads that view's row.
 EVIDENCED_METHODS = ("measured", "literature", "vendor_spec")

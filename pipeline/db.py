@@ -216,10 +216,11 @@ def register_constants(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         "CREATE OR REPLACE TABLE kernel_constants AS SELECT ?::VARCHAR AS engine_version, "
         "?::VARCHAR AS engine_commit, ?::VARCHAR AS assumption_set, "
-        "?::BIGINT AS max_duration_ns, ?::VARCHAR[] AS evidenced_methods",
+        "?::BIGINT AS max_duration_ns, ?::VARCHAR[] AS evidenced_methods, "
+        "?::VARCHAR AS flashinfer_sm90_sparse_mla_version",
         [constants.ENGINE_BEHAVIOUR_VERSION, constants.ENGINE_BEHAVIOUR_COMMIT,
          constants.KERNEL_ASSUMPTION_SET, constants.MAX_DURATION_NS,
-         list(constants.EVIDENCED_METHODS)])
+         list(constants.EVIDENCED_METHODS), constants.FLASHINFER_SM90_SPARSE_MLA_VERSION])
     con.execute("CREATE OR REPLACE MACRO engine_version() AS "
                 "(SELECT engine_version FROM kernel_constants)")
     con.execute("CREATE OR REPLACE MACRO vllm() AS "

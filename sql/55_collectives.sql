@@ -28,20 +28,19 @@ SELECT k.scenario, k.pool, k.key_order, k.op, k."group",
        l.gpus_per_node, l.rack_is_one_domain, l.rack_width, l.fabric_ratio, l.routed_all2all
 FROM keys k JOIN l USING (scenario, pool);
 
--- Widths with a complete floor/peak/transition triple in scope, per pool, op and chip key.
+-- Widths with a complete floor/peak/transition triple in scope, per pool and lifted (op, chip
+-- key): kernel.laws.measured_collective_widths over the pool's collective names.
 CREATE OR REPLACE VIEW pool_measured_widths AS
-WITH parsed AS (
-    SELECT scenario, pool, name,
-           regexp_extract(name, '^collective_(floor|peak_rate|transition_rate)_'
-                                || '(all_reduce|all_gather|reduce_scatter|alltoall)_fp16_'
-                                || '([0-9]+)rank_(.+)$', ['part', 'op', 'w', 'chip']) AS m
+WITH names AS (
+    SELECT scenario, pool, list(name ORDER BY name) AS names
     FROM coefficients_in_scope WHERE name LIKE 'collective_%'
+    GROUP BY scenario, pool
+), keys AS (
+    SELECT DISTINCT scenario, pool, coefficient_op, chip_key, chip FROM pool_collective_keys
 )
-SELECT scenario, pool, m.op AS coefficient_op, m.chip AS chip_key, CAST(m.w AS BIGINT) AS width
-FROM parsed
-WHERE m.part <> '' AND CAST(m.w AS BIGINT) >= 1
-GROUP BY scenario, pool, m.op, m.chip, m.w
-HAVING count(DISTINCT m.part) = 3;
+SELECT k.scenario, k.pool, k.coefficient_op, k.chip_key,
+       unnest(measured_collective_widths(n.names, k.coefficient_op, k.chip)) AS width
+FROM keys k JOIN names n USING (scenario, pool);
 
 -- The assumed extension for unmeasured widths (docs/decisions.md, issue 18). Where a key's
 -- group is 16 ranks or wider and the width rule below would refuse it (no measurement at that

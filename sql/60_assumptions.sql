@@ -42,13 +42,14 @@ SELECT * FROM (
     FROM pool_engine
     WHERE captures_graphs AND stated_max_capture_size IS NULL AND stated_capture_sizes IS NULL
     UNION ALL
-    SELECT scenario, pool, 1903, 'mla_context_chunk', '65536',
+    SELECT scenario, pool, 1903, 'mla_context_chunk', CAST(mla_context_chunk_max() AS VARCHAR),
            'no max_model_len is stated, so the context-gather chunk is taken at its largest'
     FROM pool_mla_chunk WHERE chunk_assumed
     UNION ALL
     SELECT scenario, pool, 1910, 'sparse_mla_backend', backend,
            'DSA on Hopper selects FlashInfer''s SM90 sparse-MLA backend, which needs '
-           || 'FlashInfer >= 0.6.18'
+           || 'FlashInfer >= '
+           || (SELECT flashinfer_sm90_sparse_mla_version FROM kernel_constants)
     FROM pool_dsa_backend WHERE backend = 'FLASHINFER_MLA_SPARSE_SM90'
     UNION ALL
     SELECT scenario, pool, 2000, 'max_num_batched_tokens',

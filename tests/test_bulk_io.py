@@ -432,8 +432,9 @@ def test_partition_groups_rows_like_a_stable_sort() -> None:
                "one": np.full(n, 2**62),
                "lumpy": np.where(rng.random(n) < 0.8, rng.integers(0, 3, n),
                                  rng.integers(0, 2**40, n))}[kind].astype(np.int64)
-        rows = Rows(np.arange(n), ids, rng.integers(0, 9, n), rng.integers(0, 9, n),
-                    rng.random(n) < 0.1)
+        kept = np.sort(rng.choice(n + 5, n, replace=False))  # row numbers, some dropped
+        rows = Rows(kept.astype(np.int32) if seed % 2 else kept, ids, rng.integers(0, 9, n),
+                    rng.integers(0, 9, n), rng.random(n) < (0.1 if seed % 3 else 0.0))
         chunks = [rows.slice(a, min(a + chunk, n)) for a in range(0, n, chunk)]
         lo, hi = int(ids.min()), int(ids.max())
         shift = part.cell_shift(lo, hi)
@@ -445,14 +446,48 @@ def test_partition_groups_rows_like_a_stable_sort() -> None:
         final = by_ranges if planned == "ranges" else exact
         held = []
         for i, c in enumerate(chunks):
-            if planned == "mixed" and i % 2:  # scattered by one plan, then by another
-                c = part.scatter(c, by_ranges)[0]
-            held.append(part.scatter(c, final))
+            fresh = not (planned == "mixed" and i % 2)
+            if not fresh:  # scattered by one plan, then by another
+                c = part.scatter(c, by_ranges, fresh=True)[0]
+            held.append(part.scatter(c, final, fresh=fresh))
         got = Rows.concat([part.gather_piece(held, final, k) for k in range(final.n)])
         order = np.argsort(ids, kind="stable")
         assert got.batch_id.tolist() == ids[order].tolist()
-        assert got.row.tolist() == order.tolist()  # each batch's rows in input order
+        assert got.row.tolist() == kept[order].tolist()  # each batch's rows in input order
         assert got.bad.tolist() == rows.bad[order].tolist()
         assert got.scheduled.dtype == np.int64  # widened for the walk
 
     check()
+
+
+def test_a_plan_the_rows_do_not_fit_is_replaced(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Statistics that do not cover the ids read (they never should): the chunks that do not
+    fit the plan made before reading are grouped by a plan made after, prices unchanged."""
+    from kernel import sources
+
+    r = pool(**VARIANTS["window-pcp2"])
+    df = random_trace(200, 5)
+    want = bulk.price(r, df)
+    src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
+    _orders(df, 5)["shuffled"].write_parquet(src, row_group_size=64)
+    lo, hi = int(df["batch_id"].min()), int(df["batch_id"].max())
+    for ranges in ([(lo, (lo + hi) // 2, df.height)], [(hi + 1, hi + 10**6, df.height)]):
+        monkeypatch.setattr(sources, "_id_ranges", lambda frags, col, rr=ranges: rr)
+        counts = bulk.price_file(r, src, dst, chunk_rows=50, progress=False)
+        assert counts.mode == "sorted"
+        assert pl.read_parquet(dst).equals(want)
+
+
+def test_kept_and_produced_columns_follow_the_rows_through_every_grouping(
+        tmp_path: Path) -> None:
+    r = pool(**VARIANTS["pcp2-dcp4"])
+    df = _tagged(200, 6)
+    want = bulk.price(r, df, producers=[TWICE], keep=["replica", "tag"])
+    src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
+    _orders(df, 6)["shuffled"].write_parquet(src, row_group_size=77)
+    for kw in ({}, {"order": "external"}, {"memory_budget": 1}):
+        c = bulk.price_file(r, src, dst, chunk_rows=40, progress=False, producers=[TWICE],
+                            keep=["replica", "tag"], **kw)
+        assert c.mode == ("sorted" if not kw else "external")
+        assert pl.read_parquet(dst).equals(want), kw

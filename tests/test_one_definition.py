@@ -17,9 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel import laws, sql_laws
+from kernel import build, laws, sql_laws
 from pipeline import rules
+from pipeline.constants import EVIDENCED_METHODS, FLASHINFER_SM90_SPARSE_MLA_VERSION
 from pipeline.resources import sql_dir
+from tests.resolution_support import GLM5, inputs, variant
 
 # law -> regular expressions that a SQL copy of its body would match (case-insensitive)
 FRAGMENTS: dict[str, tuple[str, ...]] = {
@@ -33,6 +35,8 @@ FRAGMENTS: dict[str, tuple[str, ...]] = {
     "snap_collective_width": (r"width\s*<=\s*\w*\.?measured\[1\]",
                               r"list_contains\(\s*\w*\.?measured\s*,\s*\w*\.?width\s*\)",
                               r"width\s*>\s*16\s+THEN"),
+    "measured_collective_widths": (r"floor\|peak_rate\|transition_rate",
+                                   r"\(\[0-9\]\+\)rank_"),
     "fabric_ratio": (r"intra_node_bw_gbps\s*/\s*\w*\.?inter_node_bw_gbps",
                      r"inter_node_bw_gbps\s*<=\s*0\s+THEN\s+CAST\(\s*1\b"),
     "sequence_parallel_moe": (r"\btp\s*>\s*1\s+AND\s+\w*\.?dp\s*>\s*1\s+AND\s+\w*\.?all2all",),
@@ -41,6 +45,7 @@ FRAGMENTS: dict[str, tuple[str, ...]] = {
     "dcp_shards_kv": (r"IN\s*\(\s*'gqa'\s*,\s*'mla'\s*,\s*'sparse_mla'\s*\)",),
     "go_int_list": (r"'\['\s*\|\|\s*array_to_string",),
     "platform_capture_cap": (r"THEN\s+1024\s+ELSE\s+512\b",),
+    "MLA_CONTEXT_CHUNK_MAX": (r"\b65536\b",),
     "span": (r"\(\s*\w*ratio\s*-\s*1\s*\)\s*\*",),
     "mla_context_chunk": (r"8\s*\*\s*\w*\.?max_model_len",),
     "evidenced methods": (r"IN\s*\(\s*'measured'\s*,\s*'literature'\s*,\s*'vendor_spec'\s*\)",),
@@ -72,6 +77,10 @@ OLD_COPIES: dict[str, str] = {
              WHEN width <= measured[1] THEN measured[1]
              WHEN list_contains(measured, width) THEN width
              WHEN width > 16 THEN measured[-1] ELSE NULL END AS ranks""",
+    "measured_collective_widths": """
+        regexp_extract(name, '^collective_(floor|peak_rate|transition_rate)_'
+                             || '(all_reduce|all_gather|reduce_scatter|alltoall)_fp16_'
+                             || '([0-9]+)rank_(.+)$', ['part', 'op', 'w', 'chip']) AS m""",
     "fabric_ratio": """
         CASE WHEN intra_node_bw_gbps <= 0 OR inter_node_bw_gbps <= 0 THEN CAST(1 AS DOUBLE)
              ELSE intra_node_bw_gbps / inter_node_bw_gbps END AS fabric_ratio""",
@@ -88,6 +97,7 @@ OLD_COPIES: dict[str, str] = {
                    "'[' || array_to_string(list_transform(xs, lambda x: CAST(x AS VARCHAR)), "
                    "' ') || ']';",
     "platform_capture_cap": "CASE WHEN tflops_nvfp4 > 0 THEN 1024 ELSE 512 END",
+    "MLA_CONTEXT_CHUNK_MAX": "SELECT 1903, 'mla_context_chunk', '65536'",
     "span": "CREATE MACRO span_law(c, t, ratio) AS 1 + (ratio - 1) * c / t;",
     "mla_context_chunk": "least(greatest(8 * max_model_len, 4 * max_num_seqs * block), 65536)",
     "evidenced methods": "count(*) FILTER (WHERE method IN ('measured', 'literature', "
@@ -134,11 +144,9 @@ def test_every_law_has_an_old_copy_and_a_python_definition() -> None:
     assert set(OLD_COPIES) == set(FRAGMENTS)
     for law in FRAGMENTS:
         if law == "evidenced methods":
-            from pipeline.constants import EVIDENCED_METHODS
-
             assert set(EVIDENCED_METHODS) == {"measured", "literature", "vendor_spec"}
         else:
-            assert callable(getattr(laws, law, None) or getattr(rules, law, None)), law
+            assert getattr(laws, law, None) is not None or callable(getattr(rules, law, None)), law
 
 
 def test_no_sql_macro_redefines_a_law_or_a_udf() -> None:
@@ -267,3 +275,20 @@ def test_small_laws(con: duckdb.DuckDBPyConnection) -> None:
     assert _one(con, "SELECT go_int_list([2, 4, 8])") == laws.go_int_list([2, 4, 8]) == "[2 4 8]"
     assert _one(con, "SELECT platform_capture_cap(true), platform_capture_cap(false)") == 1024
     assert laws.platform_capture_cap(False) == 512
+    assert _one(con, "SELECT mla_context_chunk_max()") == laws.MLA_CONTEXT_CHUNK_MAX
+    names = [f"collective_{part}_all_reduce_fp16_{w}rank_h200"
+             for w in (2, 4, 8) for part in ("floor", "peak_rate", "transition_rate")
+             if (w, part) != (4, "floor")] + ["collective_floor_all_reduce_fp16_16rank_b200"]
+    assert _one(con, "SELECT measured_collective_widths(?, 'all_reduce', 'h200')", names) == \
+        laws.measured_collective_widths(names, "all_reduce", "h200") == [2, 8]
+
+
+# -- the named numbers reach the views' text from their one definition ----------------------
+
+def test_assumption_texts_take_the_constants() -> None:
+    r, _ = build.resolve(variant(inputs(GLM5), engine={"cache_dtype": "fp8_e4m3"}))
+    reason = {o.name: o.scope for o in r.assumptions}["sparse_mla_backend"]
+    assert reason.endswith(f"FlashInfer >= {FLASHINFER_SM90_SPARSE_MLA_VERSION}")
+    r, _ = build.resolve(variant(inputs("glm5-h200-tp8-dcp4"), engine={"max_model_len": 0}))
+    chunk = {o.name: o.scope for o in r.assumptions}["mla_context_chunk"]
+    assert chunk.startswith(f"{laws.MLA_CONTEXT_CHUNK_MAX}: ")

@@ -207,7 +207,7 @@ def _validated(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor,
         c = eng.coerce_task(item[0], item[1])
         c.rows.narrowed()
         if part is not None and len(c.rows) and fits(part, c.rows.batch_id):
-            c.rows, off = scatter(c.rows, part)
+            c.rows, off = scatter(c.rows, part, fresh=True)
             return c, off
         return c, None
 
@@ -272,7 +272,8 @@ def _memory_units(eng: Engine, held: list[Held], prior: Partition | None,
         def scatter_task(i: int, p: Partition = part) -> Held:
             h, slots[i] = slots[i], None  # each chunk's memory goes once it is scattered
             assert h is not None
-            return scatter(h[0], p)  # (rows scattered by another plan: batches stay whole)
+            # (rows scattered by another plan: each batch stays whole, in input order)
+            return scatter(h[0], p, fresh=h[1] is None)
 
         held = list(_ordered(pool, scatter_task, range(len(slots)), workers))
     chunks = [(r, off) for r, off in held if off is not None]
@@ -282,9 +283,9 @@ def _memory_units(eng: Engine, held: list[Held], prior: Partition | None,
         rows = gather_piece(chunks, p, k)
         return eng.price_task(rows, runs(rows.batch_id))
 
-    for k in range(part.n):
-        if any(off[k + 1] > off[k] for _, off in chunks):
-            yield partial(piece, k)
+    sizes = sum(np.diff(off) for _, off in chunks)  # rows of each piece
+    for k in np.flatnonzero(sizes).tolist():
+        yield partial(piece, k)
 
 
 def _plan_held(held: list[Held], pool: ThreadPoolExecutor) -> Partition:
