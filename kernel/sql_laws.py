@@ -110,6 +110,17 @@ def _measured_collective_widths(names: list[str] | None, op: str, chip: str) -> 
     return laws.measured_collective_widths(names or [], op, chip)
 
 
+def _experts_per_rank(n_experts: int, ep: int) -> dict[str, int]:
+    """``laws.experts_per_rank`` for SQL as {base, heaviest}."""
+    base, heaviest = laws.experts_per_rank(n_experts, ep)
+    return {"base": base, "heaviest": heaviest}
+
+
+def _snap_declared(width: int, declared: list[int] | None) -> int:
+    """``laws.snap_declared`` for SQL: no declared width (NULL) leaves ``width`` as it is."""
+    return laws.snap_declared(width, declared or [])
+
+
 def _sequence_parallel_moe(backend: str | None, expert_parallel: bool | None, tp: int, dp: int,
                            sp_moe_backends: list[str] | None) -> bool:
     """``RulesPack.sequence_parallel_moe`` over the pack's ``rules`` rows (none: no backend)."""
@@ -133,6 +144,9 @@ _NULL_AWARE: dict[str, tuple[Callable[..., Any], list[str], str]] = {
                             "VARCHAR"], "DOUBLE"),
     "measured_collective_widths": (_measured_collective_widths,
                                    ["VARCHAR[]", "VARCHAR", "VARCHAR"], "BIGINT[]"),
+    "experts_per_rank": (_experts_per_rank, ["BIGINT", "BIGINT"],
+                         "STRUCT(base BIGINT, heaviest BIGINT)"),
+    "snap_declared": (_snap_declared, ["BIGINT", "BIGINT[]"], "BIGINT"),
     "snap_collective_width": (_snap_collective_width, ["BIGINT", "BIGINT[]"], "BIGINT"),
     "sequence_parallel_moe": (_sequence_parallel_moe,
                               ["VARCHAR", "BOOLEAN", "BIGINT", "BIGINT", "VARCHAR[]"], "BOOLEAN"),
@@ -155,6 +169,8 @@ def register_laws(con: duckdb.DuckDBPyConnection) -> None:
     # the laws' constants the views name, as macros made from the Python values
     con.execute(f"CREATE OR REPLACE MACRO mla_context_chunk_max() AS "
                 f"{int(laws.MLA_CONTEXT_CHUNK_MAX)}")
+    con.execute("CREATE OR REPLACE MACRO declared_widths() AS "
+                f"[{', '.join(str(int(w)) for w in laws.DECLARED_WIDTHS)}]")
     if "capture_sizes" not in have:  # its ceiling and stated sizes may be NULL
         con.create_function("capture_sizes", _capture_sizes,  # type: ignore[call-overload]
                             ["BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT[]", "BOOLEAN",

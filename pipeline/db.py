@@ -248,12 +248,13 @@ def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> Non
     """Run every ``sql/*.sql`` file in dependency order (``pipeline.sql_models``; each creates
     or replaces views).
 
-    A file whose header declares ``-- materialize: true`` has each of its views computed once,
-    right after the file runs, into a table of the same name (:func:`materialize_view`): later
-    files then read rows rather than re-expanding the whole chain, which keeps resolving many
-    scenarios at once fast. Derived tables are a snapshot: call this again after registering
-    more documents (``load_scenarios`` and ``kernel.build.new`` do). ``materialize=False``
-    leaves every view a plain view whatever the headers say (slow; for debugging).
+    A file whose header declares ``-- materialize: true`` has each of its views computed once
+    into a table of the same name, filled from the view's own query
+    (:func:`pipeline.sql_models.statements`): later files then read rows rather than
+    re-expanding the whole chain, which keeps resolving many scenarios at once fast. Derived
+    tables are a snapshot: call this again after registering more documents
+    (``load_scenarios`` and ``kernel.build.new`` do). ``materialize=False`` leaves every view a
+    plain view whatever the headers say (slow; for debugging).
     """
     install_udfs(con)
     register_constants(con)
@@ -262,26 +263,13 @@ def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> Non
                              ).fetchall())
     models = sql_models.order((sql_models.parse(p) for p in sql_files()), kinds)
     for model in models:
-        for name in model.views:  # a table left by an earlier materialisation gives way
-            if kinds.get(name) == "BASE TABLE":
+        table = materialize and model.materialize
+        for name in model.views:  # switching between a view and a table of the same name
+            if table and kinds.get(name) == "VIEW":
+                con.execute(f'DROP VIEW "{name}"')
+            elif not table and kinds.get(name) == "BASE TABLE":
                 con.execute(f'DROP TABLE "{name}"')
         try:
-            con.execute(model.path.read_text())
-            if materialize and model.materialize:
-                for name in model.views:
-                    materialize_view(con, name)
+            con.execute("\n;\n".join(sql_models.statements(model, materialize)))
         except duckdb.Error as exc:  # a broken view file is a programming error: say which
             raise RuntimeError(f"{model.path.name}: {exc}") from exc
-
-
-def materialize_view(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """Replace the view ``name`` by a table of the same name holding its rows.
-
-    DuckDB has no materialised views. The view's own query fills a staging table, the view is
-    dropped and the table takes its name; views reading ``name`` bind by name when queried, so
-    they read the table from then on.
-    """
-    staging = f"__materializing_{name}"
-    con.execute(f'CREATE OR REPLACE TABLE "{staging}" AS SELECT * FROM "{name}"')
-    con.execute(f'DROP VIEW "{name}"')
-    con.execute(f'ALTER TABLE "{staging}" RENAME TO "{name}"')

@@ -12,10 +12,13 @@ repeated or misspelt declaration fails with the file named (:class:`SqlHeaderErr
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import duckdb
 
 _COMMENT = re.compile(r"--[^\n]*")
 _STRING = re.compile(r"'(?:[^']|'')*'")
@@ -31,6 +34,10 @@ _CALL_FROM = re.compile(r"\b(?:EXTRACT|TRIM|SUBSTRING|OVERLAY|POSITION)\s*\([^()
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _VIEW = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP(?:ORARY)?\s+)?VIEW\s+"
                    r"(?:IF\s+NOT\s+EXISTS\s+)?\"?(\w+)", re.I)
+# A view statement's head, after any leading comments: what a materialised file turns into a
+# table filled from the same query.
+_VIEW_HEAD = re.compile(r"\A(?:\s+|--[^\n]*(?:\n|\Z))*CREATE\s+OR\s+REPLACE\s+VIEW\s+"
+                        r"\"?(\w+)\"?\s+AS\b", re.I)
 # The declaration line, and anything that looks like an attempt at one (to reject misspellings).
 _MATERIALIZE = re.compile(r"^--\s*(materiali[sz]e)\s*:\s*(\S*)\s*$", re.I | re.M)
 MATERIALIZE_VALUES = {"true": True, "false": False}
@@ -97,6 +104,37 @@ def _declared_materialize(name: str, raw: str, views: tuple[str, ...]) -> bool:
     if MATERIALIZE_VALUES[m.group(2)] and not views:
         raise SqlHeaderError(f"{name}: declares 'materialize: true' but creates no view")
     return MATERIALIZE_VALUES[m.group(2)]
+
+
+def statements(model: SqlModel, materialize: bool = True) -> list[str]:
+    """The file's statements as they run (split by DuckDB's own parser).
+
+    When the file's header declares ``materialize: true`` (and ``materialize`` is on), each
+    ``CREATE OR REPLACE VIEW name AS query`` runs as ``CREATE OR REPLACE TABLE name AS query``:
+    a table filled once from the view's own query, bound once. Every other statement runs as
+    written. A view of a materialised file written any other way is an error naming it.
+    """
+    out = []
+    done: set[str] = set()
+    st = model.path.stat()
+    for text in _split(model.path, st.st_mtime_ns, st.st_size):
+        head = _VIEW_HEAD.match(text)
+        if materialize and model.materialize and head:
+            done.add(head.group(1).lower())
+            text = f'CREATE OR REPLACE TABLE "{head.group(1)}" AS' + text[head.end():]
+        out.append(text)
+    if materialize and model.materialize and done != set(model.views):
+        raise SqlHeaderError(f"{model.path.name}: cannot materialise "
+                             f"{', '.join(sorted(set(model.views) - done))}: write each view as "
+                             "'CREATE OR REPLACE VIEW name AS query'")
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _split(path: Path, mtime_ns: int, size: int) -> tuple[str, ...]:
+    """``path``'s statements, parsed once per version of the file (every kernel.open runs
+    the sql/ files; DuckDB's parse of them all is a noticeable share of that)."""
+    return tuple(s.query for s in duckdb.extract_statements(path.read_text()))
 
 
 def order(models: Iterable[SqlModel], known: Iterable[str] = ()) -> list[SqlModel]:

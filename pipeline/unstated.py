@@ -37,6 +37,15 @@ OPTIONAL: dict[str, dict[str, Any]] = {
     "provenance": {"value": None, "units": None, "reason": None},
     "evidence": {},
     "refusals": {"value": None},
+    # stated_* is NULL where the scenario does not state the setting (and the engine's
+    # default applies); a connector, backend or refusal only where there is one
+    "pool_engine": dict.fromkeys((
+        "stated_mamba_cache_mode", "recurrent_cache_mode", "stated_block_size",
+        "stated_max_num_batched_tokens", "stated_max_num_seqs", "stated_cudagraph_mode",
+        "stated_max_capture_size", "stated_capture_sizes", "async_scheduling",
+        "disable_cascade_attn", "piecewise_connector", "piecewise_connector_why")),
+    "pool_dcp": dict.fromkeys(("stated_backend", "stated_interleave", "dcp_q_replicate")),
+    "pool_dsa_backend": dict.fromkeys(("stated_cache", "backend", "refusal")),
     "pool_overrides": {},
     "pool_assumptions": {},
     "pool_experts": {},

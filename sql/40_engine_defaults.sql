@@ -111,11 +111,19 @@ WITH e AS (
                AS stated_capture_largest
     FROM r3
 )
-SELECT scenario, pool, hybrid, prefix_caching, mamba_cache_mode AS stated_mamba_cache_mode,
-       recurrent_cache_mode, is_dsa, block_size AS stated_block_size, block_size_final,
-       resolved_block_size, max_num_batched_tokens AS stated_max_num_batched_tokens,
-       resolved_max_num_batched_tokens, max_num_seqs AS stated_max_num_seqs,
-       resolved_max_num_seqs, cudagraph_mode AS stated_cudagraph_mode, requested_cudagraph_mode,
+-- stated_* is NULL where the scenario does not state the setting (so is recurrent_cache_mode
+-- for a model with no recurrent layers).
+SELECT scenario, pool, hybrid, prefix_caching,
+       nullif(mamba_cache_mode, '') AS stated_mamba_cache_mode,
+       nullif(recurrent_cache_mode, '') AS recurrent_cache_mode, is_dsa,
+       CASE WHEN block_size > 0 THEN block_size END AS stated_block_size, block_size_final,
+       resolved_block_size,
+       CASE WHEN max_num_batched_tokens > 0 THEN max_num_batched_tokens END
+           AS stated_max_num_batched_tokens,
+       resolved_max_num_batched_tokens,
+       CASE WHEN max_num_seqs > 0 THEN max_num_seqs END AS stated_max_num_seqs,
+       resolved_max_num_seqs, nullif(cudagraph_mode, '') AS stated_cudagraph_mode,
+       requested_cudagraph_mode,
        cudagraph_mode_known, deepep_ht_no_graphs, mode_after_connector, mode_after_deepep,
        mode_after_mixed, mode_after_never, piecewise_connector, piecewise_connector_why,
        graph_support_level, graph_support, graph_support_backend,
@@ -139,8 +147,9 @@ FROM r4;
 -- Decode-context parallelism (§6.4 resolveContextParallel / ResolveDecodeContext).
 CREATE OR REPLACE VIEW pool_dcp AS
 WITH b AS (
-    SELECT p.scenario, p.pool, p.dcp, p.pcp, p.dcp_comm_backend AS stated_backend,
-           p.cp_kv_cache_interleave_size AS stated_interleave, p.dcp_q_replicate,
+    SELECT p.scenario, p.pool, p.dcp, p.pcp, nullif(p.dcp_comm_backend, '') AS stated_backend,
+           CASE WHEN p.cp_kv_cache_interleave_size > 0 THEN p.cp_kv_cache_interleave_size END
+               AS stated_interleave, p.dcp_q_replicate,
            e.resolved_block_size AS block, e.block_size_final, e.multi_connector,
            e.nixl_connector, e.any_latent,
            (SELECT list(value ORDER BY position) FROM rules r
@@ -149,7 +158,7 @@ WITH b AS (
 )
 SELECT *,
        coalesce(len(accepted), 0) > 0 AS has_accepted_list,
-       CASE WHEN stated_backend = '' THEN 'ag_rs' ELSE stated_backend END AS comm_backend,
+       coalesce(stated_backend, 'ag_rs') AS comm_backend,
        CASE WHEN stated_interleave > 0 THEN stated_interleave <= block AND block % stated_interleave = 0
             ELSE false END
            AS interleave_fits,
@@ -157,7 +166,7 @@ SELECT *,
             WHEN stated_interleave > 0 THEN stated_interleave
             WHEN nixl_connector AND NOT multi_connector AND block > 1 THEN block
             ELSE 1 END AS interleave,
-       (dcp > 1 AND stated_interleave <= 0 AND nixl_connector AND NOT multi_connector
+       (dcp > 1 AND stated_interleave IS NULL AND nixl_connector AND NOT multi_connector
         AND block > 1) AS interleave_overridden
 FROM b;
 

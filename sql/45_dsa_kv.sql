@@ -5,7 +5,7 @@ CREATE OR REPLACE VIEW pool_dsa_backend AS
 WITH r AS (
     SELECT d.scenario, d.pool, d.is_dsa, l.chip,
            CASE WHEN p.cache_dtype = '' THEN 'auto' ELSE p.cache_dtype END AS cache,
-           p.cache_dtype AS stated_cache,
+           nullif(p.cache_dtype, '') AS stated_cache,
            d.max_sparse_heads // greatest(l.tp, 1) AS heads_per_rank,
            c.tflops_nvfp4 > 0 AS sm100, l.tp, greatest(l.dcp, 1) AS dcp,
            greatest(l.pcp, 1) AS pcp, x.comm_backend,

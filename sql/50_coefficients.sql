@@ -133,16 +133,12 @@ WITH p AS (
                  AND c.pool = p.pool
                  AND c.name = 'activation_buffer_count_' || p.act_kind || '_' || w || 'rank'))
                AS act_widths
-    FROM p, (VALUES (1), (2), (4), (8), (16)) AS dw(w)
+    FROM p, (SELECT unnest(declared_widths()) AS w) AS dw
     GROUP BY p.scenario, p.pool
 ), snapped AS (
-    SELECT p.*,
-           CASE WHEN coalesce(len(d.comm_widths), 0) = 0 THEN p.tp
-                ELSE coalesce(list_max(list_filter(d.comm_widths, lambda w: w <= p.tp)),
-                              d.comm_widths[1]) END AS comm_rank,
-           CASE WHEN coalesce(len(d.act_widths), 0) = 0 THEN least(p.tp, 8)
-                ELSE coalesce(list_max(list_filter(d.act_widths, lambda w: w <= least(p.tp, 8))),
-                              d.act_widths[1]) END AS act_rank
+    -- kernel.laws.snap_declared: the widest declared width <= the group's, else the narrowest
+    SELECT p.*, snap_declared(p.tp, d.comm_widths) AS comm_rank,
+           snap_declared(least(p.tp, 8), d.act_widths) AS act_rank
     FROM p JOIN declared d USING (scenario, pool)
 ), names AS (
     SELECT scenario, pool, 1 AS position, 'comm_bytes' AS magnitude,

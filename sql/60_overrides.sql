@@ -39,7 +39,8 @@ SELECT * FROM (
            'prefix caching is on, and ' || vllm() || ' caches a hybrid model''s recurrent state '
            || 'only in align mode'
     FROM pool_engine
-    WHERE hybrid AND stated_mamba_cache_mode <> '' AND stated_mamba_cache_mode <> recurrent_cache_mode
+    WHERE hybrid AND stated_mamba_cache_mode IS NOT NULL
+      AND stated_mamba_cache_mode <> recurrent_cache_mode
     UNION ALL
     SELECT scenario, pool, 40, 'cp_kv_cache_interleave_size', 'unstated (engine default 1)',
            CAST(interleave AS VARCHAR),
@@ -51,5 +52,5 @@ SELECT * FROM (
            backend || ' stores a quantized sparse-MLA cache in the packed ' || layout
            || ' layout on this part'
     FROM pool_dsa_backend
-    WHERE is_dsa AND backend IS NOT NULL AND stated_cache <> '' AND layout <> stated_cache
+    WHERE is_dsa AND backend IS NOT NULL AND stated_cache IS NOT NULL AND layout <> stated_cache
 );

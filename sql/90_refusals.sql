@@ -111,7 +111,7 @@ SELECT * FROM (
     SELECT scenario, pool, 16.0, 'block_size', CAST(stated_block_size AS VARCHAR),
            'block_size ' || stated_block_size || ' on a DSA sparse-MLA model: its indexer runs '
            || 'on 64-token kernel blocks, so the block size must be a multiple of 64'
-    FROM pool_engine WHERE is_dsa AND stated_block_size > 0 AND stated_block_size % 64 <> 0
+    FROM pool_engine WHERE is_dsa AND stated_block_size % 64 <> 0
     UNION ALL
     -- step 17: context parallelism
     SELECT scenario, pool, 17.0, 'pcp', CAST(pcp AS VARCHAR), reason FROM (
@@ -144,13 +144,13 @@ SELECT * FROM (
     SELECT scenario, pool, 17.3, 'dcp_comm_backend', stated_backend,
            'resolving decode-context parallelism: dcp_comm_backend ''' || stated_backend
            || ''' is not one the rules pack accepts (' || array_to_string(accepted, ', ') || ')'
-    FROM pool_dcp WHERE stated_backend <> '' AND has_accepted_list
+    FROM pool_dcp WHERE stated_backend IS NOT NULL AND has_accepted_list
       AND NOT list_contains(accepted, stated_backend)
     UNION ALL
     SELECT scenario, pool, 17.4, 'dcp_comm_backend', stated_backend,
            'resolving decode-context parallelism: dcp_comm_backend ''' || stated_backend
            || ''' is not one this kernel prices (ag_rs or a2a)'
-    FROM pool_dcp WHERE stated_backend <> '' AND stated_backend NOT IN ('ag_rs', 'a2a')
+    FROM pool_dcp WHERE stated_backend NOT IN ('ag_rs', 'a2a')
     UNION ALL
     SELECT scenario, pool, 17.5, 'dcp_comm_backend', comm_backend,
            'resolving decode-context parallelism: the a2a combine does not run with '
@@ -158,10 +158,9 @@ SELECT * FROM (
     FROM pool_dcp WHERE dcp > 1 AND pcp > 1 AND comm_backend = 'a2a'
     UNION ALL
     SELECT scenario, pool, 17.6, 'cp_kv_cache_interleave_size',
-           CASE WHEN stated_interleave > 0 THEN CAST(stated_interleave AS VARCHAR)
-                ELSE 'unstated' END,
+           coalesce(CAST(stated_interleave AS VARCHAR), 'unstated'),
            'resolving decode-context parallelism: '
-           || CASE WHEN multi_connector AND stated_interleave <= 0 THEN
+           || CASE WHEN multi_connector AND stated_interleave IS NULL THEN
                        'under a MultiConnector the interleave must be stated and fit block_size '
                        || block
                    WHEN multi_connector THEN
@@ -175,9 +174,9 @@ SELECT * FROM (
                         || 'block_size ' || block || ', and the block size is not confirmable'
               END
     FROM pool_dcp
-    WHERE dcp > 1 AND ((stated_interleave > 0 AND NOT interleave_fits
+    WHERE dcp > 1 AND ((stated_interleave IS NOT NULL AND NOT interleave_fits
                         AND (multi_connector OR NOT nixl_connector))
-                       OR (stated_interleave <= 0 AND multi_connector))
+                       OR (stated_interleave IS NULL AND multi_connector))
     UNION ALL
     -- step 18 (lift): bandwidth, peak, GEMM envelope
     SELECT r.scenario, r.pool, 18.00, 'hbm_derate', 'absent',

@@ -46,6 +46,10 @@ FRAGMENTS: dict[str, tuple[str, ...]] = {
     "go_int_list": (r"'\['\s*\|\|\s*array_to_string",),
     "platform_capture_cap": (r"THEN\s+1024\s+ELSE\s+512\b",),
     "MLA_CONTEXT_CHUNK_MAX": (r"\b65536\b",),
+    "experts_per_rank": (r"%\s*greatest\(\s*\w*\.?expert_width",
+                         r"\)\s*//\s*greatest\(\s*\w*\.?expert_width"),
+    "snap_declared": (r"lambda\s+w\s*:\s*w\s*<=",),
+    "DECLARED_WIDTHS": (r"\(1\)\s*,\s*\(2\)\s*,\s*\(4\)",),
     "span": (r"\(\s*\w*ratio\s*-\s*1\s*\)\s*\*",),
     "mla_context_chunk": (r"8\s*\*\s*\w*\.?max_model_len",),
     "evidenced methods": (r"IN\s*\(\s*'measured'\s*,\s*'literature'\s*,\s*'vendor_spec'\s*\)",),
@@ -97,6 +101,15 @@ OLD_COPIES: dict[str, str] = {
                    "'[' || array_to_string(list_transform(xs, lambda x: CAST(x AS VARCHAR)), "
                    "' ') || ']';",
     "platform_capture_cap": "CASE WHEN tflops_nvfp4 > 0 THEN 1024 ELSE 512 END",
+    "experts_per_rank": """
+        CASE WHEN experts > 0 THEN (experts + redundant) // greatest(expert_width, 1)
+                 + (CASE WHEN (experts + redundant) % greatest(expert_width, 1) <> 0 THEN 1
+                         ELSE 0 END) ELSE 0 END AS experts_per_rank""",
+    "snap_declared": """
+        CASE WHEN coalesce(len(d.comm_widths), 0) = 0 THEN p.tp
+             ELSE coalesce(list_max(list_filter(d.comm_widths, lambda w: w <= p.tp)),
+                           d.comm_widths[1]) END AS comm_rank""",
+    "DECLARED_WIDTHS": "FROM p, (VALUES (1), (2), (4), (8), (16)) AS dw(w)",
     "MLA_CONTEXT_CHUNK_MAX": "SELECT 1903, 'mla_context_chunk', '65536'",
     "span": "CREATE MACRO span_law(c, t, ratio) AS 1 + (ratio - 1) * c / t;",
     "mla_context_chunk": "least(greatest(8 * max_model_len, 4 * max_num_seqs * block), 65536)",
@@ -276,6 +289,14 @@ def test_small_laws(con: duckdb.DuckDBPyConnection) -> None:
     assert _one(con, "SELECT platform_capture_cap(true), platform_capture_cap(false)") == 1024
     assert laws.platform_capture_cap(False) == 512
     assert _one(con, "SELECT mla_context_chunk_max()") == laws.MLA_CONTEXT_CHUNK_MAX
+    assert _one(con, "SELECT declared_widths()") == list(laws.DECLARED_WIDTHS)
+    for n, ep in [(256, 8), (257, 8), (7, 1), (3, 16)]:
+        base, heaviest = laws.experts_per_rank(n, ep)
+        assert _one(con, "SELECT experts_per_rank(?, ?)", n, ep) == \
+            {"base": base, "heaviest": heaviest}
+    for width, declared in [(8, [1, 2, 4]), (3, [4, 8]), (4, None), (16, [2, 16, 32])]:
+        assert _one(con, "SELECT snap_declared(?, ?::BIGINT[])", width, declared) == \
+            laws.snap_declared(width, declared or [])
     names = [f"collective_{part}_all_reduce_fp16_{w}rank_h200"
              for w in (2, 4, 8) for part in ("floor", "peak_rate", "transition_rate")
              if (w, part) != (4, "floor")] + ["collective_floor_all_reduce_fp16_16rank_b200"]

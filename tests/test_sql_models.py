@@ -168,3 +168,11 @@ def test_the_repository_sql_runs_with_its_file_names_reversed(
     con = db.open_db()
     expected = {name for p in files for name in parse(p).views}
     assert expected <= set(kinds(con))
+
+
+def test_a_view_the_loader_cannot_materialise_is_named(tmp_path: Path) -> None:
+    (model,) = write(tmp_path, {"m.sql": "-- materialize: true\nCREATE OR REPLACE VIEW p AS "
+                                         "SELECT 1 AS one;\nCREATE VIEW q AS SELECT 2 AS two;"})
+    assert sql_models.statements(model, materialize=False)[1].strip().startswith("CREATE VIEW q")
+    with pytest.raises(SqlHeaderError, match=r"m\.sql: cannot materialise q"):
+        sql_models.statements(model)
