@@ -167,24 +167,42 @@ def gather_piece(chunks: list[tuple[Rows, np.ndarray]], part: Partition, k: int)
     grouped by batch (ids increasing, input order within a batch), as int64."""
     parts = [rows.slice(int(off[k]), int(off[k + 1])) for rows, off in chunks
              if off[k + 1] > off[k]]
-    rows = Rows.concat(parts, wide=True) if parts else Rows.empty()
+    rows = Rows.concat(parts) if parts else Rows.empty()
     return group_piece(rows, part.piece_lo(k), part.piece_span(k))
 
 
 def group_piece(rows: Rows, lo: int, span: int) -> Rows:
-    """A piece's rows (input order) grouped by batch id, stably, batches in id order."""
+    """A piece's rows (input order) grouped by batch id, stably, batches in id order, with
+    int64 columns. The usual piece (< 65,536 ids) is grouped by a 16-bit radix sort, and its
+    sorted ids are rebuilt from their counts rather than gathered."""
     if len(rows) < 2:
-        return rows
+        return rows.widened()
     ids = rows.batch_id
     if span <= 1 << 16:
         key: np.ndarray = (ids - lo).astype(np.uint16)
         order = np.argsort(key, kind="stable")
-    elif span <= 1 << 32:  # two stable 16-bit radix passes
+        if bool(np.all(order[1:] > order[:-1])):
+            return rows.widened()
+        if rows.extra:
+            return rows.take(order).widened()
+        counts = np.bincount(key, minlength=span)
+        # (gathering narrow columns and widening after touches half the bytes at random)
+        def take(v: np.ndarray) -> np.ndarray:
+            return v[order].astype(np.int64, copy=False)
+
+        def maybe(v: np.ndarray | None) -> np.ndarray | None:
+            return None if v is None else take(v)
+
+        bad = rows.bad[order] if rows.bad.any() else np.zeros(len(rows), bool)
+        return Rows(take(rows.row), np.repeat(np.arange(lo, lo + span, dtype=np.int64), counts),
+                    take(rows.scheduled), take(rows.computed), bad,
+                    maybe(rows.decode_threshold), maybe(rows.sm_budget))
+    if span <= 1 << 32:  # two stable 16-bit radix passes
         off = ids - lo
         first = np.argsort((off & 0xFFFF).astype(np.uint16), kind="stable")
         order = first[np.argsort((off[first] >> 16).astype(np.uint16), kind="stable")]
     else:
         order = np.argsort(ids, kind="stable")
     if bool(np.all(order[1:] > order[:-1])):
-        return rows
-    return rows.take(order)
+        return rows.widened()
+    return rows.take(order).widened()
