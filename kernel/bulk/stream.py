@@ -522,7 +522,7 @@ def _tune_malloc() -> None:
     mmap and trim thresholds lets freed chunks be reused from the heap. Grouping rows of any
     order in memory fills fresh memory once; numpy advises huge pages for every array of
     4 MiB and more, and where the kernel compacts memory to honour that advice
-    (``transparent_hugepage/defrag = madvise``) each fault stalls: measured on 2 cores, 35%
+    (``transparent_hugepage/defrag = madvise``) each fault stalls: measured on 2 cores, ~30%
     more CPU for a shuffled trace. Process-wide, so only on request
     (``price_file(tune_malloc=True)``, the command line); Linux/glibc only;
     ``BLIS_KEEP_MALLOC=1`` vetoes it.
