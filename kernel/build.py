@@ -127,6 +127,9 @@ def _resolve(inputs: Inputs, con: duckdb.DuckDBPyConnection | None
     _check_inputs(inputs)
     if con is None:
         con = db.open_db(apply=False)
+        # One scenario's tables hold tens of rows: DuckDB's worker threads only add scheduling
+        # cost here (about 15% of a warm open, benchmarks/open_kernel.py).
+        con.execute("SET threads = 1")
     key = db.register(con, inputs)
     db.apply_views(con)
     pool = inputs.pool_index
