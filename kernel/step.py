@@ -191,6 +191,21 @@ class _Layer:
     rec_rate: float
     coll_list: list[tuple[float, int, _Coll]]
 
+    def graph_collective_seconds(self, T: Any) -> tuple[Any, Any]:
+        """Seconds of the layer's graph collectives for ``T`` tokens: (on node, crossing),
+        summed in graph order (scalar or array)."""
+        on_node: Any = 0.0
+        cross: Any = 0.0
+        for bpt, mult, kc in self.coll_list:
+            nbytes = T * bpt
+            if mult:
+                nbytes = nbytes * mult
+            if kc.crosses:
+                cross = cross + kc.seconds(nbytes)
+            else:
+                on_node = on_node + kc.seconds(nbytes)
+        return on_node, cross
+
 
 class _Prepared:
     capture: int
@@ -711,17 +726,7 @@ def _compose(p: _Prepared, s: BatchSummary,
         routed = routed_sm + routed_hbm
         sm = dense_sm + routed_sm
         hbm = dense_hbm + routed_hbm
-        # Graph collectives.
-        on_node: Any = 0.0
-        cross: Any = 0.0
-        for bpt, mult, kc in L.coll_list:
-            nbytes = T * bpt
-            if mult:
-                nbytes = nbytes * mult
-            if kc.crosses:
-                cross = cross + kc.seconds(nbytes)
-            else:
-                on_node = on_node + kc.seconds(nbytes)
+        on_node, cross = L.graph_collective_seconds(T)
         # DCP decode collectives.
         if L.dcp_decode:
             rows = s.decode_tokens if L.latent else laws.select(s.any_context, tokens_all, 0)

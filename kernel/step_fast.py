@@ -134,16 +134,7 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
         routed_hbm = routed_wb / hbm_bps
         routed = routed_sm + routed_hbm
         sm = dense_sm + routed_sm
-        on_node: Any = 0.0
-        cross: Any = 0.0
-        for bpt, mult, kc in L.coll_list:
-            nbytes = T * bpt
-            if mult:
-                nbytes = nbytes * mult
-            if kc.crosses:
-                cross = cross + kc.seconds(nbytes)
-            else:
-                on_node = on_node + kc.seconds(nbytes)
+        on_node, cross = L.graph_collective_seconds(T)
         # With a measured rate the KV-bytes term is 0.0, so the HBM base is fixed here.
         base = (weight + 0.0 + elementwise) / hbm_bps if mode != 2 else 0.0
         cnt = L.count
