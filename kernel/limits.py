@@ -20,7 +20,7 @@ masks into the ``limits`` column. Both read the same :class:`Limits`, so they ag
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
@@ -70,8 +70,12 @@ class Breach:
         return f"{self.limit} {self.allowed:,} < {self.value:,} {self.unit}"
 
 
-def blocks_held(context: int, block_tokens: int) -> int:
-    """KV blocks one request holds at ``context`` tokens."""
+@overload
+def blocks_held(context: int, block_tokens: int) -> int: ...
+@overload
+def blocks_held(context: np.ndarray, block_tokens: int) -> np.ndarray: ...
+def blocks_held(context: int | np.ndarray, block_tokens: int) -> int | np.ndarray:
+    """KV blocks one request holds at ``context`` tokens (per element of an array)."""
     return -(-context // block_tokens)
 
 
@@ -113,16 +117,22 @@ def check_rows(limits: Limits, starts: np.ndarray, scheduled: np.ndarray,
                computed: np.ndarray, no_overlap_ns: np.ndarray) -> np.ndarray:
     """:func:`check` for many batches: rows grouped by batch (batch ``b`` is rows
     ``starts[b]`` up to the next start), one ``uint8`` mask per batch (bit i = NAMES[i])."""
-    nb = int(starts.size)
-    mask = np.zeros(nb, np.uint8)
-    if nb == 0:
-        return mask
+    if starts.size == 0:
+        return np.zeros(0, np.uint8)
     s = scheduled.astype(np.int64, copy=False)
     ctx = s + computed.astype(np.int64, copy=False)  # per-batch sums are checked to fit int64
-    requests = np.diff(np.append(starts, s.size))
-    tokens = np.add.reduceat(s, starts)
-    longest = np.maximum.reduceat(ctx, starts)
-    held = np.add.reduceat(-(-ctx // limits.block_tokens), starts)
+    return check_batches(limits, np.diff(np.append(starts, s.size)),
+                         np.add.reduceat(s, starts), np.maximum.reduceat(ctx, starts),
+                         np.add.reduceat(blocks_held(ctx, limits.block_tokens), starts),
+                         no_overlap_ns)
+
+
+def check_batches(limits: Limits, requests: np.ndarray, tokens: np.ndarray,
+                  longest: np.ndarray, held: np.ndarray, no_overlap_ns: np.ndarray
+                  ) -> np.ndarray:
+    """:func:`check` for many batches from their per-batch totals (requests, scheduled
+    tokens, the longest context, KV blocks held): one ``uint8`` mask per batch."""
+    mask = np.zeros(np.shape(requests), np.uint8)
     if limits.max_num_seqs:
         mask |= np.where(requests > limits.max_num_seqs, BIT["max_num_seqs"], 0).astype(np.uint8)
     if limits.max_num_batched_tokens:

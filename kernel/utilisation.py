@@ -231,16 +231,15 @@ def batch_columns(ctx: Any) -> dict[str, np.ndarray]:
     out = {name: np.broadcast_to(np.asarray(v, np.float64), (n,))
            for name, v in zip(UTILISATION_COLUMNS, u, strict=True)}
     out["prefill_tokens"] = np.asarray(s.tokens_all - s.decode_tokens, np.int64)
-    rows, starts = ctx.rows, ctx.starts
-    if rows is None or starts is None:
+    rows = ctx.priced_rows
+    if rows is None:
         raise ValueError("the utilisation columns need the request rows of the batches")
     # A request holds ⌈context / (block_size × DCP shards)⌉ blocks, as the deployment-limit
     # check counts them.
     shard = r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers else 1
     block = max(int(r.block_size), 1) * shard
-    held = -(-(rows.computed + rows.scheduled) // block)
-    out["kv_blocks"] = (np.add.reduceat(held, starts) if held.size
-                        else np.zeros(n, np.int64))
+    held = -(-(rows.computed.astype(np.int64) + rows.scheduled) // block)
+    out["kv_blocks"] = ctx.sum(held)
     return out
 
 

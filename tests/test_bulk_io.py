@@ -450,7 +450,8 @@ def test_partition_groups_rows_like_a_stable_sort() -> None:
             if not fresh:  # scattered by one plan, then by another
                 c = part.scatter(c, by_ranges, fresh=True)[0]
             held.append(part.scatter(c, final, fresh=fresh))
-        got = Rows.concat([part.gather_piece(held, final, k) for k in range(final.n)])
+        got = Rows.concat([part.group_piece(part.gather_piece(held, k), final.piece_lo(k),
+                                            final.piece_span(k)) for k in range(final.n)])
         order = np.argsort(ids, kind="stable")
         assert got.batch_id.tolist() == ids[order].tolist()
         assert got.row.tolist() == kept[order].tolist()  # each batch's rows in input order

@@ -12,7 +12,8 @@ function that computes them for a whole set of batches at once::
         # ctx.totals   step.StepTotals of arrays (compose's result, before finish)
         # ctx.priced   the base columns as numpy arrays (overlap_ns, sm_ns, tokens, ...)
         # ctx.inputs   the trace columns named in ``inputs``, one value per batch (its first row)
-        # ctx.rows, ctx.groups  the request rows (grouped by batch) and the batch boundaries
+        # ctx.sum(v), ctx.max(v)  per-batch sums / maxima of a per-row column of ctx.priced_rows
+        # ctx.rows, ctx.starts    the request rows grouped by batch, and where each batch starts
         return {"limits": ...}  # one entry per field, each of length ctx.n
 
     register_columns(ColumnProducer("limits", (pa.field("limits", pa.string()),), produce))
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,7 +42,7 @@ import pyarrow as pa
 
 from .. import step
 from ..trace import Rows, TraceError
-from .groups import Groups
+from .groups import Groups, regroup
 from .walk import RESOURCE_NAMES, finish_columns, summarise_columns
 
 if TYPE_CHECKING:
@@ -76,20 +78,55 @@ PRICED_SCHEMA = pa.schema(
 
 @dataclass(frozen=True)
 class BatchContext:
-    """What a column producer sees: one entry per batch in every array."""
+    """What a column producer sees: one entry per batch in every array.
+
+    The priced request rows (``priced_rows``) are in request order within each batch but,
+    from a trace in no known order, not necessarily contiguous: :meth:`sum` and :meth:`max`
+    reduce a per-row column of them without moving them; :attr:`rows` and :attr:`starts`
+    give them grouped (batch ``b`` from ``starts[b]`` to the next start), grouping them on
+    first use."""
 
     pool: ResolvedPool
     summary: step.BatchSummary
     totals: step.StepTotals
     priced: Mapping[str, np.ndarray]
     inputs: Mapping[str, pa.Array]
-    # The priced rows, grouped by batch (batch b starts at starts[b]), for per-row columns.
-    rows: Rows | None = None
-    starts: np.ndarray | None = None
+    priced_rows: Rows | None = None
+    groups: Groups | None = None
 
     @property
     def n(self) -> int:
         return int(self.priced["batch_id"].size)
+
+    def sum(self, v: np.ndarray) -> np.ndarray:
+        """Exact int64 per-batch sums of ``v`` (one value per row of ``priced_rows``)."""
+        return self._groups().sum(v)
+
+    def max(self, v: np.ndarray) -> np.ndarray:
+        """Per-batch maxima of ``v`` (one value per row of ``priced_rows``)."""
+        return self._groups().max(v)
+
+    def _groups(self) -> Groups:
+        if self.groups is None:
+            raise ValueError("this context carries no request rows")
+        return self.groups
+
+    @cached_property
+    def _grouped(self) -> tuple[Rows, np.ndarray] | None:
+        if self.priced_rows is None or self.groups is None:
+            return None
+        rows, g = regroup(self.priced_rows, self.groups)
+        return rows, g.starts
+
+    @property
+    def rows(self) -> Rows | None:
+        """The priced rows grouped by batch (None when the context carries none)."""
+        return None if self._grouped is None else self._grouped[0]
+
+    @property
+    def starts(self) -> np.ndarray | None:
+        """Where each batch starts in :attr:`rows`."""
+        return None if self._grouped is None else self._grouped[1]
 
 
 @dataclass(frozen=True)
@@ -199,17 +236,17 @@ class OutputSpec:
 
 def price_grouped(r: ResolvedPool, rows: Rows, g: Groups, decode_threshold: int = 1,
                   sm_budget: int = 0, spec: OutputSpec | None = None) -> pa.Table:
-    """Price rows that are grouped by batch and already validated: one row per batch.
+    """Price validated rows of whole batches (``g``: grouped or in any order, request order
+    within each batch): one row per batch, in ``g``'s batch order.
 
     The arguments apply where ``rows`` has no per-batch column."""
     spec = spec or OutputSpec()
     schema = spec.schema()
     if g.n == 0:
         return schema.empty_table()
-    first = g.starts
-    thr: np.ndarray | int = (rows.decode_threshold[first] if rows.decode_threshold is not None
-                             else int(decode_threshold))
-    sm = (rows.sm_budget[first] if rows.sm_budget is not None
+    thr: np.ndarray | int = (rows.decode_threshold[g.starts]
+                             if rows.decode_threshold is not None else int(decode_threshold))
+    sm = (rows.sm_budget[g.starts] if rows.sm_budget is not None
           else np.full(g.n, int(sm_budget), np.int64))
     summary = summarise_columns(r, g, rows.scheduled, rows.computed, thr, sm)
     totals = step.compose(r, summary)
@@ -228,8 +265,8 @@ def price_grouped(r: ResolvedPool, rows: Rows, g: Groups, decode_threshold: int 
         pa.array(code.astype(np.uint8), pa.uint8()), _BOTTLENECK_VALUES, ordered=True)
     extra = rows.extra or {}
     if spec.producers:
-        inputs = {n: extra[n].take(pa.array(first)) for n in spec.inputs}
-        ctx = BatchContext(r, summary, totals, cols, inputs, rows, g.starts)
+        inputs = {n: extra[n].take(pa.array(g.starts)) for n in spec.inputs}
+        ctx = BatchContext(r, summary, totals, cols, inputs, rows, g)
         for p in spec.producers:
             got = p.produce(ctx)
             for f in p.fields:
@@ -237,7 +274,7 @@ def price_grouped(r: ResolvedPool, rows: Rows, g: Groups, decode_threshold: int 
                     raise TypeError(f"column producer {p.name!r} did not return {f.name!r}")
                 arrays[f.name] = _column(got[f.name], f, g.n, p.name)
     for f in spec.keep_fields:
-        arrays[f.name] = extra[f.name].take(pa.array(first))
+        arrays[f.name] = extra[f.name].take(pa.array(g.starts))
     return pa.table([arrays[f.name] for f in schema], schema=schema)
 
 

@@ -21,8 +21,17 @@ from ..sources import TraceSource, open_trace
 from ..trace import BATCH_COLUMNS, Rows, TraceError, coerce
 from .batch_table import BatchTable
 from .columns import OutputSpec, check_rows, price_grouped
-from .groups import Groups, batch_checks, group, groups_from_starts
+from .groups import (
+    Groups,
+    batch_checks,
+    group,
+    groups_from_starts,
+    groups_in_range,
+    runs,
+    sums_fit,
+)
 from .over_limit import reject_over_limit
+from .partition import group_piece
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
@@ -165,6 +174,24 @@ class Engine:
         if sort_output and g.n > 1 and not bool(np.all(g.ids[1:] > g.ids[:-1])):
             out = out.take(pa.array(np.argsort(g.ids, kind="stable")))
         return Priced(out, rej, len(rows), g.n)
+
+    def price_range_task(self, rows: Rows, lo: int, span: int) -> Priced:
+        """Price rows, in input order, holding every row of the batches with ids in
+        ``[lo, lo + span)``: in place when nothing needs them contiguous (no rejected row,
+        no per-batch column in the trace, no over-limit rejection, sums that surely fit
+        int64, a piece of ordinary size), else grouped first. Batches come out in id order."""
+        if self._in_place(rows, span):
+            g = groups_in_range(rows.batch_id, lo, span)
+            if sums_fit(rows.scheduled, rows.computed, int(g.counts.max())):
+                out = price_grouped(self.r, rows, g, **self.defaults, spec=self.spec)
+                return Priced(out, [], len(rows), g.n)
+        rows = group_piece(rows, lo, span)
+        return self.price_task(rows, runs(rows.batch_id))
+
+    def _in_place(self, rows: Rows, span: int) -> bool:
+        return (0 < len(rows) <= PRICE_ROWS * 3 // 2 and span <= 1 << 16
+                and self.over_limit is None and rows.decode_threshold is None
+                and rows.sm_budget is None and not rows.bad.any())
 
     def _price_pieces(self, rows: Rows, g: Groups) -> pa.Table:
         """price_grouped in pieces of about PRICE_ROWS rows (whole batches), so the walk's

@@ -3,6 +3,12 @@
 Rows arrive validated one by one (:func:`kernel.trace.coerce`); here they are arranged so each
 batch's requests are contiguous and in input order (:func:`group`), and batches that cannot
 be priced whole are set aside with their reason (:func:`batch_checks`).
+
+Pricing itself does not need the rows moved: every per-batch reduction of the walk is a sum,
+a count or a maximum keyed by a dense batch index, accumulated in row order, so rows of whole
+batches in input order price the same as grouped ones (:func:`groups_in_range`,
+``Groups.grouped`` false). Only per-batch slices (rejects, producers reading ``ctx.rows``)
+want them contiguous (:func:`regroup`).
 """
 
 from __future__ import annotations
@@ -24,18 +30,66 @@ from ..trace import (
     row_values,
 )
 
-__all__ = ["Groups", "batch_checks", "group", "groups_from_starts", "groups_of_grouped", "runs"]
+__all__ = ["Groups", "batch_checks", "group", "groups_from_starts", "groups_in_range",
+           "groups_of_grouped", "regroup", "runs", "sums_fit"]
 
 
 @dataclass
 class Groups:
-    starts: np.ndarray  # first row of each batch (rows grouped, batches in first-seen order)
+    """The batches of a set of rows: ``inv`` maps each row to its batch (0..n-1).
+
+    ``grouped``: each batch's rows are contiguous, batch ``b`` from ``starts[b]`` to the next
+    start. Otherwise rows may be in any order, ``counts`` holds each batch's rows, and
+    ``starts`` each batch's first row (computed when first asked for)."""
+
+    starts_: np.ndarray | None  # first row of each batch (None: not computed yet)
     ids: np.ndarray  # batch id of each batch
     inv: np.ndarray  # dense batch index of each row
+    grouped: bool = True
+    counts_: np.ndarray | None = None
 
     @property
     def n(self) -> int:
-        return int(self.starts.size)
+        return int(self.ids.size)
+
+    @property
+    def starts(self) -> np.ndarray:
+        """The first row of each batch (where its run starts, when grouped)."""
+        if self.starts_ is None:
+            first = np.full(self.n, self.inv.size, np.int64)
+            np.minimum.at(first, self.inv, np.arange(self.inv.size, dtype=np.int64))
+            self.starts_ = first
+        return self.starts_
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Rows of each batch (int64)."""
+        if self.counts_ is None:
+            self.counts_ = (np.diff(np.append(self.starts, self.inv.size)) if self.grouped
+                            else np.bincount(self.inv, minlength=self.n))
+        return self.counts_
+
+    def sum(self, v: np.ndarray) -> np.ndarray:
+        """Exact int64 per-batch sums of a per-row integer column."""
+        v = v.astype(np.int64, copy=False)
+        if self.n == 0:
+            return np.zeros(0, np.int64)
+        if self.grouped:
+            return np.add.reduceat(v, self.starts)
+        out = np.zeros(self.n, np.int64)
+        np.add.at(out, self.inv, v)
+        return out
+
+    def max(self, v: np.ndarray) -> np.ndarray:
+        """Per-batch maxima of a per-row integer column (int64)."""
+        v = v.astype(np.int64, copy=False)
+        if self.n == 0:
+            return np.zeros(0, np.int64)
+        if self.grouped:
+            return np.maximum.reduceat(v, self.starts)
+        out = np.full(self.n, np.iinfo(np.int64).min, np.int64)
+        np.maximum.at(out, self.inv, v)
+        return out
 
 
 def runs(ids: np.ndarray) -> np.ndarray:
@@ -60,6 +114,38 @@ def groups_from_starts(ids: np.ndarray, starts: np.ndarray) -> Groups:
         inv[starts[1:]] = 1
         np.cumsum(inv, out=inv)
     return Groups(starts, ids[starts], inv)
+
+
+def groups_in_range(ids: np.ndarray, lo: int, span: int) -> Groups:
+    """The batches of rows in any order whose ids lie in ``[lo, lo + span)`` (``span`` small:
+    a histogram of that many entries), batches in id order; rows are not moved."""
+    key = ids - np.int64(lo)
+    counts = np.bincount(key, minlength=span)
+    present = np.flatnonzero(counts)
+    if present.size < span:  # ids with no row: renumber the batches densely
+        dense = np.cumsum(counts > 0) - 1
+        key = dense[key]
+        counts = counts[present]
+    return Groups(None, present + np.int64(lo), key, grouped=False, counts_=counts)
+
+
+def regroup(rows: Rows, g: Groups) -> tuple[Rows, Groups]:
+    """Rows in any order and their batches, made contiguous (stably: input order within a
+    batch, batches in ``g``'s order)."""
+    if g.grouped:
+        return rows, g
+    order = np.argsort(g.inv, kind="stable")
+    starts = np.zeros(g.n, np.int64)
+    np.cumsum(g.counts[:-1], out=starts[1:])
+    return rows.take(order), Groups(starts, g.ids, g.inv[order], counts_=g.counts)
+
+
+def sums_fit(scheduled: np.ndarray, computed: np.ndarray, longest: int) -> bool:
+    """Whether every per-batch sum of scheduled + computed surely fits int64 (batches of at
+    most ``longest`` rows); when not, :func:`batch_checks` checks batch by batch."""
+    if scheduled.size == 0:
+        return True
+    return (int(scheduled.max()) + int(computed.max())) * longest < 2**62
 
 
 def group(rows: Rows) -> tuple[Rows, Groups]:
@@ -95,8 +181,8 @@ def batch_checks(rows: Rows, g: Groups, inline_batch_cols: tuple[str, ...],
     any_bad = bool(rows.bad.any())
     s = np.where(good, rows.scheduled, 0) if any_bad else rows.scheduled
     c = np.where(good, rows.computed, 0) if any_bad else rows.computed
-    longest = int(np.diff(np.append(g.starts, len(rows))).max()) if nb else 0
-    if nb and (int(s.max()) + int(c.max())) * longest >= 2**62:  # sums might not fit int64
+    longest = int(g.counts.max()) if nb else 0
+    if nb and not sums_fit(s, c, longest):
         approx = np.bincount(g.inv, weights=s.astype(np.float64) + c.astype(np.float64),
                              minlength=nb)
         for b in np.flatnonzero(approx >= 2.0**62):  # exact check in Python ints (rare)

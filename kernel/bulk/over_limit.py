@@ -33,10 +33,14 @@ def limits_producer(lim: limits.Limits) -> ColumnProducer:
     """The ``limits`` column for a pool with limits ``lim``."""
 
     def produce(ctx: BatchContext) -> dict[str, Any]:
-        if ctx.rows is None or ctx.starts is None:  # pragma: no cover - price_grouped sets them
+        rows = ctx.priced_rows
+        if rows is None:  # pragma: no cover - price_grouped sets them
             raise RuntimeError("the limits column needs the priced rows")
-        masks = limits.check_rows(lim, ctx.starts, ctx.rows.scheduled, ctx.rows.computed,
-                                  np.asarray(ctx.priced["no_overlap_ns"]))
+        context = rows.scheduled.astype(np.int64) + rows.computed  # (sums checked to fit)
+        held = ctx.sum(limits.blocks_held(context, lim.block_tokens))
+        masks = limits.check_batches(lim, ctx.summary.n_requests, ctx.summary.tokens_all,
+                                     ctx.max(context), held,
+                                     np.asarray(ctx.priced["no_overlap_ns"]))
         return {"limits": pa.array(limits.labels(masks), pa.string())}
 
     return ColumnProducer("limits", (LIMITS_FIELD,), produce)

@@ -12,13 +12,17 @@ whole batches side by side, batches in id order and each batch's rows in input o
    (numpy's stable argsort on 8/16-bit keys is a radix sort), chunk by chunk on the pool, each
    chunk freed once scattered (reading a chunk's rows in order and writing ~100 streams is
    cache-friendly; gathering a piece from every chunk would not be);
-4. each piece, when priced, taken from the scattered chunks in input order and grouped by a
-   stable radix sort on ``id - piece's first id`` (16-bit when the piece spans < 65,536 ids).
+4. each piece, when priced, taken from the scattered chunks in input order
+   (:func:`gather_piece`) and priced where it lies: the walk keys each row by ``id - piece's
+   first id`` and never needs a batch's rows contiguous (:mod:`kernel.bulk.groups`). Only
+   when something does (a rejected row, a per-batch column, over-limit rejection) is the
+   piece grouped (:func:`group_piece`), by a stable radix sort on that key (16-bit when the
+   piece spans < 65,536 ids).
 
-All of it is linear in the rows but the last step's fallback (a piece spanning more ids, e.g.
-sparse 64-bit ids: a stable merge sort of that piece alone). Rows keep their input order
-within a batch, so float sums accumulate exactly as for a sorted trace: the prices are equal
-bit for bit. Columns are kept narrow (int32 where the values fit) while they wait
+All of it is linear in the rows but the grouping fallback for a piece spanning more ids
+(e.g. sparse 64-bit ids: a stable merge sort of that piece alone). Rows keep their input
+order within a batch, so float sums accumulate exactly as for a sorted trace: the prices are
+equal bit for bit. Columns are kept narrow (int32 where the values fit) while they wait
 (:meth:`kernel.trace.Rows.narrowed`).
 """
 
@@ -162,13 +166,12 @@ def _take(rows: Rows, order: np.ndarray, fresh: bool) -> Rows:
                 take(rows.decode_threshold), take(rows.sm_budget))
 
 
-def gather_piece(chunks: list[tuple[Rows, np.ndarray]], part: Partition, k: int) -> Rows:
-    """Piece ``k``'s rows from every scattered chunk (``(rows, offsets)``, in input order),
-    grouped by batch (ids increasing, input order within a batch), as int64."""
+def gather_piece(chunks: list[tuple[Rows, np.ndarray]], k: int) -> Rows:
+    """Piece ``k``'s rows from every scattered chunk (``(rows, offsets)``), in input order,
+    as int64."""
     parts = [rows.slice(int(off[k]), int(off[k + 1])) for rows, off in chunks
              if off[k + 1] > off[k]]
-    rows = Rows.concat(parts) if parts else Rows.empty()
-    return group_piece(rows, part.piece_lo(k), part.piece_span(k))
+    return Rows.concat(parts, wide=True) if parts else Rows.empty()
 
 
 def group_piece(rows: Rows, lo: int, span: int) -> Rows:

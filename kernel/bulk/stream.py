@@ -280,8 +280,7 @@ def _memory_units(eng: Engine, held: list[Held], prior: Partition | None,
     held.clear()
 
     def piece(k: int, p: Partition = part) -> Priced:
-        rows = gather_piece(chunks, p, k)
-        return eng.price_task(rows, runs(rows.batch_id))
+        return eng.price_range_task(gather_piece(chunks, k), p.piece_lo(k), p.piece_span(k))
 
     sizes = sum(np.diff(off) for _, off in chunks)  # rows of each piece
     for k in np.flatnonzero(sizes).tolist():

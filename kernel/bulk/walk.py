@@ -1,10 +1,10 @@
 """The vectorised walk: :func:`kernel.step.summarise` and :func:`kernel.step.finish` on columns.
 
 :func:`summarise_columns` evaluates the per-request laws of :mod:`kernel.laws` on whole columns
-of grouped rows and reduces them per batch into a :class:`kernel.step.BatchSummary` of arrays:
-integer sums with ``np.add.reduceat`` (exact, order-free), float sums with
-``np.bincount(weights=...)``, which accumulates sequentially in row order exactly as the scalar
-walk does. :func:`kernel.step.compose` then runs unchanged on that array summary, and
+of rows and reduces them per batch into a :class:`kernel.step.BatchSummary` of arrays: integer
+sums exactly in int64 (``Groups.sum``: order-free), float sums with ``np.bincount(weights=...)``,
+which accumulates sequentially in row order exactly as the scalar walk does. So the rows of a
+batch need not be contiguous, only in request order among themselves. :func:`kernel.step.compose` then runs unchanged on that array summary, and
 :func:`finish_columns` is ``step.finish`` on arrays. The numbers equal ``Kernel.step_time``'s
 bit for bit.
 """
@@ -25,13 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["RESOURCE_NAMES", "finish_columns", "summarise_columns"]
 
 RESOURCE_NAMES = tuple(r.value for r in RESOURCES)  # sm, hbm, nvlink, nic, host
-
-
-def _isum(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Exact int64 per-batch sums of grouped rows."""
-    if starts.size == 0:
-        return np.zeros(0, np.int64)
-    return np.add.reduceat(x.astype(np.int64, copy=False), starts)
 
 
 def _fsum(inv: np.ndarray, w: np.ndarray, nb: int) -> np.ndarray:
@@ -94,18 +87,18 @@ def summarise_columns(r: ResolvedPool, g: Groups, scheduled: np.ndarray, compute
                       threshold: np.ndarray | int, sm_budget: np.ndarray) -> step.BatchSummary:
     """step.summarise for every batch at once.
 
-    Rows are grouped by batch (``g``), in request order within each batch, and validated
+    Rows are in request order within each batch (``g``: grouped or not), and validated
     (``scheduled``, ``computed`` >= 0, so a request is skipped exactly when both are 0);
     ``threshold`` is per batch (or one int for all), ``sm_budget`` per batch.
     """
     p = step.prepared(r)
     nb = g.n
-    inv, starts = g.inv, g.starts
+    inv = g.inv
     s = scheduled.astype(np.int64, copy=False)
     c = computed.astype(np.int64, copy=False)
-    n_requests = np.diff(np.append(starts, s.size))
-    tokens_all = _isum(s, starts)
-    computed_all = _isum(c, starts)
+    n_requests = g.counts
+    tokens_all = g.sum(s)
+    computed_all = g.sum(c)
     # Index lists of the (usually few) rows that are not plain decodes with context.
     width = p.uniform_width
     odd = np.flatnonzero(s != width)  # rows breaking a uniform decode
@@ -136,9 +129,9 @@ def summarise_columns(r: ResolvedPool, g: Groups, scheduled: np.ndarray, compute
     ps, pc_, pinv = s[pi], c[pi], inv[pi]
     pre_req = np.bincount(pinv, minlength=nb).astype(np.int64)
     dec_req = n_live - pre_req
-    pre_s = _isum_sparse(pinv, ps, nb)
+    pre_s = _isum_sparse(pinv, ps, nb, g.grouped)
     dec_tok = tokens_all - pre_s
-    dec_kv = tokens_all + computed_all - pre_s - _isum_sparse(pinv, pc_, nb)
+    dec_kv = tokens_all + computed_all - pre_s - _isum_sparse(pinv, pc_, nb, g.grouped)
     # Prefill rows.
     pcp, dcp, inter = p.pcp, p.dcp, p.interleave
     pairs = laws.causal_pairs(ps, pc_)
@@ -154,8 +147,8 @@ def summarise_columns(r: ResolvedPool, g: Groups, scheduled: np.ndarray, compute
     if local is ps:
         pre_tok, withheld = pre_s, np.zeros(nb, np.int64)
     else:
-        pre_tok = _isum_sparse(pinv, local, nb)
-        withheld = _isum_sparse(pinv, ps - local, nb)
+        pre_tok = _isum_sparse(pinv, local, nb, g.grouped)
+        withheld = _isum_sparse(pinv, ps - local, nb, g.grouped)
     windowed = []
     for w in p.windows:
         if len(chunks) == 1:
@@ -186,13 +179,17 @@ def summarise_columns(r: ResolvedPool, g: Groups, scheduled: np.ndarray, compute
         runs)
 
 
-def _isum_sparse(inv: np.ndarray, x: np.ndarray, nb: int) -> np.ndarray:
-    """Exact int64 per-batch sums of a subset of rows (``inv`` non-decreasing)."""
+def _isum_sparse(inv: np.ndarray, x: np.ndarray, nb: int, grouped: bool) -> np.ndarray:
+    """Exact int64 per-batch sums of a subset of rows (``grouped``: ``inv`` non-decreasing)."""
     out = np.zeros(nb, np.int64)
     if inv.size == 0:
         return out
-    st = runs(inv)
-    out[inv[st]] = np.add.reduceat(x.astype(np.int64, copy=False), st)
+    x = x.astype(np.int64, copy=False)
+    if grouped:
+        st = runs(inv)
+        out[inv[st]] = np.add.reduceat(x, st)
+    else:
+        np.add.at(out, inv, x)
     return out
 
 

@@ -1,0 +1,132 @@
+"""Pricing rows where they lie: batches whose rows are not contiguous price exactly like
+grouped ones (the walk reduces by a dense batch index, in row order), so a trace in no known
+order is never grouped unless something needs the rows contiguous."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kernel
+from kernel import bulk, step
+from kernel.bulk import BatchContext, ColumnProducer, engine, walk
+from kernel.bulk.groups import groups_in_range, groups_of_grouped, regroup
+from kernel.trace import Rows
+from kernel.utilisation import column_producer
+
+from .bulk_pools import VARIANTS, pool
+from .test_bulk import random_trace
+from .test_bulk_io import _orders
+
+DS3 = "deepseek-v3-h200-fp8-sglang-tp8"
+
+
+def _interleaved(ids: np.ndarray, seed: int) -> np.ndarray:
+    """A permutation of the rows that mixes batches but keeps each batch's rows in order."""
+    key = np.random.default_rng(seed).random(ids.size)
+    for b in np.unique(ids):  # each batch's keys sorted: its rows stay in order
+        at = np.flatnonzero(ids == b)
+        key[at] = np.sort(key[at])
+    return np.argsort(key, kind="stable")
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 300), span=st.integers(1, 70), seed=st.integers(0, 10**6))
+def test_batches_of_rows_in_any_order_reduce_like_grouped_ones(n: int, span: int,
+                                                                seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    lo = int(rng.integers(-2**40, 2**40))
+    ids = lo + rng.integers(0, span, n)
+    v = rng.integers(-2**40, 2**40, n)
+    g = groups_in_range(ids, lo, span)
+    order = np.argsort(ids, kind="stable")
+    want = groups_of_grouped(ids[order])
+    assert not g.grouped and g.ids.tolist() == want.ids.tolist()
+    assert g.counts.tolist() == want.counts.tolist()
+    assert g.sum(v).tolist() == want.sum(v[order]).tolist()
+    assert g.max(v).tolist() == want.max(v[order]).tolist()
+    assert order[want.starts].tolist() == g.starts.tolist()  # each batch's first row
+    rows = Rows(np.arange(n), ids, v, v, np.zeros(n, bool))
+    grouped, gg = regroup(rows, g)
+    assert gg.grouped and grouped.row.tolist() == order.tolist()
+    assert gg.starts.tolist() == want.starts.tolist()
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_the_walk_sums_rows_in_place_bit_for_bit(variant: str) -> None:
+    r = pool(**VARIANTS[variant])
+    df = random_trace(150, 11, per_batch_cols=False)
+    ids = df["batch_id"].to_numpy()
+    s, c = df["scheduled"].to_numpy(), df["computed"].to_numpy()
+    grouped = groups_of_grouped(ids)
+    nb = grouped.n
+    thr, sm = np.ones(nb, np.int64), np.full(nb, 66, np.int64)
+    want = walk.summarise_columns(r, grouped, s, c, thr, sm)
+    for seed in range(3):
+        perm = _interleaved(ids, seed)
+        mixed = groups_in_range(ids[perm], int(ids.min()), int(ids.max() - ids.min()) + 1)
+        got = walk.summarise_columns(r, mixed, s[perm], c[perm], thr, sm)
+        for name, a, b in zip(step.BatchSummary._fields, got, want, strict=True):
+            if isinstance(a, tuple):
+                assert len(a) == len(b), name
+                for x, y in zip(a, b, strict=True):
+                    assert np.array_equal(x, y) and np.asarray(x).dtype == np.asarray(y).dtype
+            else:
+                assert np.array_equal(a, b), name
+
+
+def _widest_request(ctx: BatchContext) -> dict[str, Any]:
+    """A producer that reads the grouped rows (as producers written for sorted traces do)."""
+    assert ctx.rows is not None and ctx.starts is not None
+    assert bool(np.all(np.diff(ctx.rows.batch_id) >= 0))  # grouped, batches in id order
+    return {"widest": np.maximum.reduceat(ctx.rows.scheduled, ctx.starts)}
+
+
+WIDEST = ColumnProducer("widest", (pa.field("widest", pa.int64()),), _widest_request)
+
+
+@pytest.fixture(scope="module")
+def ds3() -> Any:
+    return kernel.open(DS3)
+
+
+def test_a_shuffled_trace_is_priced_in_place_with_every_kind_of_column(
+        tmp_path: Path, ds3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(5)
+    df = random_trace(400, 5, per_batch_cols=False)
+    df = df.with_columns(pl.Series("replica", rng.choice(["a", "b"], df.height)))
+    extra: dict[str, Any] = {"producers": [column_producer(), WIDEST], "keep": ["replica"]}
+    want = bulk.price(ds3, df, **extra)
+    assert (want["limits"] != "").any() and (want["limits"] == "").any()
+    grouped_pieces: list[int] = []
+    real = engine.group_piece
+
+    def counting(rows: Rows, lo: int, span: int) -> Rows:
+        grouped_pieces.append(len(rows))
+        return real(rows, lo, span)
+
+    monkeypatch.setattr(engine, "group_piece", counting)
+    for name in ("shuffled", "request-major"):
+        src, dst = tmp_path / f"{name}.parquet", tmp_path / f"{name}.out.parquet"
+        _orders(df, 5)[name].write_parquet(src, row_group_size=101)
+        counts = bulk.price_file(ds3, src, dst, chunk_rows=60, progress=False, **extra)
+        assert counts.mode == "sorted"
+        assert pl.read_parquet(dst).equals(want), name
+    assert grouped_pieces == []  # every piece priced where its rows lay
+    # a rejected row: its piece is grouped first (its batch is set aside), the rest unchanged
+    bad = _orders(df, 5)["shuffled"].with_columns(
+        pl.when(pl.int_range(pl.len()) == 7).then(-1).otherwise(pl.col("computed"))
+        .alias("computed"))
+    src, dst = tmp_path / "bad.parquet", tmp_path / "bad.out.parquet"
+    bad.write_parquet(src, row_group_size=101)
+    counts = bulk.price_file(ds3, src, dst, chunk_rows=60, progress=False, **extra)
+    assert len(grouped_pieces) == 1 and counts.rows_rejected >= 1
+    dropped = bad["batch_id"][7]
+    assert pl.read_parquet(dst).equals(want.filter(pl.col("batch_id") != dropped))
