@@ -217,6 +217,7 @@ def step_utilisation(r: Any, batch: Batch, no_overlap_ns: int) -> Utilisation:
 
 # Beside the six utilisation columns, the two the report's throughput and KV sections read.
 EXTRA_COLUMNS: tuple[str, ...] = ("prefill_tokens", "kv_blocks")
+KV_BLOCKS = "utilisation.kv_blocks"  # the row total behind the kv_blocks column
 
 
 def batch_columns(ctx: Any) -> dict[str, np.ndarray]:
@@ -231,15 +232,7 @@ def batch_columns(ctx: Any) -> dict[str, np.ndarray]:
     out = {name: np.broadcast_to(np.asarray(v, np.float64), (n,))
            for name, v in zip(UTILISATION_COLUMNS, u, strict=True)}
     out["prefill_tokens"] = np.asarray(s.tokens_all - s.decode_tokens, np.int64)
-    rows = ctx.priced_rows
-    if rows is None:
-        raise ValueError("the utilisation columns need the request rows of the batches")
-    # A request holds ⌈context / (block_size × DCP shards)⌉ blocks, as the deployment-limit
-    # check counts them.
-    shard = r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers else 1
-    block = max(int(r.block_size), 1) * shard
-    held = -(-(rows.computed.astype(np.int64) + rows.scheduled) // block)
-    out["kv_blocks"] = ctx.sum(held)
+    out["kv_blocks"] = ctx.row_totals[KV_BLOCKS]
     return out
 
 
@@ -247,8 +240,16 @@ def column_producer() -> Any:
     """The bulk column producer of the utilisation columns (``price(..., producers=[…])``)."""
     import pyarrow as pa
 
-    from .bulk.columns import ColumnProducer
+    from .bulk.columns import ColumnProducer, RowTotal
 
     fields = tuple(pa.field(c, pa.float64()) for c in UTILISATION_COLUMNS) + tuple(
         pa.field(c, pa.int64()) for c in EXTRA_COLUMNS)
-    return ColumnProducer("utilisation", fields, batch_columns)
+    return ColumnProducer("utilisation", fields, batch_columns,
+                          totals=(RowTotal(KV_BLOCKS, "sum", kv_blocks_held),), needs_rows=False)
+
+
+def kv_blocks_held(r: Any, scheduled: np.ndarray, computed: np.ndarray) -> np.ndarray:
+    """KV blocks each request holds: ⌈context / (block_size × DCP shards)⌉, as the
+    deployment-limit check counts them."""
+    shard = r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers else 1
+    return -(-(computed + scheduled) // (max(int(r.block_size), 1) * shard))

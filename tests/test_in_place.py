@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -130,3 +131,103 @@ def test_a_shuffled_trace_is_priced_in_place_with_every_kind_of_column(
     assert len(grouped_pieces) == 1 and counts.rows_rejected >= 1
     dropped = bad["batch_id"][7]
     assert pl.read_parquet(dst).equals(want.filter(pl.col("batch_id") != dropped))
+
+
+# -- mode "summed": per-batch sums as the rows stream by --------------------------------------
+
+def _shuffled_parquet(tmp_path: Path, df: pl.DataFrame, name: str, seed: int = 5) -> Path:
+    src = tmp_path / f"{name}.parquet"
+    _orders(df, seed)[name].write_parquet(src, row_group_size=101)
+    return src
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), pieces=st.integers(1, 12),
+       variant=st.sampled_from(sorted(VARIANTS)))
+def test_sums_added_piece_by_piece_equal_sums_of_all_rows(seed: int, pieces: int,
+                                                          variant: str) -> None:
+    p = step.prepared(pool(**VARIANTS[variant]))
+    df = random_trace(40, seed % 1000, per_batch_cols=False)
+    ids = df["batch_id"].to_numpy()
+    perm = _interleaved(ids, seed)
+    key, s, c = ids[perm] - ids.min(), df["scheduled"].to_numpy()[perm], \
+        df["computed"].to_numpy()[perm]
+    span = int(key.max()) + 1
+    whole = walk.RowSums.zeros(p, span).add(walk.row_terms(p, key, s, c, 1))
+    cuts = np.sort(np.random.default_rng(seed).integers(0, key.size, pieces - 1))
+    parts = walk.RowSums.zeros(p, span)
+    for a, b in zip([0, *cuts], [*cuts, key.size], strict=True):
+        parts.add(walk.row_terms(p, key[a:b], s[a:b], c[a:b], 1))
+    keep = np.flatnonzero(whole.sums["requests"])
+    sm = np.zeros(keep.size, np.int64)
+    want, got = whole.select(keep).summary(p, sm), parts.select(keep).summary(p, sm)
+    for name, a, b in zip(step.BatchSummary._fields, got, want, strict=True):
+        if isinstance(a, tuple):
+            assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True)), name
+        else:
+            assert np.array_equal(a, b), name
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_a_pool_prices_a_request_major_trace_by_summing_it(tmp_path: Path, variant: str) -> None:
+    r = pool(**VARIANTS[variant])
+    df = random_trace(300, 8, per_batch_cols=False)
+    want = bulk.price(r, df)
+    # request by request: rows near each other in id, summed as they come; shuffled: grouped
+    for name, mode in (("request-major", "summed"), ("shuffled", "sorted")):
+        dst = tmp_path / f"{name}.out.parquet"
+        counts = bulk.price_file(r, _shuffled_parquet(tmp_path, df, name), dst, chunk_rows=70,
+                                 progress=False)
+        assert counts.mode == mode, name
+        assert pl.read_parquet(dst).equals(want), (variant, name)
+        cols = pq.ParquetFile(dst).metadata.row_group(0).sorting_columns
+        assert cols and cols[0].column_index == 0  # batch_id order, recorded
+
+
+def test_a_kernel_sums_a_request_major_trace_with_its_limits_and_utilisation(
+        tmp_path: Path, ds3: Any) -> None:
+    df = random_trace(500, 9, per_batch_cols=False)
+    want = bulk.price(ds3, df, producers=[column_producer()])
+    assert (want["limits"] != "").any() and (want["limits"] == "").any()
+    src, dst = _shuffled_parquet(tmp_path, df, "request-major"), tmp_path / "o.parquet"
+    counts = bulk.price_file(ds3, src, dst, chunk_rows=64, progress=False,
+                             producers=[column_producer()])
+    assert counts.mode == "summed"
+    assert (counts.rows_in, counts.rows_priced, counts.batches_priced) == (
+        df.height, df.height, want.height)
+    assert pl.read_parquet(dst).equals(want)
+
+
+@pytest.mark.parametrize("case", ["keep", "per-batch column", "row producer", "csv",
+                                  "rejected row", "over limit", "huge counts"])
+def test_what_needs_the_rows_of_a_batch_takes_the_grouping_path(tmp_path: Path, ds3: Any,
+                                                                case: str) -> None:
+    df = random_trace(200, 10, per_batch_cols=case == "per-batch column")
+    kw: dict[str, Any] = {}
+    if case == "keep":
+        df = df.with_columns(pl.col("batch_id").mod(3).alias("tag"))
+        kw["keep"] = ["tag"]
+    elif case == "row producer":
+        kw["producers"] = [WIDEST]
+    elif case == "over limit":
+        kw["reject_over_limit"] = True
+    elif case == "huge counts":  # a batch's sums might pass int64: checked batch by batch
+        sizes = df.group_by("batch_id").len()
+        big = sizes.filter(pl.col("len") >= 2)["batch_id"][0]
+        df = df.with_columns(pl.when(pl.col("batch_id") == big).then(2**62)
+                             .otherwise(pl.col("computed")).alias("computed"))
+    elif case == "rejected row":
+        df = df.with_columns(pl.when(pl.int_range(pl.len()) == 5).then(-1)
+                             .otherwise(pl.col("scheduled")).alias("scheduled"))
+    want = bulk.price_result(ds3, df, on_reject="ignore", **kw)
+    src = _shuffled_parquet(tmp_path, df, "request-major")
+    if case == "csv":  # no statistics: the id range is not known before reading
+        src = tmp_path / "t.csv"
+        _orders(df, 5)["request-major"].write_csv(src)
+    dst, rej = tmp_path / "o.parquet", tmp_path / "r.parquet"
+    counts = bulk.price_file(ds3, src, dst, rejects=rej, chunk_rows=64, progress=False, **kw)
+    assert counts.mode == "sorted", case
+    assert pl.read_parquet(dst).equals(want.priced), case
+    assert counts.rows_rejected == want.counts.rows_rejected
+    if case in ("rejected row", "huge counts", "over limit"):
+        assert counts.rows_rejected > 0, case

@@ -12,6 +12,7 @@ function that computes them for a whole set of batches at once::
         # ctx.totals   step.StepTotals of arrays (compose's result, before finish)
         # ctx.priced   the base columns as numpy arrays (overlap_ns, sm_ns, tokens, ...)
         # ctx.inputs   the trace columns named in ``inputs``, one value per batch (its first row)
+        # ctx.row_totals  the producer's RowTotals, one value per batch
         # ctx.sum(v), ctx.max(v)  per-batch sums / maxima of a per-row column of ctx.priced_rows
         # ctx.rows, ctx.starts    the request rows grouped by batch, and where each batch starts
         return {"limits": ...}  # one entry per field, each of length ctx.n
@@ -25,6 +26,11 @@ that needs trace columns lists them in ``inputs``; the trace must have them.
 
 **Passed-through trace columns** — ``keep=["replica", "ts"]`` copies trace columns to the
 output, keyed by batch: each batch takes the value of its first row (in input order).
+
+A producer that needs of the rows only per-batch sums or maxima of a per-row quantity names
+them as row totals (:class:`RowTotal`, ``totals=``) and declares ``needs_rows=False``: the engine then
+computes them wherever the rows are, and a trace in no known order is priced as it streams,
+without keeping its rows by batch (``docs/traces.md``, mode ``summed``).
 
 A name may appear once in the output: a producer or ``keep`` column that repeats a base
 column or another added column is an error before any row is read.
@@ -54,9 +60,11 @@ __all__ = [
     "BatchContext",
     "ColumnProducer",
     "OutputSpec",
+    "RowTotal",
     "check_rows",
     "with_measured",
     "price_grouped",
+    "priced_table",
     "register_columns",
     "registered_columns",
     "unregister_columns",
@@ -91,8 +99,9 @@ class BatchContext:
     totals: step.StepTotals
     priced: Mapping[str, np.ndarray]
     inputs: Mapping[str, pa.Array]
-    priced_rows: Rows | None = None
+    priced_rows: Rows | None = None  # None when the rows streamed by (no producer needs them)
     groups: Groups | None = None
+    row_totals: Mapping[str, np.ndarray] = field(default_factory=dict)  # RowTotal name ->
 
     @property
     def n(self) -> int:
@@ -129,6 +138,25 @@ class BatchContext:
         return None if self._grouped is None else self._grouped[1]
 
 
+ROW_TOTAL_KINDS = ("sum", "max")
+
+
+@dataclass(frozen=True)
+class RowTotal:
+    """A per-batch total a producer reads as ``ctx.row_totals[name]``: the ``kind`` ("sum":
+    exact int64, or "max") over the batch's requests of ``per_row(pool, scheduled,
+    computed)`` (int64 arrays in, one int64 value per row out)."""
+
+    name: str
+    kind: str
+    per_row: Callable[[ResolvedPool, np.ndarray, np.ndarray], np.ndarray]
+
+    def __post_init__(self) -> None:
+        if self.kind not in ROW_TOTAL_KINDS:
+            raise ValueError(f"RowTotal {self.name!r}: kind must be one of {ROW_TOTAL_KINDS}, "
+                             f"not {self.kind!r}")
+
+
 @dataclass(frozen=True)
 class ColumnProducer:
     """Adds the columns ``fields`` to the priced table (see the module docstring)."""
@@ -137,6 +165,10 @@ class ColumnProducer:
     fields: tuple[pa.Field, ...]
     produce: Callable[[BatchContext], Mapping[str, Any]]
     inputs: tuple[str, ...] = ()
+    totals: tuple[RowTotal, ...] = ()  # per-batch totals of per-row values it reads
+    # False: ``produce`` reads no row (only ctx.row_totals and per-batch values), so the
+    # engine may price a trace without keeping its rows by batch.
+    needs_rows: bool = True
     # Optional row check on the ``inputs`` (one array each, per request row): a detail per
     # row, "" where the row is good. A bad row is rejected with ``reason`` (its batch goes
     # with it, as for any rejected row), so rows in = priced + rejected still holds.
@@ -213,7 +245,24 @@ class OutputSpec:
             if name in seen:
                 raise TraceError(f"{where} adds a column {name!r} the priced table already has")
             seen.add(name)
+        totals: dict[str, RowTotal] = {}
+        for p in ps:
+            for rt in p.totals:
+                if totals.setdefault(rt.name, rt) is not rt:
+                    raise TraceError(f"column producer {p.name!r} names a row total "
+                                     f"{rt.name!r} another producer defines differently")
         return spec
+
+    @property
+    def row_totals(self) -> tuple[RowTotal, ...]:
+        """Every producer's row totals (each name once)."""
+        return tuple({rt.name: rt for p in self.producers for rt in p.totals}.values())
+
+    @property
+    def needs_rows(self) -> bool:
+        """Whether the output needs the rows of each batch (a kept or input trace column, or
+        a producer that reads rows), rather than per-batch sums of them."""
+        return bool(self.keep or self.inputs) or any(p.needs_rows for p in self.producers)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -241,18 +290,35 @@ def price_grouped(r: ResolvedPool, rows: Rows, g: Groups, decode_threshold: int 
 
     The arguments apply where ``rows`` has no per-batch column."""
     spec = spec or OutputSpec()
-    schema = spec.schema()
     if g.n == 0:
-        return schema.empty_table()
+        return spec.schema().empty_table()
     thr: np.ndarray | int = (rows.decode_threshold[g.starts]
                              if rows.decode_threshold is not None else int(decode_threshold))
     sm = (rows.sm_budget[g.starts] if rows.sm_budget is not None
           else np.full(g.n, int(sm_budget), np.int64))
     summary = summarise_columns(r, g, rows.scheduled, rows.computed, thr, sm)
+    row_totals: dict[str, np.ndarray] = {}
+    for rt in spec.row_totals:
+        v = rt.per_row(r, rows.scheduled.astype(np.int64, copy=False),
+                       rows.computed.astype(np.int64, copy=False))
+        row_totals[rt.name] = g.sum(v) if rt.kind == "sum" else g.max(v)
+    extra = rows.extra or {}
+    inputs = {n: extra[n].take(pa.array(g.starts)) for n in spec.inputs}
+    return priced_table(r, g.ids, summary, spec, row_totals, inputs, rows, g)
+
+
+def priced_table(r: ResolvedPool, ids: np.ndarray, summary: step.BatchSummary,
+                 spec: OutputSpec, row_totals: Mapping[str, np.ndarray],
+                 inputs: Mapping[str, pa.Array] | None = None, rows: Rows | None = None,
+                 g: Groups | None = None) -> pa.Table:
+    """The priced table of batches ``ids`` from their walk summary: compose, finish, the
+    producers' columns and the kept columns (``inputs``: trace columns, one value per
+    batch; ``rows``/``g``: the rows, for producers that read them)."""
+    schema = spec.schema()
     totals = step.compose(r, summary)
     out = finish_columns(totals)
     code = out.pop("bottleneck")
-    cols: dict[str, Any] = {"batch_id": g.ids, "overlap_ns": out["overlap_ns"],
+    cols: dict[str, Any] = {"batch_id": ids, "overlap_ns": out["overlap_ns"],
                             "no_overlap_ns": out["no_overlap_ns"]}
     for n in RESOURCE_NAMES:
         cols[f"{n}_ns"] = out[f"{n}_ns"]
@@ -263,18 +329,17 @@ def price_grouped(r: ResolvedPool, rows: Rows, g: Groups, decode_threshold: int 
     arrays: dict[str, Any] = dict(cols)
     arrays["bottleneck"] = pa.DictionaryArray.from_arrays(
         pa.array(code.astype(np.uint8), pa.uint8()), _BOTTLENECK_VALUES, ordered=True)
-    extra = rows.extra or {}
+    inputs = inputs or {}
     if spec.producers:
-        inputs = {n: extra[n].take(pa.array(g.starts)) for n in spec.inputs}
-        ctx = BatchContext(r, summary, totals, cols, inputs, rows, g)
+        ctx = BatchContext(r, summary, totals, cols, inputs, rows, g, row_totals)
         for p in spec.producers:
             got = p.produce(ctx)
             for f in p.fields:
                 if f.name not in got:
                     raise TypeError(f"column producer {p.name!r} did not return {f.name!r}")
-                arrays[f.name] = _column(got[f.name], f, g.n, p.name)
+                arrays[f.name] = _column(got[f.name], f, ids.size, p.name)
     for f in spec.keep_fields:
-        arrays[f.name] = extra[f.name].take(pa.array(g.starts))
+        arrays[f.name] = inputs[f.name]
     return pa.table([arrays[f.name] for f in schema], schema=schema)
 
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from .. import limits
 from ..trace import Rows, record_rejects, reject_table, row_values
-from .columns import BatchContext, ColumnProducer
+from .columns import BatchContext, ColumnProducer, RowTotal
 from .groups import Groups, groups_of_grouped
 
 if TYPE_CHECKING:
@@ -30,20 +30,20 @@ LIMITS_FIELD = pa.field("limits", pa.string())
 
 
 def limits_producer(lim: limits.Limits) -> ColumnProducer:
-    """The ``limits`` column for a pool with limits ``lim``."""
+    """The ``limits`` column for a pool with limits ``lim`` (per-batch totals only, so it
+    never needs the rows kept by batch)."""
+    longest = RowTotal("limits.longest_context", "max", lambda _, s, c: s + c)
+    held = RowTotal("limits.kv_blocks_held", "sum",
+                    lambda _, s, c: limits.blocks_held(s + c, lim.block_tokens))
 
     def produce(ctx: BatchContext) -> dict[str, Any]:
-        rows = ctx.priced_rows
-        if rows is None:  # pragma: no cover - price_grouped sets them
-            raise RuntimeError("the limits column needs the priced rows")
-        context = rows.scheduled.astype(np.int64) + rows.computed  # (sums checked to fit)
-        held = ctx.sum(limits.blocks_held(context, lim.block_tokens))
         masks = limits.check_batches(lim, ctx.summary.n_requests, ctx.summary.tokens_all,
-                                     ctx.max(context), held,
+                                     ctx.row_totals[longest.name], ctx.row_totals[held.name],
                                      np.asarray(ctx.priced["no_overlap_ns"]))
         return {"limits": pa.array(limits.labels(masks), pa.string())}
 
-    return ColumnProducer("limits", (LIMITS_FIELD,), produce)
+    return ColumnProducer("limits", (LIMITS_FIELD,), produce, totals=(longest, held),
+                          needs_rows=False)
 
 
 def with_limits(k: Any, producers: Any) -> list[ColumnProducer]:

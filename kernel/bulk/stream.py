@@ -64,6 +64,7 @@ from .partition import (
     plan_from_ranges,
     scatter,
 )
+from .summed import ChunkTerms, Summed, rows_stay_near, summed_for
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
@@ -198,24 +199,27 @@ Unit = Callable[[], Priced]  # the pricing of one group of whole batches, run on
 Held = tuple[Rows, "np.ndarray | None"]  # rows, and their pieces' offsets once scattered
 
 
-def _validated(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor,
-               failure: list[BaseException], part: Partition | None) -> Iterator[Held]:
-    """Every chunk validated on the pool (one ahead), in order; columns narrowed to int32
-    where the values fit, since these rows wait to be grouped; scattered by ``part`` too when
-    a plan is known before reading (while the chunk is still in cache)."""
-    def task(item: tuple[pa.Table, int]) -> tuple[Any, np.ndarray | None]:
+def _validated(eng: Engine, tables: Iterator[pa.Table], pool: ThreadPoolExecutor,
+               failure: list[BaseException], part: Partition | None,
+               summed: Summed | None = None) -> Iterator[tuple[Rows, Any, ChunkTerms | None]]:
+    """Every chunk validated on the pool (one ahead), in order, with its terms for
+    ``summed``; columns narrowed to int32 where the values fit, since these rows wait to be
+    grouped; scattered by ``part`` too when a plan is known before reading (while the chunk
+    is still in cache)."""
+    def task(item: tuple[pa.Table, int]) -> tuple[Any, np.ndarray | None, ChunkTerms | None]:
         c = eng.coerce_task(item[0], item[1])
+        terms = summed.terms(c.rows) if summed is not None else None
         c.rows.narrowed()
         if part is not None and len(c.rows) and fits(part, c.rows.batch_id):
             c.rows, off = scatter(c.rows, part, fresh=True)
-            return c, off
-        return c, None
+            return c, off, terms
+        return c, None, terms
 
     try:
-        for c, off in _ordered(pool, task, _offsets(ts.chunks()), READ_AHEAD):
+        for c, off, terms in _ordered(pool, task, _offsets(tables), READ_AHEAD):
             rows = eng.take_coerced(c)
             if len(rows):
-                yield rows, off
+                yield rows, off, terms
     except BaseException as e:  # DuckDB would wrap it: keep the original
         failure.append(e)
         raise
@@ -232,28 +236,46 @@ def _estimated_bytes(ts: TraceSource) -> int | None:
 def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st: Stream,
                      *, workers: int, chunk_rows: int, tmp_parent: Path, sort_memory: str,
                      memory_budget: int) -> Iterator[Unit]:
-    """Rows of any order grouped in memory (:mod:`kernel.bulk.partition`) while they fit in
-    ``memory_budget`` bytes; beyond it, everything goes through DuckDB's external sort — the
-    rows gathered so far first, then the rest of the stream (nothing is read twice)."""
+    """Rows of any order summed per batch as they stream by (:mod:`kernel.bulk.summed`) or
+    grouped in memory (:mod:`kernel.bulk.partition`) while they fit in ``memory_budget``
+    bytes; beyond it, everything goes through DuckDB's external sort — the rows gathered so
+    far first, then the rest of the stream (nothing is read twice)."""
     failure: list[BaseException] = []
     est = _estimated_bytes(ts)
     in_memory = st.mode != "external" and (est is None or est <= memory_budget)
+    tables = ts.chunks()
+    summed = summed_for(eng, ts, memory_budget) if in_memory else None
+    if summed is not None:  # rows far apart are grouped instead: decided on the first chunk
+        first = next(tables, None)
+        tables = chain([] if first is None else [first], tables)
+        if first is not None and not rows_stay_near(first):
+            summed = None
     prior = (plan_from_ranges(ts.id_ranges, PRICE_ROWS)
              if in_memory and ts.id_ranges is not None else None)
-    parts = _validated(eng, ts, pool, failure, prior)
+    parts = _validated(eng, tables, pool, failure, None if summed is not None else prior,
+                       summed)
     held: list[Held] = []
     if in_memory:
-        used = 0
-        for h in parts:
-            held.append(h)
-            used += h[0].nbytes()
+        used = summed.nbytes() if summed is not None else 0
+        for rows, off, terms in parts:
+            held.append((rows, off))
+            if summed is not None and terms is not None:
+                summed.add(terms)
+            used += rows.nbytes()
             if used > memory_budget:
                 break
         else:
+            if summed is not None and summed.complete():
+                st.mode = "summed"
+                held.clear()
+                yield from summed.units()
+                return
+            summed = None
             yield from _memory_units(eng, held, prior, pool, workers)
             return
     st.mode = "external"
-    yield from _external_units(eng, ts, chain((h[0] for h in held), (h[0] for h in parts)),
+    summed = None
+    yield from _external_units(eng, ts, chain((h[0] for h in held), (p[0] for p in parts)),
                                failure, chunk_rows, tmp_parent, sort_memory)
 
 

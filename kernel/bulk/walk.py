@@ -1,37 +1,34 @@
 """The vectorised walk: :func:`kernel.step.summarise` and :func:`kernel.step.finish` on columns.
 
 :func:`summarise_columns` evaluates the per-request laws of :mod:`kernel.laws` on whole columns
-of rows and reduces them per batch into a :class:`kernel.step.BatchSummary` of arrays: integer
-sums exactly in int64 (``Groups.sum``: order-free), float sums with ``np.bincount(weights=...)``,
-which accumulates sequentially in row order exactly as the scalar walk does. So the rows of a
-batch need not be contiguous, only in request order among themselves. :func:`kernel.step.compose` then runs unchanged on that array summary, and
-:func:`finish_columns` is ``step.finish`` on arrays. The numbers equal ``Kernel.step_time``'s
-bit for bit.
+of rows and reduces them per batch into a :class:`kernel.step.BatchSummary` of arrays, in two
+steps: :func:`row_terms` (the laws on every row; pure, so it runs on any thread) and
+:class:`RowSums` (their per-batch sums: integers exact in int64, floats accumulated one row
+at a time in row order with ``np.add.at``, exactly as the scalar walk does). So a batch's rows
+need not be contiguous, only in request order among themselves, and may arrive in several
+pieces: a trace in no known order is summed as it streams by. :func:`kernel.step.compose`
+then runs unchanged on the array summary, and :func:`finish_columns` is ``step.finish`` on
+arrays. The numbers equal ``Kernel.step_time``'s bit for bit.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import laws, step
 from ..types import MAX_DURATION_NS, RESOURCES
-from .groups import Groups, runs
+from .groups import Groups
 
 if TYPE_CHECKING:
     from ..resolved import ResolvedPool
 
-__all__ = ["RESOURCE_NAMES", "finish_columns", "summarise_columns"]
+__all__ = ["INT_SUMS", "RESOURCE_NAMES", "RowSums", "RowTerms", "finish_columns", "float_sums",
+           "row_terms", "summarise_columns"]
 
 RESOURCE_NAMES = tuple(r.value for r in RESOURCES)  # sm, hbm, nvlink, nic, host
-
-
-def _fsum(inv: np.ndarray, w: np.ndarray, nb: int) -> np.ndarray:
-    """Per-batch float sums accumulated sequentially in row order (np.bincount's loop)."""
-    if w.size == 0:
-        return np.zeros(nb)
-    return np.bincount(inv, weights=w, minlength=nb)
 
 
 def _busiest_chunks(s: np.ndarray, c: np.ndarray, pcp: int, dcp: int
@@ -83,31 +80,138 @@ def _context_runs(inv: np.ndarray, s: np.ndarray, c: np.ndarray, nb: int) -> np.
     return out
 
 
-def summarise_columns(r: ResolvedPool, g: Groups, scheduled: np.ndarray, computed: np.ndarray,
-                      threshold: np.ndarray | int, sm_budget: np.ndarray) -> step.BatchSummary:
-    """step.summarise for every batch at once.
+# -- the walk in two steps: per-row terms, then per-batch sums --------------------------------
 
-    Rows are in request order within each batch (``g``: grouped or not), and validated
-    (``scheduled``, ``computed`` >= 0, so a request is skipped exactly when both are 0);
-    ``threshold`` is per batch (or one int for all), ``sm_budget`` per batch.
-    """
-    p = step.prepared(r)
-    nb = g.n
-    inv = g.inv
+# Integer sums per batch (exact in int64, order-free): requests, Σ scheduled, Σ computed,
+# requests breaking a uniform decode, with no context, skipped (ctx 0), prefills, Σ scheduled
+# and Σ computed over prefills, Σ rank-local prefill tokens, Σ tokens other PCP ranks hold.
+INT_SUMS = ("requests", "tokens", "computed", "odd", "no_ctx", "dead", "prefills",
+            "prefill_scheduled", "prefill_computed", "prefill_local", "withheld")
+
+
+def float_sums(p: step._Prepared) -> tuple[str, ...]:
+    """The float sums per batch, each accumulated in row order: Σ causal pairs of prefills,
+    per window Σ windowed pairs (before the factor 4), per decode-read signature Σ reads."""
+    return ("causal", *(f"windowed.{i}" for i in range(len(p.windows))),
+            *(f"reads.{i}" for i in range(len(p.decode_sigs))))
+
+
+@dataclass
+class RowTerms:
+    """What a set of rows adds to the per-batch sums: for each sum, the batch index of each
+    contributing row and its value (None: 1 per row), rows in input order; and the prefill
+    rows, for the context-gather runs. Computing them is the costly part of the walk and
+    touches no shared state."""
+
+    adds: list[tuple[str, np.ndarray, np.ndarray | None]]
+    prefill: tuple[np.ndarray, np.ndarray, np.ndarray]  # (batch, scheduled, computed)
+
+
+@dataclass
+class RowSums:
+    """Per-batch sums of the walk's per-row terms (:data:`INT_SUMS`, :func:`float_sums`),
+    one entry per batch.
+
+    Float sums are accumulated one row at a time in the order rows are added
+    (``np.add.at``), as the scalar walk does, so adding a batch's rows in request order, in
+    one piece or many, gives the same sums bit for bit."""
+
+    sums: dict[str, np.ndarray]
+    prefill: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    @staticmethod
+    def zeros(p: step._Prepared, nb: int) -> RowSums:
+        return RowSums({**{k: np.zeros(nb, np.int64) for k in INT_SUMS},
+                        **{k: np.zeros(nb) for k in float_sums(p)}})
+
+    @property
+    def n(self) -> int:
+        return int(self.sums["requests"].size)
+
+    def nbytes(self) -> int:
+        return (sum(a.nbytes for a in self.sums.values())
+                + sum(x.nbytes for b in self.prefill for x in b))
+
+    @staticmethod
+    def of(p: step._Prepared, g: Groups, t: RowTerms) -> RowSums:
+        """The sums of ``t``'s rows (batches ``g``) alone: ``zeros(p, g.n).add(t)``, with
+        reductions that release the GIL: ``np.bincount`` (which adds in row order as
+        ``np.add.at`` does; integers through float64 only where every partial sum is exact)
+        and, for integer terms of every row of grouped rows, ``np.add.reduceat``."""
+        nb = g.n
+        out = RowSums.zeros(p, nb)
+        for name, idx, v in t.adds:
+            acc = out.sums[name]
+            if g.grouped and idx is g.inv and acc.dtype.kind == "i":
+                acc += g.counts if v is None else g.sum(v)
+            elif v is None:
+                acc += np.bincount(idx, minlength=nb)
+            elif acc.dtype.kind == "f":
+                acc += np.bincount(idx, weights=v, minlength=nb)
+            elif v.size == 0 or max(-int(v.min()), int(v.max())) * v.size < 2**53:
+                acc += np.bincount(idx, weights=v, minlength=nb).astype(np.int64)
+            else:
+                np.add.at(acc, idx, v)
+        out.add_prefill(t)
+        return out
+
+    def add(self, t: RowTerms) -> RowSums:
+        """Add ``t``'s rows (after every row added before); in place."""
+        for name, idx, v in t.adds:
+            np.add.at(self.sums[name], idx, 1 if v is None else v)
+        self.add_prefill(t)
+        return self
+
+    def add_prefill(self, t: RowTerms) -> None:
+        if t.prefill[0].size:
+            self.prefill.append(t.prefill)
+
+    def select(self, keep: np.ndarray) -> RowSums:
+        """The sums of batches ``keep`` (increasing indices), renumbered 0..len(keep)-1."""
+        out = RowSums({k: v[keep] for k, v in self.sums.items()})
+        for b, s, c in self.prefill:
+            at = np.searchsorted(keep, b)
+            hit = (at < keep.size) & (keep[np.minimum(at, keep.size - 1)] == b)
+            if hit.any():
+                out.prefill.append((at[hit], s[hit], c[hit]))
+        return out
+
+    def summary(self, p: step._Prepared, sm_budget: np.ndarray) -> step.BatchSummary:
+        """step.summarise's result for every batch, from the sums."""
+        i = self.sums
+        nb = self.n
+        n_live = i["requests"] - i["dead"]
+        pre_s = i["prefill_scheduled"]
+        if p.pcp > 1:
+            pre_tok, withheld = i["prefill_local"], i["withheld"]
+        else:
+            pre_tok, withheld = pre_s, np.zeros(nb, np.int64)
+        if p.ctx_runs and self.prefill:
+            b, s, c = (np.concatenate(x) for x in zip(*self.prefill, strict=True))
+            runs_ = _context_runs(b, s, c, nb)
+        else:
+            runs_ = np.zeros((nb, 0), np.int64)
+        return step.BatchSummary(
+            i["requests"], i["tokens"], withheld, i["prefills"], n_live - i["prefills"],
+            i["tokens"] - pre_s, i["tokens"] + i["computed"] - pre_s - i["prefill_computed"],
+            pre_tok, i["causal"], i["no_ctx"] < i["requests"], i["odd"] == 0,
+            sm_budget.astype(np.int64, copy=False),
+            tuple(i[f"reads.{k}"] for k in range(len(p.decode_sigs))),
+            tuple(4 * i[f"windowed.{k}"] for k in range(len(p.windows))), runs_)
+
+
+def row_terms(p: step._Prepared, inv: np.ndarray, scheduled: np.ndarray, computed: np.ndarray,
+              threshold: np.ndarray | int) -> RowTerms:
+    """The per-row terms of step.summarise for validated rows (``scheduled``, ``computed``
+    >= 0, so a request is skipped exactly when both are 0); ``inv``: each row's batch index;
+    ``threshold``: per batch (indexed by ``inv``) or one int for all."""
     s = scheduled.astype(np.int64, copy=False)
     c = computed.astype(np.int64, copy=False)
-    n_requests = g.counts
-    tokens_all = g.sum(s)
-    computed_all = g.sum(c)
     # Index lists of the (usually few) rows that are not plain decodes with context.
     width = p.uniform_width
     odd = np.flatnonzero(s != width)  # rows breaking a uniform decode
-    uniform = np.bincount(inv[odd], minlength=nb) == 0
     no_ctx = np.flatnonzero(c == 0)
-    # any request with computed > 0 (such a request is never skipped)
-    any_ctx = np.bincount(inv[no_ctx], minlength=nb) < n_requests
     dead = no_ctx[s[no_ctx] == 0]  # ctx == 0: skipped by the walk
-    n_live = n_requests - np.bincount(inv[dead], minlength=nb)
     if isinstance(threshold, np.ndarray) and threshold.size and \
             int(threshold.min()) == int(threshold.max()):
         threshold = int(threshold[0])
@@ -123,74 +227,60 @@ def summarise_columns(r: ResolvedPool, g: Groups, scheduled: np.ndarray, compute
         live = np.ones(s.size, bool)
         live[dead] = False
         pi = np.flatnonzero(live & (s > threshold))
-    is_pre = np.zeros(s.size, bool)
-    if p.decode_sigs:
-        is_pre[pi] = True
     ps, pc_, pinv = s[pi], c[pi], inv[pi]
-    pre_req = np.bincount(pinv, minlength=nb).astype(np.int64)
-    dec_req = n_live - pre_req
-    pre_s = _isum_sparse(pinv, ps, nb, g.grouped)
-    dec_tok = tokens_all - pre_s
-    dec_kv = tokens_all + computed_all - pre_s - _isum_sparse(pinv, pc_, nb, g.grouped)
+    adds: list[tuple[str, np.ndarray, np.ndarray | None]] = [
+        ("requests", inv, None), ("tokens", inv, s), ("computed", inv, c),
+        ("odd", inv[odd], None), ("no_ctx", inv[no_ctx], None), ("dead", inv[dead], None),
+        ("prefills", pinv, None), ("prefill_scheduled", pinv, ps),
+        ("prefill_computed", pinv, pc_)]
     # Prefill rows.
     pcp, dcp, inter = p.pcp, p.dcp, p.interleave
     pairs = laws.causal_pairs(ps, pc_)
-    local = ps
     chunks = [(ps, pc_)]
-    if pcp > 1 and pi.size:
-        loc = laws.pcp_local_tokens(ps, pcp, dcp)
-        has = loc >= 0
-        local = np.where(has, loc, ps)
-        pairs = np.where(has, laws.pcp_causal_pairs(ps, pc_, pcp, dcp), pairs)
-        chunks = _busiest_chunks(ps, pc_, pcp, dcp)
-    causal = _fsum(pinv, pairs, nb)
-    if local is ps:
-        pre_tok, withheld = pre_s, np.zeros(nb, np.int64)
-    else:
-        pre_tok = _isum_sparse(pinv, local, nb, g.grouped)
-        withheld = _isum_sparse(pinv, ps - local, nb, g.grouped)
-    windowed = []
-    for w in p.windows:
+    if pcp > 1:
+        local = ps
+        if pi.size:
+            loc = laws.pcp_local_tokens(ps, pcp, dcp)
+            has = loc >= 0
+            local = np.where(has, loc, ps)
+            pairs = np.where(has, laws.pcp_causal_pairs(ps, pc_, pcp, dcp), pairs)
+            chunks = _busiest_chunks(ps, pc_, pcp, dcp)
+        adds += [("prefill_local", pinv, local), ("withheld", pinv, ps - local)]
+    adds.append(("causal", pinv, np.asarray(pairs, np.float64)))
+    for k, w in enumerate(p.windows):
         if len(chunks) == 1:
-            terms = laws.windowed_pairs_for_chunk(chunks[0][0], chunks[0][1], w)
-            wsum = _fsum(pinv, terms, nb)
+            adds.append((f"windowed.{k}", pinv,
+                         laws.windowed_pairs_for_chunk(chunks[0][0], chunks[0][1], w)))
         else:  # interleave each request's two chunks, in order
             t0 = laws.windowed_pairs_for_chunk(chunks[0][0], chunks[0][1], w)
             t1 = laws.windowed_pairs_for_chunk(chunks[1][0], chunks[1][1], w)
             both = np.empty(2 * t0.size)
             both[0::2], both[1::2] = t0, t1
-            wsum = _fsum(np.repeat(pinv, 2), both, nb)
-        windowed.append(4 * wsum)
+            adds.append((f"windowed.{k}", np.repeat(pinv, 2), both))
     # Decode rows: per-signature reads, summed in request order.
-    reads = []
     if p.decode_sigs:
-        is_dec = ~is_pre
+        is_dec = np.ones(s.size, bool)
+        is_dec[pi] = False
         is_dec[dead] = False
         di = np.flatnonzero(is_dec)
         dctx, dinv = s[di] + c[di], inv[di]
-        for topk, ratio, shards in p.decode_sigs:
+        for k, (topk, ratio, shards) in enumerate(p.decode_sigs):
             per = laws.dcp_decode_tokens_one(dctx, topk, ratio, dcp, inter, shards)
-            reads.append(_fsum(dinv, np.asarray(per, np.float64), nb))
-    runs = (_context_runs(pinv, ps, pc_, nb) if p.ctx_runs
-            else np.zeros((nb, 0), np.int64))
-    return step.BatchSummary(
-        n_requests, tokens_all, withheld, pre_req, dec_req, dec_tok, dec_kv, pre_tok, causal,
-        any_ctx, uniform, sm_budget.astype(np.int64, copy=False), tuple(reads), tuple(windowed),
-        runs)
+            adds.append((f"reads.{k}", dinv, np.asarray(per, np.float64)))
+    prefill = (pinv, ps, pc_) if p.ctx_runs else (pinv[:0], ps[:0], pc_[:0])
+    return RowTerms(adds, prefill)
 
 
-def _isum_sparse(inv: np.ndarray, x: np.ndarray, nb: int, grouped: bool) -> np.ndarray:
-    """Exact int64 per-batch sums of a subset of rows (``grouped``: ``inv`` non-decreasing)."""
-    out = np.zeros(nb, np.int64)
-    if inv.size == 0:
-        return out
-    x = x.astype(np.int64, copy=False)
-    if grouped:
-        st = runs(inv)
-        out[inv[st]] = np.add.reduceat(x, st)
-    else:
-        np.add.at(out, inv, x)
-    return out
+def summarise_columns(r: ResolvedPool, g: Groups, scheduled: np.ndarray, computed: np.ndarray,
+                      threshold: np.ndarray | int, sm_budget: np.ndarray) -> step.BatchSummary:
+    """step.summarise for every batch at once.
+
+    Rows are in request order within each batch (``g``: grouped or not), and validated;
+    ``threshold`` is per batch (or one int for all), ``sm_budget`` per batch.
+    """
+    p = step.prepared(r)
+    terms = row_terms(p, g.inv, scheduled, computed, threshold)
+    return RowSums.of(p, g, terms).summary(p, sm_budget)
 
 
 # -- vectorised finish ----------------------------------------------------------------------------
