@@ -448,7 +448,7 @@ def test_partition_groups_rows_like_a_stable_sort() -> None:
         for i, c in enumerate(chunks):
             fresh = not (planned == "mixed" and i % 2)
             if not fresh:  # scattered by one plan, then by another
-                c = part.scatter(c, by_ranges, fresh=True)[0]
+                c = part.scatter(c, by_ranges, fresh=True).absolute()
             held.append(part.scatter(c, final, fresh=fresh))
         got = Rows.concat([part.group_piece(part.gather_piece(held, k), final.piece_lo(k),
                                             final.piece_span(k)) for k in range(final.n)])

@@ -55,6 +55,7 @@ from .groups import runs
 from .over_limit import over_limit_of, with_limits
 from .partition import (
     Partition,
+    Scattered,
     cell_shift,
     fits,
     gather_piece,
@@ -196,30 +197,29 @@ def _sort_schema(rows: Rows, ts: TraceSource) -> pa.Schema:
 Unit = Callable[[], Priced]  # the pricing of one group of whole batches, run on the pool
 
 
-Held = tuple[Rows, "np.ndarray | None"]  # rows, and their pieces' offsets once scattered
+Held = Rows | Scattered  # validated rows, scattered to their pieces once a plan is known
 
 
 def _validated(eng: Engine, tables: Iterator[pa.Table], pool: ThreadPoolExecutor,
                failure: list[BaseException], part: Partition | None,
-               summed: Summed | None = None) -> Iterator[tuple[Rows, Any, ChunkTerms | None]]:
+               summed: Summed | None = None) -> Iterator[tuple[Held, ChunkTerms | None]]:
     """Every chunk validated on the pool (one ahead), in order, with its terms for
     ``summed``; columns narrowed to int32 where the values fit, since these rows wait to be
     grouped; scattered by ``part`` too when a plan is known before reading (while the chunk
     is still in cache)."""
-    def task(item: tuple[pa.Table, int]) -> tuple[Any, np.ndarray | None, ChunkTerms | None]:
+    def task(item: tuple[pa.Table, int]) -> tuple[Any, Scattered | None, ChunkTerms | None]:
         c = eng.coerce_task(item[0], item[1])
         terms = summed.terms(c.rows) if summed is not None else None
         c.rows.narrowed()
         if part is not None and len(c.rows) and fits(part, c.rows.batch_id):
-            c.rows, off = scatter(c.rows, part, fresh=True)
-            return c, off, terms
+            return c, scatter(c.rows, part, fresh=True), terms
         return c, None, terms
 
     try:
-        for c, off, terms in _ordered(pool, task, _offsets(tables), READ_AHEAD):
+        for c, scattered, terms in _ordered(pool, task, _offsets(tables), READ_AHEAD):
             rows = eng.take_coerced(c)
             if len(rows):
-                yield rows, off, terms
+                yield (rows if scattered is None else scattered), terms
     except BaseException as e:  # DuckDB would wrap it: keep the original
         failure.append(e)
         raise
@@ -257,11 +257,11 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
     held: list[Held] = []
     if in_memory:
         used = summed.nbytes() if summed is not None else 0
-        for rows, off, terms in parts:
-            held.append((rows, off))
+        for h, terms in parts:
+            held.append(h)
             if summed is not None and terms is not None:
                 summed.add(terms)
-            used += rows.nbytes()
+            used += h.nbytes()
             if used > memory_budget:
                 break
         else:
@@ -275,8 +275,12 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
             return
     st.mode = "external"
     summed = None
-    yield from _external_units(eng, ts, chain((h[0] for h in held), (p[0] for p in parts)),
-                               failure, chunk_rows, tmp_parent, sort_memory)
+    yield from _external_units(eng, ts, (_unscattered(h) for h in chain(
+        held, (p[0] for p in parts))), failure, chunk_rows, tmp_parent, sort_memory)
+
+
+def _unscattered(h: Held) -> Rows:
+    return h.absolute() if isinstance(h, Scattered) else h
 
 
 def _memory_units(eng: Engine, held: list[Held], prior: Partition | None,
@@ -286,7 +290,7 @@ def _memory_units(eng: Engine, held: list[Held], prior: Partition | None,
     if not held:
         return
     part = prior
-    if part is None or any(off is None for _, off in held):
+    if part is None or not all(isinstance(h, Scattered) for h in held):
         part = _plan_held(held, pool)
         slots: list[Held | None] = list(held)
         held.clear()
@@ -295,26 +299,26 @@ def _memory_units(eng: Engine, held: list[Held], prior: Partition | None,
             h, slots[i] = slots[i], None  # each chunk's memory goes once it is scattered
             assert h is not None
             # (rows scattered by another plan: each batch stays whole, in input order)
-            return scatter(h[0], p, fresh=h[1] is None)
+            return scatter(_unscattered(h), p, fresh=not isinstance(h, Scattered))
 
         held = list(_ordered(pool, scatter_task, range(len(slots)), workers))
-    chunks = [(r, off) for r, off in held if off is not None]
+    chunks = [h for h in held if isinstance(h, Scattered)]
     held.clear()
 
     def piece(k: int, p: Partition = part) -> Priced:
         return eng.price_range_task(gather_piece(chunks, k), p.piece_lo(k), p.piece_span(k))
 
-    sizes = sum(np.diff(off) for _, off in chunks)  # rows of each piece
+    sizes = sum(np.diff(c.offsets) for c in chunks)  # rows of each piece
     for k in np.flatnonzero(sizes).tolist():
         yield partial(piece, k)
 
 
 def _plan_held(held: list[Held], pool: ThreadPoolExecutor) -> Partition:
     """A plan from the held rows' ids (a histogram, chunk by chunk on the pool)."""
-    ranges = [id_range(r.batch_id) for r, _ in held]
+    ranges = [id_range(_unscattered(h).batch_id) for h in held]
     lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
     shift = cell_shift(lo, hi)
-    counts = sum(pool.map(lambda h: histogram(h[0].batch_id, lo, shift), held))
+    counts = sum(pool.map(lambda h: histogram(_unscattered(h).batch_id, lo, shift), held))
     return plan(lo, shift, np.asarray(counts), PRICE_ROWS)
 
 
