@@ -27,6 +27,8 @@ import numpy as np
 from .types import MAX_DURATION_NS, Batch
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from .kernel import Kernel
 
 # The limits in a fixed order: bit i of a mask is NAMES[i].
@@ -153,5 +155,13 @@ def names(mask: int) -> list[str]:
 
 def labels(masks: np.ndarray) -> list[str]:
     """The ``limits`` column: the names each mask sets, comma-separated ("" for none)."""
-    table = {m: ",".join(names(m)) for m in np.unique(masks).tolist()}
-    return [table[m] for m in masks.tolist()]
+    return label_array(masks).to_pylist()
+
+
+def label_array(masks: np.ndarray) -> pa.Array:
+    """:func:`labels` as an Arrow string array, built without a Python loop per mask."""
+    import pyarrow as pa  # (only bulk pricing needs Arrow)
+
+    found, at = np.unique(masks, return_inverse=True)
+    table = pa.array([",".join(names(m)) for m in found.tolist()], pa.string())
+    return table.take(pa.array(at.reshape(-1).astype(np.int32)))

@@ -76,8 +76,6 @@ class Groups:
             return np.zeros(0, np.int64)
         if self.grouped:
             return np.add.reduceat(v, self.starts)
-        if max(-int(v.min()), int(v.max())) * v.size < 2**53:  # exact through float64
-            return np.bincount(self.inv, weights=v, minlength=self.n).astype(np.int64)
         out = np.zeros(self.n, np.int64)
         np.add.at(out, self.inv, v)
         return out

@@ -40,7 +40,7 @@ def limits_producer(lim: limits.Limits) -> ColumnProducer:
         masks = limits.check_batches(lim, ctx.summary.n_requests, ctx.summary.tokens_all,
                                      ctx.row_totals[longest.name], ctx.row_totals[held.name],
                                      np.asarray(ctx.priced["no_overlap_ns"]))
-        return {"limits": pa.array(limits.labels(masks), pa.string())}
+        return {"limits": limits.label_array(masks)}
 
     return ColumnProducer("limits", (LIMITS_FIELD,), produce, totals=(longest, held),
                           needs_rows=False)

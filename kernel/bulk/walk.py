@@ -148,8 +148,6 @@ class RowSums:
                 acc += np.bincount(idx, minlength=nb)
             elif acc.dtype.kind == "f":
                 acc += np.bincount(idx, weights=v, minlength=nb)
-            elif v.size == 0 or max(-int(v.min()), int(v.max())) * v.size < 2**53:
-                acc += np.bincount(idx, weights=v, minlength=nb).astype(np.int64)
             else:
                 np.add.at(acc, idx, v)
         out.add_prefill(t)
