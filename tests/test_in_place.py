@@ -231,3 +231,29 @@ def test_what_needs_the_rows_of_a_batch_takes_the_grouping_path(tmp_path: Path, 
     assert counts.rows_rejected == want.counts.rows_rejected
     if case in ("rejected row", "huge counts", "over limit"):
         assert counts.rows_rejected > 0, case
+
+
+def test_row_totals_are_checked_and_reach_the_producer_in_every_mode(tmp_path: Path) -> None:
+    from kernel.bulk.columns import RowTotal
+    from kernel.trace import TraceError
+
+    with pytest.raises(ValueError, match="kind must be one of"):
+        RowTotal("x", "mean", lambda r, s, c: s)
+    widest = RowTotal("widest", "max", lambda r, s, c: s)
+    other = RowTotal("widest", "sum", lambda r, s, c: s)
+    produce = lambda ctx: {"widest": ctx.row_totals["widest"]}  # noqa: E731
+    fields = (pa.field("widest", pa.int64()),)
+    with pytest.raises(TraceError, match="another producer defines differently"):
+        bulk.price(pool(), random_trace(5, 1, per_batch_cols=False), producers=[
+            ColumnProducer("a", fields, produce, totals=(widest,), needs_rows=False),
+            ColumnProducer("b", (pa.field("w2", pa.int64()),), produce, totals=(other,))])
+    df = random_trace(200, 12, per_batch_cols=False)
+    want = df.group_by("batch_id").agg(pl.col("scheduled").max().alias("widest"))
+    streamed = ColumnProducer("w", fields, produce, totals=(widest,), needs_rows=False)
+    for name, mode in (("request-major", "summed"), ("shuffled", "sorted")):
+        dst = tmp_path / f"{name}.parquet"
+        counts = bulk.price_file(pool(), _shuffled_parquet(tmp_path, df, name), dst,
+                                 chunk_rows=50, progress=False, producers=[streamed])
+        assert counts.mode == mode
+        got = pl.read_parquet(dst).select("batch_id", "widest")
+        assert got.equals(want.sort("batch_id")), name

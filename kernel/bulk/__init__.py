@@ -5,12 +5,14 @@ the same numbers :meth:`Kernel.step_time` gives for each batch, without a Python
 batch. The package has one module per job:
 
 =====================  =======================================================================
-``groups``             rows grouped by batch (stable), whole-batch checks (rejects)
+``groups``             batches of rows (grouped, or in place), whole-batch checks (rejects)
 ``batch_table``        the optional per-batch side table (``batches=``)
-``walk``               the vectorised walk: :func:`summarise_columns`, :func:`finish_columns`
+``walk``               the vectorised walk: per-row terms, per-batch sums, :func:`finish_columns`
 ``columns``            the priced table: :data:`PRICED_SCHEMA` and the **extension point**
 ``engine``             validate → group → check → price → count, shared by every entry point
 ``api``                in-memory :func:`price` / :func:`price_result`
+``partition``          rows of any order cut into pieces of whole batches (``sorted`` mode)
+``summed``             per-batch sums of rows that stream by (``summed`` mode)
 ``stream``             :func:`price_file`: any size, bounded memory, parquet out
 =====================  =======================================================================
 

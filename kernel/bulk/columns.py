@@ -13,7 +13,6 @@ function that computes them for a whole set of batches at once::
         # ctx.priced   the base columns as numpy arrays (overlap_ns, sm_ns, tokens, ...)
         # ctx.inputs   the trace columns named in ``inputs``, one value per batch (its first row)
         # ctx.row_totals  the producer's RowTotals, one value per batch
-        # ctx.sum(v), ctx.max(v)  per-batch sums / maxima of a per-row column of ctx.priced_rows
         # ctx.rows, ctx.starts    the request rows grouped by batch, and where each batch starts
         return {"limits": ...}  # one entry per field, each of length ctx.n
 
@@ -28,9 +27,9 @@ that needs trace columns lists them in ``inputs``; the trace must have them.
 output, keyed by batch: each batch takes the value of its first row (in input order).
 
 A producer that needs of the rows only per-batch sums or maxima of a per-row quantity names
-them as row totals (:class:`RowTotal`, ``totals=``) and declares ``needs_rows=False``: the engine then
-computes them wherever the rows are, and a trace in no known order is priced as it streams,
-without keeping its rows by batch (``docs/traces.md``, mode ``summed``).
+them as row totals (:class:`RowTotal`, ``totals=``) and declares ``needs_rows=False``: the
+engine then computes them wherever the rows are, and a trace in no known order may be priced
+as it streams, without its rows kept by batch (``docs/traces.md``, mode ``summed``).
 
 A name may appear once in the output: a producer or ``keep`` column that repeats a base
 column or another added column is an error before any row is read.
@@ -89,10 +88,9 @@ class BatchContext:
     """What a column producer sees: one entry per batch in every array.
 
     The priced request rows (``priced_rows``) are in request order within each batch but,
-    from a trace in no known order, not necessarily contiguous: :meth:`sum` and :meth:`max`
-    reduce a per-row column of them without moving them; :attr:`rows` and :attr:`starts`
-    give them grouped (batch ``b`` from ``starts[b]`` to the next start), grouping them on
-    first use."""
+    from a trace in no known order, not necessarily contiguous; :attr:`rows` and
+    :attr:`starts` give them grouped (batch ``b`` from ``starts[b]`` to the next start),
+    grouping them on first use."""
 
     pool: ResolvedPool
     summary: step.BatchSummary
@@ -101,24 +99,12 @@ class BatchContext:
     inputs: Mapping[str, pa.Array]
     priced_rows: Rows | None = None  # None when the rows streamed by (no producer needs them)
     groups: Groups | None = None
-    row_totals: Mapping[str, np.ndarray] = field(default_factory=dict)  # RowTotal name ->
+    # each producer's RowTotals by name, one value per batch
+    row_totals: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
         return int(self.priced["batch_id"].size)
-
-    def sum(self, v: np.ndarray) -> np.ndarray:
-        """Exact int64 per-batch sums of ``v`` (one value per row of ``priced_rows``)."""
-        return self._groups().sum(v)
-
-    def max(self, v: np.ndarray) -> np.ndarray:
-        """Per-batch maxima of ``v`` (one value per row of ``priced_rows``)."""
-        return self._groups().max(v)
-
-    def _groups(self) -> Groups:
-        if self.groups is None:
-            raise ValueError("this context carries no request rows")
-        return self.groups
 
     @cached_property
     def _grouped(self) -> tuple[Rows, np.ndarray] | None:

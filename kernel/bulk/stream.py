@@ -11,6 +11,9 @@ A run is a pipeline (``docs/traces.md`` "Streaming"):
 
    * ``grouped`` — the source's chunks split no batch (but one carried id, held back and
      prepended to the next chunk): each chunk is grouped on its own;
+   * ``summed`` — rows near each other in batch id (a request-major log) with nothing that
+     needs a batch's rows side by side: summed per batch as they stream by
+     (:mod:`kernel.bulk.summed`);
    * ``sorted`` — anything else, while the validated rows fit ``memory_budget``: grouped in
      memory by batch id range without a comparison sort (:mod:`kernel.bulk.partition`), each
      chunk scattered to its pieces on the worker that validated it;
@@ -22,8 +25,9 @@ A run is a pipeline (``docs/traces.md`` "Streaming"):
 5. **write**: a ``ParquetWriter`` on the calling thread (Arrow encodes without the GIL), row
    groups of at least :data:`ROW_GROUP_ROWS` rows, to a temporary name renamed at the end.
 
-Output order: batch_id order in ``sorted`` and ``external`` mode and in ``grouped`` mode when
-batch ids rise from chunk to chunk (then the parquet records ``sorting_columns``); trace order otherwise.
+Output order: batch_id order in ``summed``, ``sorted`` and ``external`` mode and in ``grouped``
+mode when batch ids rise from chunk to chunk (then the parquet records ``sorting_columns``);
+trace order otherwise.
 """
 
 from __future__ import annotations
