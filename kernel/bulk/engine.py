@@ -38,7 +38,11 @@ if TYPE_CHECKING:
     from ..limits import Limits
     from ..resolved import ResolvedPool
 
-PRICE_ROWS = 1 << 18  # request rows priced at once (bounds the walk's temporaries)
+# Request rows priced at once: bounds the walk's temporaries while keeping the per-batch
+# work on arrays long enough that numpy, not Python (which holds the GIL), dominates. On 2
+# cores 1 M rather than 256 k: CPU/wall 1.68 vs 1.59, a shuffled trace ~9% faster, peak RSS
+# of a sorted 1 M-batch run 0.61 vs 0.55 GiB.
+PRICE_ROWS = 1 << 20
 
 __all__ = ["PRICE_ROWS", "Engine", "PriceCounts", "PricedResult", "resolved", "rows_of"]
 
@@ -189,7 +193,7 @@ class Engine:
         return self.price_task(rows, runs(rows.batch_id))
 
     def _in_place(self, rows: Rows, span: int) -> bool:
-        return (0 < len(rows) <= PRICE_ROWS * 3 // 2 and span <= 1 << 16
+        return (0 < len(rows) <= PRICE_ROWS * 3 // 2 and span <= max(1 << 16, 4 * len(rows))
                 and self.over_limit is None and rows.decode_threshold is None
                 and rows.sm_budget is None and not rows.bad.any())
 
