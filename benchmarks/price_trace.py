@@ -24,8 +24,10 @@ call no longer does it unasked), so before and after run under the same allocato
 ``BEFORE`` holds the same figures measured on the code before the issue-13 rewrite and
 ``AFTER_IO`` those after the pyarrow.dataset rewrite (request-major and shuffled traces then
 went through DuckDB's sort), so one run prints before, io, now and the target side by side.
-Request-major and shuffled traces are now grouped in memory (``sorted`` mode); the 10M-batch
-shuffled trace, beyond ``memory_budget``, goes through DuckDB (``external`` mode).
+The request-major trace is now summed per batch as it streams (``summed`` mode), the shuffled
+one scattered to pieces of whole batches in memory (``sorted`` mode); the 10M-batch shuffled
+trace, beyond ``memory_budget``, goes through DuckDB (``external`` mode). The mode of each run
+is printed beside it.
 """
 
 from __future__ import annotations
