@@ -71,24 +71,20 @@ class Groups:
 
     def sum(self, v: np.ndarray) -> np.ndarray:
         """Exact int64 per-batch sums of a per-row integer column."""
-        v = v.astype(np.int64, copy=False)
-        if self.n == 0:
-            return np.zeros(0, np.int64)
-        if self.grouped:
-            return np.add.reduceat(v, self.starts)
-        out = np.zeros(self.n, np.int64)
-        np.add.at(out, self.inv, v)
-        return out
+        return self._reduce(np.add, v, 0)
 
     def max(self, v: np.ndarray) -> np.ndarray:
         """Per-batch maxima of a per-row integer column (int64)."""
+        return self._reduce(np.maximum, v, np.iinfo(np.int64).min)
+
+    def _reduce(self, ufunc: np.ufunc, v: np.ndarray, identity: int) -> np.ndarray:
         v = v.astype(np.int64, copy=False)
         if self.n == 0:
             return np.zeros(0, np.int64)
         if self.grouped:
-            return np.maximum.reduceat(v, self.starts)
-        out = np.full(self.n, np.iinfo(np.int64).min, np.int64)
-        np.maximum.at(out, self.inv, v)
+            return ufunc.reduceat(v, self.starts)
+        out = np.full(self.n, identity, np.int64)
+        ufunc.at(out, self.inv, v)
         return out
 
 
