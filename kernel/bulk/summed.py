@@ -8,7 +8,10 @@ read and added, chunk after chunk in trace order, into sums indexed by ``batch_i
 row is moved and nothing waits for the last chunk but the per-batch step (compose and the
 priced table), which then runs on the pool in pieces of whole batches, ids increasing.
 
-This is mode ``summed``. It applies when nothing needs the rows of a batch side by side: no
+This is mode ``summed``. It pays when consecutive rows mostly fall on nearby ids (a
+request-major log), so that adding them row after row stays in cache (:func:`rows_stay_near`,
+decided on the first chunk); rows spread over the whole range are grouped instead. It
+applies only when nothing needs the rows of a batch side by side: no
 per-batch column in the trace or beside it, no kept column, no producer that reads rows, no
 over-limit rejection. Rows are still kept (as validated, in arrival order) while they fit the
 memory budget, for what only shows at the end: a rejected row or per-batch sums that might
@@ -50,7 +53,7 @@ class ChunkTerms:
     or None for 1), rows in input order."""
 
     adds: list[tuple[str, np.ndarray, np.ndarray | None]] = field(default_factory=list)
-    prefill: RowTerms | None = None
+    walk: RowTerms | None = None  # (its prefill rows, for the context-gather runs)
     largest: int = 0  # the largest scheduled + computed of a row
     failed: bool = False  # a rejected row, or an id outside the range: sums cannot stand
 
@@ -95,11 +98,11 @@ class Summed:
     def add(self, t: ChunkTerms) -> None:
         """Add a chunk's terms, chunks in trace order (calling thread)."""
         self.ok = self.ok and not t.failed
-        if not self.ok or t.prefill is None:
+        if not self.ok or t.walk is None:
             return
         for name, idx, v in t.adds:
             self.ufunc[name].at(self.target[name], idx, 1 if v is None else v)
-        self.sums.add_prefill(t.prefill)
+        self.sums.add_prefill(t.walk)
         self.largest = max(self.largest, t.largest)
 
     def complete(self) -> bool:
