@@ -180,6 +180,8 @@ def test_a_pool_prices_a_request_major_trace_by_summing_it(tmp_path: Path, varia
                                  progress=False)
         assert counts.mode == mode, name
         assert pl.read_parquet(dst).equals(want), (variant, name)
+        res = bulk.price_result(r, _orders(df, 5)[name])  # an in-memory table: the same
+        assert res.counts.mode == mode and res.priced.equals(want), (variant, name)
         cols = pq.ParquetFile(dst).metadata.row_group(0).sorting_columns
         assert cols and cols[0].column_index == 0  # batch_id order, recorded
 
