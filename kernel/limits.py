@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from .kernel import Kernel
+    from .resolved import ResolvedPool
 
 # The limits in a fixed order: bit i of a mask is NAMES[i].
 NAMES = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_capacity", "duration")
@@ -50,11 +51,16 @@ class Limits:
     def of(cls, k: Kernel) -> Limits:
         r = k.resolved_pool
         cap = k.kv_capacity()
-        shard = r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers else 1
         return cls(max_num_seqs=int(r.max_num_seqs),
                    max_num_batched_tokens=int(r.max_num_batched_tokens),
                    max_model_len=int(r.max_model_len), kv_blocks=int(cap.num_blocks),
-                   block_tokens=max(int(r.block_size), 1) * shard)
+                   block_tokens=block_tokens(r))
+
+
+def block_tokens(r: ResolvedPool) -> int:
+    """Tokens one KV block holds for one request: block_size × the DCP shards of its KV."""
+    shard = r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers else 1
+    return max(int(r.block_size), 1) * shard
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,6 @@ def step_utilisation(r: Any, batch: Batch, no_overlap_ns: int) -> Utilisation:
 
 # Beside the six utilisation columns, the two the report's throughput and KV sections read.
 EXTRA_COLUMNS: tuple[str, ...] = ("prefill_tokens", "kv_blocks")
-KV_BLOCKS = "utilisation.kv_blocks"  # the row total behind the kv_blocks column
 
 
 def batch_columns(ctx: Any) -> dict[str, np.ndarray]:
@@ -232,7 +231,7 @@ def batch_columns(ctx: Any) -> dict[str, np.ndarray]:
     out = {name: np.broadcast_to(np.asarray(v, np.float64), (n,))
            for name, v in zip(UTILISATION_COLUMNS, u, strict=True)}
     out["prefill_tokens"] = np.asarray(s.tokens_all - s.decode_tokens, np.int64)
-    out["kv_blocks"] = ctx.row_totals[KV_BLOCKS]
+    out["kv_blocks"] = ctx.row_totals["kv_blocks_held"]
     return out
 
 
@@ -240,16 +239,9 @@ def column_producer() -> Any:
     """The bulk column producer of the utilisation columns (``price(..., producers=[…])``)."""
     import pyarrow as pa
 
-    from .bulk.columns import ColumnProducer, RowTotal
+    from .bulk.columns import KV_BLOCKS_HELD, ColumnProducer
 
     fields = tuple(pa.field(c, pa.float64()) for c in UTILISATION_COLUMNS) + tuple(
         pa.field(c, pa.int64()) for c in EXTRA_COLUMNS)
-    return ColumnProducer("utilisation", fields, batch_columns,
-                          totals=(RowTotal(KV_BLOCKS, "sum", kv_blocks_held),), needs_rows=False)
-
-
-def kv_blocks_held(r: Any, scheduled: np.ndarray, computed: np.ndarray) -> np.ndarray:
-    """KV blocks each request holds: ⌈context / (block_size × DCP shards)⌉, as the
-    deployment-limit check counts them."""
-    shard = r.layout.dcp if r.layout.dcp > 1 and r.dcp_shards_all_kv_layers else 1
-    return -(-(computed + scheduled) // (max(int(r.block_size), 1) * shard))
+    return ColumnProducer("utilisation", fields, batch_columns, totals=(KV_BLOCKS_HELD,),
+                          needs_rows=False)

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from .. import step
+from .. import limits, step
 from ..trace import Rows, TraceError
 from .groups import Groups, regroup
 from .walk import RESOURCE_NAMES, finish_columns, summarise_columns
@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BOTTLENECK_TYPE",
     "PRICED_SCHEMA",
+    "KV_BLOCKS_HELD",
+    "LONGEST_CONTEXT",
     "BatchContext",
     "ColumnProducer",
     "OutputSpec",
@@ -141,6 +143,12 @@ class RowTotal:
         if self.kind not in ROW_TOTAL_KINDS:
             raise ValueError(f"RowTotal {self.name!r}: kind must be one of {ROW_TOTAL_KINDS}, "
                              f"not {self.kind!r}")
+
+
+# Row totals more than one producer reads: one definition, computed once per run.
+LONGEST_CONTEXT = RowTotal("longest_context", "max", lambda r, s, c: s + c)
+KV_BLOCKS_HELD = RowTotal("kv_blocks_held", "sum",
+                          lambda r, s, c: limits.blocks_held(s + c, limits.block_tokens(r)))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from .. import limits
 from ..trace import Rows, record_rejects, reject_table, row_values
-from .columns import BatchContext, ColumnProducer, RowTotal
+from .columns import KV_BLOCKS_HELD, LONGEST_CONTEXT, BatchContext, ColumnProducer
 from .groups import Groups, groups_of_grouped
 
 if TYPE_CHECKING:
@@ -32,18 +32,15 @@ LIMITS_FIELD = pa.field("limits", pa.string())
 def limits_producer(lim: limits.Limits) -> ColumnProducer:
     """The ``limits`` column for a pool with limits ``lim`` (per-batch totals only, so it
     never needs the rows kept by batch)."""
-    longest = RowTotal("limits.longest_context", "max", lambda _, s, c: s + c)
-    held = RowTotal("limits.kv_blocks_held", "sum",
-                    lambda _, s, c: limits.blocks_held(s + c, lim.block_tokens))
-
     def produce(ctx: BatchContext) -> dict[str, Any]:
         masks = limits.check_batches(lim, ctx.summary.n_requests, ctx.summary.tokens_all,
-                                     ctx.row_totals[longest.name], ctx.row_totals[held.name],
+                                     ctx.row_totals[LONGEST_CONTEXT.name],
+                                     ctx.row_totals[KV_BLOCKS_HELD.name],
                                      np.asarray(ctx.priced["no_overlap_ns"]))
         return {"limits": limits.label_array(masks)}
 
-    return ColumnProducer("limits", (LIMITS_FIELD,), produce, totals=(longest, held),
-                          needs_rows=False)
+    return ColumnProducer("limits", (LIMITS_FIELD,), produce,
+                          totals=(LONGEST_CONTEXT, KV_BLOCKS_HELD), needs_rows=False)
 
 
 def with_limits(k: Any, producers: Any) -> list[ColumnProducer]:

@@ -274,11 +274,13 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
                 held.clear()
                 yield from summed.units()
                 return
-            summed = None
+            if summed is not None:
+                summed.abandon()
             yield from _memory_units(eng, held, prior, pool, workers)
             return
     st.mode = "external"
-    summed = None
+    if summed is not None:  # (the chunks still to come need no terms)
+        summed.abandon()
     yield from _external_units(eng, ts, (_unscattered(h) for h in chain(
         held, (p[0] for p in parts))), failure, chunk_rows, tmp_parent, sort_memory)
 

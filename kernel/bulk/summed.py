@@ -34,15 +34,12 @@ from .. import step
 from ..trace import Rows
 from .columns import RowTotal, priced_table
 from .engine import PRICE_ROWS, Engine, Priced
-from .walk import RowSums, RowTerms, row_terms
+from .walk import INT_SUMS, RowSums, RowTerms, float_sums, row_terms
 
 if TYPE_CHECKING:
     from ..sources import TraceSource
 
-__all__ = ["BYTES_PER_ID", "NEAR_IDS", "Summed", "rows_stay_near", "summed_for"]
-
-BYTES_PER_ID = 8 * 16  # about what the sums hold per batch id (int64 and float64 entries)
-
+__all__ = ["NEAR_IDS", "Summed", "rows_stay_near", "summed_for"]
 
 _TOTAL = "total:"  # (row totals beside the walk's sums)
 
@@ -81,9 +78,15 @@ class Summed:
     def nbytes(self) -> int:
         return self.sums.nbytes() + sum(v.nbytes for v in self.totals.values())
 
+    def abandon(self) -> None:
+        """Give up the sums (the run goes another way): free them, compute no more terms."""
+        self.ok = False
+        self.sums = RowSums.zeros(self.p, 0)
+        self.totals = {}
+
     def terms(self, rows: Rows) -> ChunkTerms:
-        """A chunk's terms (pure: runs on the pool)."""
-        if len(rows) == 0:
+        """A chunk's terms (pure: runs on the pool); none once the sums cannot stand."""
+        if len(rows) == 0 or not self.ok:
             return ChunkTerms()
         key = rows.batch_id - np.int64(self.lo)
         if rows.bad.any() or int(key.min()) < 0 or int(key.max()) >= self.sums.n:
@@ -159,6 +162,8 @@ def summed_for(eng: Engine, ts: TraceSource, budget: int) -> Summed | None:
     lo = min(r[0] for r in ts.id_ranges)
     span = max(r[1] for r in ts.id_ranges) - lo + 1
     # the sums beside the rows within the budget, and ids not much sparser than the rows
-    if span * BYTES_PER_ID > budget // 2 or span > 4 * max(ts.num_rows, 1 << 16):
+    per_id = 8 * (len(INT_SUMS) + len(float_sums(step.prepared(eng.r)))
+                  + len(eng.spec.row_totals))
+    if span * per_id > budget // 2 or span > 4 * max(ts.num_rows, 1 << 16):
         return None
     return Summed(eng, lo, span)

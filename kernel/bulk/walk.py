@@ -135,14 +135,13 @@ class RowSums:
     @staticmethod
     def of(p: step._Prepared, g: Groups, t: RowTerms) -> RowSums:
         """The sums of ``t``'s rows (batches ``g``) alone: ``zeros(p, g.n).add(t)``, with
-        reductions that release the GIL: ``np.bincount`` (which adds in row order as
-        ``np.add.at`` does; integers through float64 only where every partial sum is exact)
-        and, for integer terms of every row of grouped rows, ``np.add.reduceat``."""
+        ``np.bincount`` (which adds in row order as ``np.add.at`` does, and releases the GIL)
+        and, for integer terms of every row, ``g``'s counts and exact sums."""
         nb = g.n
         out = RowSums.zeros(p, nb)
         for name, idx, v in t.adds:
             acc = out.sums[name]
-            if g.grouped and idx is g.inv and acc.dtype.kind == "i":
+            if idx is g.inv and acc.dtype.kind == "i":  # (every row: g knows its counts)
                 acc += g.counts if v is None else g.sum(v)
             elif v is None:
                 acc += np.bincount(idx, minlength=nb)
