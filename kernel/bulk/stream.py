@@ -109,11 +109,11 @@ def _workers(n: int | None) -> int:
 
 # -- grouping the rows ---------------------------------------------------------------------
 
-def _offsets(parts: Iterable[Any]) -> Iterator[tuple[Any, int]]:
+def _offsets(tables: Iterable[pa.Table]) -> Iterator[tuple[pa.Table, int]]:
+    """Each table with the number of trace rows before it."""
     offset = 0
-    for p in parts:
-        t = p[0] if isinstance(p, tuple) else p
-        yield p, offset
+    for t in tables:
+        yield t, offset
         offset += t.num_rows
 
 
