@@ -18,8 +18,8 @@ every variant alike. Figures printed:
   input table's size;
 * with ``--big``: peak RSS of ``price_file`` at 10M batches, sorted and shuffled.
 
-Every child raises glibc's mmap/trim thresholds first, as the command line does (a library
-call no longer does it unasked), so before and after run under the same allocator settings.
+Every child tunes glibc's malloc first (``kernel.malloc.tune``), as the command line does (a
+library call does it only when asked), so before and after run under the same settings.
 
 ``BEFORE`` holds the same figures measured on the code before the issue-13 rewrite and
 ``AFTER_IO`` those after the pyarrow.dataset rewrite (request-major and shuffled traces then
@@ -115,9 +115,9 @@ def _cpu() -> float:
 # -- children (one measurement each) -------------------------------------------------------
 
 def _tune_malloc() -> None:
-    """What the CLI asks for (``price_file(tune_malloc=True)``), the same in every child:
-    glibc's mmap/trim thresholds raised, numpy's huge-page advice off."""
-    from kernel.bulk.stream import _tune_malloc as tune
+    """What the command line does (:func:`kernel.malloc.tune`), the same in every child and
+    first, before numpy starts its threads."""
+    from kernel.malloc import tune
 
     tune()
 

@@ -33,7 +33,6 @@ trace order otherwise.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -541,41 +540,6 @@ def counts_metadata(counts: PriceCounts) -> dict[str, str]:
                         batch_table_rows_rejected=counts.batch_table_rows_rejected)
 
 
-_MALLOC_TUNED = False
-
-
-def _tune_malloc() -> None:
-    """Keep glibc from handing every freed chunk-sized array back to the kernel, and keep
-    numpy from asking for transparent huge pages.
-
-    Streaming allocates and frees arrays of a few MiB per chunk; by default glibc serves
-    each from a fresh mmap, so every chunk pays page faults for all its memory. Raising the
-    mmap and trim thresholds lets freed chunks be reused from the heap. Grouping rows of any
-    order in memory fills fresh memory once; numpy advises huge pages for every array of
-    4 MiB and more, and where the kernel compacts memory to honour that advice
-    (``transparent_hugepage/defrag = madvise``) each fault stalls: measured on 2 cores, ~30%
-    more CPU for a shuffled trace. Process-wide, so only on request
-    (``price_file(tune_malloc=True)``, the command line); Linux/glibc only;
-    ``BLIS_KEEP_MALLOC=1`` vetoes it.
-    """
-    global _MALLOC_TUNED
-    if _MALLOC_TUNED or not sys.platform.startswith("linux") or os.environ.get(
-            "BLIS_KEEP_MALLOC"):
-        return
-    _MALLOC_TUNED = True
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: 32 MiB (glibc's maximum)
-        libc.mallopt(-1, 512 << 20)  # M_TRIM_THRESHOLD: keep up to 512 MiB of free heap
-    except (OSError, AttributeError):
-        pass
-    hugepage = getattr(getattr(np, "_core", None), "multiarray", None)
-    if hugepage is not None and hasattr(hugepage, "_set_madvise_hugepage"):
-        hugepage._set_madvise_hugepage(False)  # (numpy's NUMPY_MADVISE_HUGEPAGE=0)
-
-
 # -- the entry point -------------------------------------------------------------------------
 
 def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
@@ -606,14 +570,16 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     ``order="external"`` always takes DuckDB. ``measured`` names a trace column of
     measured step times in ``measured_unit`` (``measured_ns`` and each estimate's relative
     error; bad values are rejects). ``tune_malloc`` applies
-    :func:`_tune_malloc` (process-wide). A kernel's prices carry the ``limits`` column;
+    :func:`kernel.malloc.tune` (process-wide). A kernel's prices carry the ``limits`` column;
     ``reject_over_limit`` sets over-limit batches aside instead. Returns the counts
     (``rows_in == rows_priced + rows_rejected``).
     """
     t0 = time.perf_counter()
     producers = with_measured(producers, measured, measured_unit)
     if tune_malloc:
-        _tune_malloc()
+        from ..malloc import tune
+
+        tune()
     r = resolved(k)
     dst = Path(dst)
     n = _workers(workers)

@@ -1,13 +1,20 @@
-"""``blis-kernel``: the command line. Each module in this package adds its own commands."""
+"""``blis-kernel``: the command line. Each module in this package adds its own commands.
+
+The command line is an application, so it tunes the process's allocator for streaming
+(:func:`kernel.malloc.tune`), first, before numpy starts threads."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+from ..malloc import tune
 
-import click
+tune()
 
-from .errors import Group
+import importlib  # noqa: E402
+import pkgutil  # noqa: E402
+
+import click  # noqa: E402
+
+from .errors import Group  # noqa: E402
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
