@@ -60,6 +60,7 @@ BATCH_COLUMNS = ("decode_threshold", "sm_budget")  # constant within a batch
 COUNTS = ("scheduled", "computed", "prompt_len", "cached_tokens", "sm_budget")  # >= 0
 INT64_MAX = np.iinfo(np.int64).max
 _I32_MIN, _I32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
+_U16_MAX = int(np.iinfo(np.uint16).max)
 KEEP_PREFIX = "keep:"  # carried (not validated) columns in a chunk: ``keep:<name>``
 
 # Reason codes (the ``reason`` column of the rejects table).
@@ -165,11 +166,17 @@ class Rows:
         return int(self.row.size)
 
     def narrowed(self) -> Rows:
-        """int64 columns (but ``batch_id``) stored as int32 where every value fits; in place."""
+        """Integer columns (but ``batch_id``) stored as uint16 or int32 where every value
+        fits (rows waiting to be grouped: scheduled tokens and many per-batch settings fit
+        16 bits); in place."""
         for name in _NARROWABLE:
             v = getattr(self, name)
-            if v is not None and v.dtype == np.int64 and v.size and \
-                    int(v.min()) >= _I32_MIN and int(v.max()) <= _I32_MAX:
+            if v is None or not v.size or v.dtype.itemsize <= 2:
+                continue
+            lo, hi = int(v.min()), int(v.max())
+            if lo >= 0 and hi <= _U16_MAX:
+                setattr(self, name, v.astype(np.uint16))
+            elif v.dtype.itemsize > 4 and lo >= _I32_MIN and hi <= _I32_MAX:
                 setattr(self, name, v.astype(np.int32))
         return self
 

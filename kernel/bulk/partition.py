@@ -151,7 +151,8 @@ class Scattered:
     """A chunk's rows reordered by piece of ``part`` (stably: input order within a piece),
     piece ``k``'s from ``offsets[k]`` to ``offsets[k + 1]``. When every piece spans at most
     65,536 ids (``part.local``), ``rows.batch_id`` holds each id's offset from its piece's
-    first id as uint16: a quarter of the bytes to move and to hold until pricing."""
+    first id as uint16: a quarter of the bytes to move and to hold until pricing. A chunk
+without a bad row holds no ``bad`` column (a read-only view of one False)."""
 
     rows: Rows
     offsets: np.ndarray
@@ -184,7 +185,10 @@ def scatter(rows: Rows, part: Partition, *, fresh: bool = False) -> Scattered:
     np.cumsum(np.bincount(key, minlength=part.n), out=offsets[1:])
     local = None
     if part.local and not rows.extra:  # (the offsets in input order: cache-friendly)
-        local = (rows.batch_id - part.first_ids()[key]).astype(np.uint16)
+        # id - first id < 2**16, so it is exact in uint16 arithmetic modulo 2**16 (both
+        # truncated first): no int64 temporaries
+        local = rows.batch_id.astype(np.uint16)
+        local -= part.first_ids().astype(np.uint16)[key]
     return Scattered(_take(rows, order, fresh, local), offsets, part)
 
 
@@ -200,7 +204,8 @@ def _take(rows: Rows, order: np.ndarray, fresh: bool, ids: np.ndarray | None) ->
         row = (order + first).astype(rows.row.dtype)
     else:
         row = rows.row[order]
-    bad = rows.bad[order] if rows.bad.any() else np.zeros(n, bool)
+    # (no bad row: a read-only view of one False, no memory held)
+    bad = rows.bad[order] if rows.bad.any() else np.broadcast_to(np.False_, (n,))
 
     def take(v: np.ndarray | None) -> np.ndarray | None:
         return None if v is None else v[order]

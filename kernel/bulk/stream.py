@@ -23,7 +23,8 @@ A run is a pipeline (``docs/traces.md`` "Streaming"):
 4. **price**: groups of whole batches are priced on a thread pool (numpy releases the GIL in
    the heavy loops), results taken in order;
 5. **write**: a ``ParquetWriter`` on the calling thread (Arrow encodes without the GIL), row
-   groups of at least :data:`ROW_GROUP_ROWS` rows, to a temporary name renamed at the end.
+   groups of at least :data:`ROW_GROUP_ROWS` rows but for the last few results, each
+   written as it comes, to a temporary name renamed at the end.
 
 Output order: batch_id order in ``summed``, ``sorted`` and ``external`` mode and in ``grouped``
 mode when batch ids rise from chunk to chunk (then the parquet records ``sorting_columns``);
@@ -401,6 +402,12 @@ class Stream:
     mode: str
     sorted_ids: bool
     results: Iterator[Priced] = iter(())
+    all_submitted: bool = False  # every unit is on the pool: the results still due are few
+
+
+def _marking_end(units: Iterator[Unit], st: Stream) -> Iterator[Unit]:
+    yield from units
+    st.all_submitted = True
 
 
 ORDERS = ("auto", "sort", "external")
@@ -424,7 +431,7 @@ def priced_stream(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, *, wor
         units = _any_order_units(eng, ts, pool, st, workers=workers, chunk_rows=chunk_rows,
                                  tmp_parent=tmp_parent, sort_memory=sort_memory,
                                  memory_budget=budget)
-    st.results = _ordered(pool, lambda u: u(), units, PRICE_AHEAD * workers)
+    st.results = _ordered(pool, lambda u: u(), _marking_end(units, st), PRICE_AHEAD * workers)
     return st
 
 
@@ -450,8 +457,9 @@ def size_bytes(v: int | str, what: str) -> int:
 class _Sink:
     """A parquet (or CSV) file written to a temporary name, then renamed.
 
-    Tables are gathered into row groups of at least ``row_group_rows`` rows (the last may be
-    smaller); ``metadata`` goes into the file's key-value metadata; ``sorted_by`` columns are
+    Tables are gathered into row groups of at least ``row_group_rows`` rows (but those
+    :meth:`flush` ends early: the run flushes each of its last few results as it comes, so
+    that little is left to encode after the last one is priced); ``metadata`` goes into the file's key-value metadata; ``sorted_by`` columns are
     recorded as the row groups' ``sorting_columns``.
     """
 
@@ -489,6 +497,10 @@ class _Sink:
         self.pending_rows += t.num_rows
         if self.pending_rows >= self.row_group_rows:
             self._flush()
+
+    def flush(self) -> None:
+        """Write the tables given so far (as one row group, however few their rows)."""
+        self._flush()
 
     def _flush(self) -> None:
         if self.w is None:
@@ -607,6 +619,8 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                            sorted_by=("batch_id",) if st.sorted_ids else ()))
         for p in st.results:
             eng.take_priced(p)
+            if st.all_submitted:  # write what is priced now, not all of it after the last
+                sinks[0].flush()
             if prog is not None:
                 el = max(time.perf_counter() - t0, 1e-9)
                 prog.update(prog.task_ids[0], completed=eng.counts.rows_in,
