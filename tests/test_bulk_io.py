@@ -498,3 +498,23 @@ def test_kept_and_produced_columns_follow_the_rows_through_every_grouping(
                             keep=["replica", "tag"], **kw)
         assert c.mode == ("sorted" if not kw else "external")
         assert pl.read_parquet(dst).equals(want), kw
+
+
+def test_allocator_is_tuned_by_the_command_line_only() -> None:
+    """A library call leaves the process's allocator alone; the command line (an
+    application) tunes it when its module is imported, before numpy starts threads."""
+    import subprocess
+    import sys
+
+    probe = ("import kernel.malloc as m, numpy, kernel.bulk as b{extra}; "
+             "print(m._TUNED)")
+    lib = probe.format(extra="; b.price(__import__('tests.bulk_pools', fromlist=['pool'])"
+                             ".pool(), __import__('polars').DataFrame({'batch_id': [1], "
+                             "'scheduled': [1], 'computed': [3], 'prompt_len': [1]}))")
+    import os
+
+    cli = str(sys.platform.startswith("linux") and not os.environ.get("BLIS_KEEP_MALLOC"))
+    for code, want in ((lib, "False"), (probe.format(extra=", kernel.cli"), cli)):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parents[1], check=True)
+        assert out.stdout.split()[-1] == want, (code, out.stdout, out.stderr[-2000:])

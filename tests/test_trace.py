@@ -167,3 +167,21 @@ def test_parquet_statistics_spare_reading_valid_prompt_lengths(tmp_path: Path) -
     rows = coerce(_read_all(bad), 0, rejects=rej)
     assert rows.bad.tolist() == [False, False, False, True, True, True]
     assert set(pa.concat_tables(rej).column("column").to_pylist()) == {"prompt_len"}
+
+
+def test_narrowed_rows_keep_their_values_in_the_smallest_type_that_holds_them() -> None:
+    n = 6
+    rows = Rows(np.arange(70_000, 70_000 + n, dtype=np.int64),  # row: beyond uint16
+                np.arange(n, dtype=np.int64),
+                np.array([1, 1, 8192, 65_535, 0, 3], np.int64),  # fits uint16
+                np.array([0, 5, -1, 2**31 - 1, 7, 9], np.int64),  # negative: int32
+                np.zeros(n, bool), sm_budget=np.array([0, 0, 0, 0, 0, 2**40], np.int64))
+    before = {k: getattr(rows, k).copy() for k in ("row", "scheduled", "computed", "sm_budget")}
+    rows.narrowed()
+    assert rows.row.dtype == np.int32 and rows.scheduled.dtype == np.uint16
+    assert rows.computed.dtype == np.int32 and rows.sm_budget.dtype == np.int64
+    assert rows.batch_id.dtype == np.int64  # (never narrowed here)
+    for k, v in before.items():
+        assert np.array_equal(getattr(rows, k), v), k
+    rows.widened()
+    assert all(getattr(rows, k).dtype == np.int64 for k in before)

@@ -152,7 +152,7 @@ class Scattered:
     piece ``k``'s from ``offsets[k]`` to ``offsets[k + 1]``. When every piece spans at most
     65,536 ids (``part.local``), ``rows.batch_id`` holds each id's offset from its piece's
     first id as uint16: a quarter of the bytes to move and to hold until pricing. A chunk
-without a bad row holds no ``bad`` column (a read-only view of one False)."""
+    without a bad row holds no ``bad`` column (a read-only view of one False)."""
 
     rows: Rows
     offsets: np.ndarray

@@ -459,8 +459,9 @@ class _Sink:
 
     Tables are gathered into row groups of at least ``row_group_rows`` rows (but those
     :meth:`flush` ends early: the run flushes each of its last few results as it comes, so
-    that little is left to encode after the last one is priced); ``metadata`` goes into the file's key-value metadata; ``sorted_by`` columns are
-    recorded as the row groups' ``sorting_columns``.
+    that little is left to encode after the last one is priced); ``metadata`` goes into the
+    file's key-value metadata; ``sorted_by`` columns are recorded as the row groups'
+    ``sorting_columns``.
     """
 
     def __init__(self, path: Path, schema: pa.Schema, *, compression: str = "lz4",
