@@ -12,9 +12,10 @@ priced silently:
   holds ``ceil(context / (block_size × DCP shards))`` blocks (docs/decisions.md);
 * ``duration``: the step's NoOverlap time saturated at 2^63−1 ns.
 
-:func:`check` is the scalar form (one batch, a list of :class:`Breach`); :func:`check_rows`
-the array form (rows grouped by batch → one bit mask per batch), and :func:`labels` turns
-masks into the ``limits`` column. Both read the same :class:`Limits`, so they agree.
+:func:`check` is the scalar form (one batch, a list of :class:`Breach`); :func:`check_batches`
+the array form (per-batch totals → one bit mask per batch; bulk pricing takes the totals
+where the rows are, :mod:`kernel.bulk.over_limit`), and :func:`label_array` turns masks into
+the ``limits`` column. Both read the same :class:`Limits`, so they agree.
 """
 
 from __future__ import annotations
@@ -121,20 +122,6 @@ def _breaches(limits: Limits, n: int, tokens: int, longest: int, held: int,
     return out
 
 
-def check_rows(limits: Limits, starts: np.ndarray, scheduled: np.ndarray,
-               computed: np.ndarray, no_overlap_ns: np.ndarray) -> np.ndarray:
-    """:func:`check` for many batches: rows grouped by batch (batch ``b`` is rows
-    ``starts[b]`` up to the next start), one ``uint8`` mask per batch (bit i = NAMES[i])."""
-    if starts.size == 0:
-        return np.zeros(0, np.uint8)
-    s = scheduled.astype(np.int64, copy=False)
-    ctx = s + computed.astype(np.int64, copy=False)  # per-batch sums are checked to fit int64
-    return check_batches(limits, np.diff(np.append(starts, s.size)),
-                         np.add.reduceat(s, starts), np.maximum.reduceat(ctx, starts),
-                         np.add.reduceat(blocks_held(ctx, limits.block_tokens), starts),
-                         no_overlap_ns)
-
-
 def check_batches(limits: Limits, requests: np.ndarray, tokens: np.ndarray,
                   longest: np.ndarray, held: np.ndarray, no_overlap_ns: np.ndarray
                   ) -> np.ndarray:
@@ -159,13 +146,9 @@ def names(mask: int) -> list[str]:
     return [name for name in NAMES if mask & BIT[name]]
 
 
-def labels(masks: np.ndarray) -> list[str]:
-    """The ``limits`` column: the names each mask sets, comma-separated ("" for none)."""
-    return label_array(masks).to_pylist()
-
-
 def label_array(masks: np.ndarray) -> pa.Array:
-    """:func:`labels` as an Arrow string array, built without a Python loop per mask."""
+    """The ``limits`` column: the names each mask sets, comma-separated ("" for none), as an
+    Arrow string array built without a Python loop per mask."""
     import pyarrow as pa  # (only bulk pricing needs Arrow)
 
     found, at = np.unique(masks, return_inverse=True)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import kernel
 from kernel import limits
+from kernel.bulk.groups import groups_from_starts
 from kernel.cli import cli
 from kernel.types import MAX_DURATION_NS, Batch, Request
 
@@ -83,8 +84,13 @@ def test_scalar_and_array_checks_agree(batches: list[list[tuple[int, int]]],
                                        durations: list[int]) -> None:
     starts, s, c = _rows(batches)
     ns = np.array(durations[:len(batches)], np.int64)
-    masks = limits.check_rows(LIM, starts, s, c, ns)
-    column = limits.labels(masks)
+    # the per-batch totals as bulk pricing takes them (kernel.bulk.groups)
+    g = groups_from_starts(np.repeat(np.arange(len(batches)), np.diff([*starts, s.size])),
+                           starts)
+    ctx = s + c
+    masks = limits.check_batches(LIM, g.counts, g.sum(s), g.max(ctx),
+                                 g.sum(limits.blocks_held(ctx, LIM.block_tokens)), ns)
+    column = limits.label_array(masks).to_pylist()
     for b, reqs, dur, label in zip(range(len(batches)), batches, ns.tolist(), column,
                                    strict=True):
         scalar = [x.limit for x in limits.check(LIM, Batch([Request(*q) for q in reqs]), dur)]

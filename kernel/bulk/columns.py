@@ -292,10 +292,12 @@ def price_grouped(r: ResolvedPool, rows: Rows, g: Groups, decode_threshold: int 
           else np.full(g.n, int(sm_budget), np.int64))
     summary = summarise_columns(r, g, rows.scheduled, rows.computed, thr, sm)
     row_totals: dict[str, np.ndarray] = {}
-    for rt in spec.row_totals:
-        v = rt.per_row(r, rows.scheduled.astype(np.int64, copy=False),
-                       rows.computed.astype(np.int64, copy=False))
-        row_totals[rt.name] = g.sum(v) if rt.kind == "sum" else g.max(v)
+    if spec.row_totals:
+        s = rows.scheduled.astype(np.int64, copy=False)
+        c = rows.computed.astype(np.int64, copy=False)
+        for rt in spec.row_totals:
+            v = rt.per_row(r, s, c)
+            row_totals[rt.name] = g.sum(v) if rt.kind == "sum" else g.max(v)
     extra = rows.extra or {}
     inputs = {n: extra[n].take(pa.array(g.starts)) for n in spec.inputs}
     return priced_table(r, g.ids, summary, spec, row_totals, inputs, rows, g)

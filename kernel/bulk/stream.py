@@ -208,8 +208,8 @@ def _validated(eng: Engine, tables: Iterator[pa.Table], pool: ThreadPoolExecutor
                failure: list[BaseException], part: Partition | None,
                summed: Summed | None = None) -> Iterator[tuple[Held, ChunkTerms | None]]:
     """Every chunk validated on the pool (one ahead), in order, with its terms for
-    ``summed``; columns narrowed to int32 where the values fit, since these rows wait to be
-    grouped; scattered by ``part`` too when a plan is known before reading (while the chunk
+    ``summed``; columns narrowed (uint16 or int32) where the values fit, since these rows
+    wait to be grouped; scattered by ``part`` too when a plan is known before reading (while the chunk
     is still in cache)."""
     def task(item: tuple[pa.Table, int]) -> tuple[Any, Scattered | None, ChunkTerms | None]:
         c = eng.coerce_task(item[0], item[1])
@@ -230,10 +230,12 @@ def _validated(eng: Engine, tables: Iterator[pa.Table], pool: ThreadPoolExecutor
 
 
 def _estimated_bytes(ts: TraceSource) -> int | None:
-    """A lower bound of the validated rows' size (int32 counts), when the row count is known."""
+    """A lower bound of the validated rows' size, when the row count is known: held rows
+    take at least 2 bytes a column (row number, batch-id offset, counts; no ``bad`` column
+    when no row is bad)."""
     if ts.num_rows is None:
         return None
-    per_row = 8 + 1 + 4 * (3 + sum(c in ts.names for c in _NARROW[2:]))
+    per_row = 2 * (4 + sum(c in ts.names for c in _NARROW[2:]))
     return ts.num_rows * per_row
 
 
@@ -497,13 +499,10 @@ class _Sink:
         self.pending.append(t)
         self.pending_rows += t.num_rows
         if self.pending_rows >= self.row_group_rows:
-            self._flush()
+            self.flush()
 
     def flush(self) -> None:
         """Write the tables given so far (as one row group, however few their rows)."""
-        self._flush()
-
-    def _flush(self) -> None:
         if self.w is None:
             self._open()
         if not self.pending:
@@ -517,7 +516,7 @@ class _Sink:
     def close(self, extra: Mapping[str, str] | None = None) -> None:
         """Finish the file; ``extra`` key-value metadata (known only now, e.g. the row
         counts) is added to a parquet footer, replacing keys of the same name."""
-        self._flush()
+        self.flush()
         if extra and not self.csv:
             self.w.add_key_value_metadata(dict(extra))
         self.w.close()

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from .. import step
 from ..trace import Rows
 from .columns import RowTotal, priced_table
-from .engine import PRICE_ROWS, Engine, Priced
+from .engine import Engine, Priced, piece_bounds
 from .walk import INT_SUMS, RowSums, RowTerms, float_sums, row_terms
 
 if TYPE_CHECKING:
@@ -41,16 +41,14 @@ if TYPE_CHECKING:
 
 __all__ = ["NEAR_IDS", "Summed", "rows_stay_near", "summed_for"]
 
-_TOTAL = "total:"  # (row totals beside the walk's sums)
-
-
 @dataclass
 class ChunkTerms:
-    """What one validated chunk adds to the sums: (name, batch index per row, value per row
-    or None for 1), rows in input order."""
+    """What one validated chunk adds: the walk's per-row terms, and each row total's value
+    per row (keyed like the walk's terms by ``key``, the batch index of each row)."""
 
-    adds: list[tuple[str, np.ndarray, np.ndarray | None]] = field(default_factory=list)
-    walk: RowTerms | None = None  # (its prefill rows, for the context-gather runs)
+    walk: RowTerms | None = None
+    key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    totals: dict[str, np.ndarray] = field(default_factory=dict)
     largest: int = 0  # the largest scheduled + computed of a row
     failed: bool = False  # a rejected row, or an id outside the range: sums cannot stand
 
@@ -68,10 +66,8 @@ class Summed:
         self.totals = {rt.name: np.zeros(span, np.int64) if rt.kind == "sum"
                        else np.full(span, np.iinfo(np.int64).min, np.int64)
                        for rt in self.row_totals}
-        self.ufunc = {**{k: np.add for k in self.sums.sums},
-                      **{_TOTAL + rt.name: np.add if rt.kind == "sum" else np.maximum
-                         for rt in self.row_totals}}
-        self.target = {**self.sums.sums, **{_TOTAL + k: v for k, v in self.totals.items()}}
+        self.ufunc = {rt.name: np.add if rt.kind == "sum" else np.maximum
+                      for rt in self.row_totals}
         self.largest = 0
         self.ok = True
 
@@ -93,19 +89,18 @@ class Summed:
             return ChunkTerms(failed=True)
         s = rows.scheduled.astype(np.int64, copy=False)
         c = rows.computed.astype(np.int64, copy=False)
-        walk = row_terms(self.p, key, s, c, self.threshold)
-        adds = walk.adds + [(_TOTAL + rt.name, key, rt.per_row(self.eng.r, s, c))
-                            for rt in self.row_totals]
-        return ChunkTerms(adds, walk, int((s + c).max()))
+        return ChunkTerms(row_terms(self.p, key, s, c, self.threshold), key,
+                          {rt.name: rt.per_row(self.eng.r, s, c) for rt in self.row_totals},
+                          int((s + c).max()))
 
     def add(self, t: ChunkTerms) -> None:
         """Add a chunk's terms, chunks in trace order (calling thread)."""
         self.ok = self.ok and not t.failed
         if not self.ok or t.walk is None:
             return
-        for name, idx, v in t.adds:
-            self.ufunc[name].at(self.target[name], idx, 1 if v is None else v)
-        self.sums.add_prefill(t.walk)
+        self.sums.add(t.walk)
+        for name, v in t.totals.items():
+            self.ufunc[name].at(self.totals[name], t.key, v)
         self.largest = max(self.largest, t.largest)
 
     def complete(self) -> bool:
@@ -122,9 +117,9 @@ class Summed:
         present = np.flatnonzero(requests)
         if present.size == 0:
             return
-        upto = np.cumsum(requests[present])
-        cut = np.unique(np.searchsorted(upto, np.arange(PRICE_ROWS, int(upto[-1]), PRICE_ROWS)))
-        bounds = [0, *(int(b) for b in cut if 0 < b < present.size), present.size]
+        counts = requests[present]
+        upto = np.cumsum(counts)
+        bounds = piece_bounds(upto - counts, int(upto[-1]))
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):
             yield partial(self._price, present[a:b])
 
