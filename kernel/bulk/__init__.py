@@ -14,6 +14,7 @@ batch. The package has one module per job:
 ``partition``          rows of any order cut into pieces of whole batches (``sorted`` mode)
 ``summed``             per-batch sums of rows that stream by (``summed`` mode)
 ``stream``             :func:`price_file`: any size, bounded memory, parquet out
+``sink``               the output file, encoded on a writer thread, renamed into place at the end
 =====================  =======================================================================
 
 Extension point (details in :mod:`kernel.bulk.columns`): a :class:`ColumnProducer` adds

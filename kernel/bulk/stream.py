@@ -22,9 +22,10 @@ A run is a pipeline (``docs/traces.md`` "Streaming"):
      and come back grouped, batch ids increasing.
 4. **price**: groups of whole batches are priced on a thread pool (numpy releases the GIL in
    the heavy loops), results taken in order;
-5. **write**: a ``ParquetWriter`` on the calling thread (Arrow encodes without the GIL), row
-   groups of at least :data:`ROW_GROUP_ROWS` rows but for the last few results, each
-   written as it comes, to a temporary name renamed at the end.
+5. **write**: a ``ParquetWriter`` on a writer thread (:mod:`kernel.bulk.sink`), so that the
+   calling thread goes on submitting work; row groups of at least :data:`ROW_GROUP_ROWS`
+   rows but for the last few results, each written as it comes, to a temporary name
+   renamed at the end.
 
 Output order: batch_id order in ``summed``, ``sorted`` and ``external`` mode and in ``grouped``
 mode when batch ids rise from chunk to chunk (then the parquet records ``sorting_columns``);
@@ -46,7 +47,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline import safe_output
 
@@ -69,6 +69,7 @@ from .partition import (
     plan_from_ranges,
     scatter,
 )
+from .sink import ROW_GROUP_ROWS, Sink
 from .summed import ChunkTerms, Summed, rows_stay_near, summed_for
 
 if TYPE_CHECKING:
@@ -78,7 +79,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ROW_GROUP_ROWS", "SORT_MEMORY", "price_file", "priced_stream"]
 
-ROW_GROUP_ROWS = 1 << 18  # priced rows per parquet row group (DuckDB scans like >= 128k)
 READ_AHEAD = 2  # chunks read and validated ahead of the one being grouped
 PRICE_AHEAD = 2  # groups priced ahead, per worker (a worker never waits on the calling thread)
 SORT_MEMORY = "1GB"  # DuckDB's memory limit for the external sort (it spills beyond)
@@ -119,18 +119,18 @@ def _offsets(tables: Iterable[pa.Table]) -> Iterator[tuple[pa.Table, int]]:
 
 def _grouped_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor) -> Iterator[Rows]:
     """Chunks of whole batches: each unit's carry id is held back for the next."""
-    def task(item: tuple[Callable[[], pa.Table], int, Any]) -> tuple[Any, Any]:
-        read, offset, carry = item  # read on a worker too: ahead of the pricing
-        return eng.coerce_task(read(), offset), carry
+    def task(item: tuple[pa.Table, int, Any]) -> tuple[Any, Any]:
+        table, offset, carry = item
+        return eng.coerce_task(table, offset), carry
 
-    def items() -> Iterator[tuple[Callable[[], pa.Table], int, Any]]:
+    def items() -> Iterator[tuple[pa.Table, int, Any]]:
         offset = 0
         for read, n, carry in ts.unit_reads():
-            yield read, offset, carry
+            yield read(), offset, carry
             offset += n
 
     held = Rows.empty()
-    for c, carry in _ordered(pool, task, items(), READ_AHEAD):
+    for c, carry in _ordered(pool, task, _prefetched(items(), READ_AHEAD), READ_AHEAD):
         rows = eng.take_coerced(c)
         if len(rows) == 0:
             continue  # (an empty row group: a held batch goes on holding)
@@ -148,6 +148,27 @@ def _grouped_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor) -> It
             yield rows
     if len(held):
         yield held
+
+
+def _prefetched(items: Iterable[T], depth: int) -> Iterator[T]:
+    """``items``, each taken from the iterator on a reader thread ``depth`` items before it
+    is wanted: reading a chunk waits on Arrow's decoding threads, and on a pricing worker
+    (or the calling thread) that wait left a core idle (RO15)."""
+    it = iter(items)
+    reader = ThreadPoolExecutor(1, thread_name_prefix="blis-read")
+    try:
+        ahead = deque(reader.submit(_next, it) for _ in range(depth + 1))
+        while got := ahead.popleft().result():
+            ahead.append(reader.submit(_next, it))
+            yield got[0]
+    finally:  # (closed early: the reads not started are dropped)
+        reader.shutdown(wait=False, cancel_futures=True)
+
+
+def _next(it: Iterator[T]) -> tuple[T] | tuple[()]:
+    for x in it:
+        return (x,)
+    return ()
 
 
 def _join_held(held: Rows, rows: Rows) -> tuple[Rows | None, Rows]:
@@ -220,7 +241,8 @@ def _validated(eng: Engine, tables: Iterator[pa.Table], pool: ThreadPoolExecutor
         return c, None, terms
 
     try:
-        for c, scattered, terms in _ordered(pool, task, _offsets(tables), READ_AHEAD):
+        for c, scattered, terms in _ordered(pool, task, _offsets(_prefetched(tables, READ_AHEAD)),
+                                            READ_AHEAD):
             rows = eng.take_coerced(c)
             if len(rows):
                 yield (rows if scattered is None else scattered), terms
@@ -456,86 +478,6 @@ def size_bytes(v: int | str, what: str) -> int:
 
 # -- writing -------------------------------------------------------------------------------
 
-class _Sink:
-    """A parquet (or CSV) file written to a temporary name, then renamed.
-
-    Tables are gathered into row groups of at least ``row_group_rows`` rows (but those
-    :meth:`flush` ends early: the run flushes each of its last few results as it comes, so
-    that little is left to encode after the last one is priced); ``metadata`` goes into the
-    file's key-value metadata; ``sorted_by`` columns are recorded as the row groups'
-    ``sorting_columns``.
-    """
-
-    def __init__(self, path: Path, schema: pa.Schema, *, compression: str = "lz4",
-                 row_group_rows: int = ROW_GROUP_ROWS,
-                 metadata: Mapping[str, str | bytes] | None = None,
-                 sorted_by: tuple[str, ...] = ()):
-        self.path = path
-        self.tmp = safe_output.temp_name(path)  # removed on SIGINT/SIGTERM too
-        if metadata:
-            schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
-        self.schema = schema
-        self.csv = path.suffix.lower() == ".csv"
-        self.compression = compression
-        self.row_group_rows = max(int(row_group_rows), 1)
-        self.sorted_by = sorted_by
-        self.pending: list[pa.Table] = []
-        self.pending_rows = 0
-        self.w: Any = None
-
-    def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.csv:
-            import pyarrow.csv as pcsv
-            self.w = pcsv.CSVWriter(str(self.tmp), _plain(self.schema))
-            return
-        dict_cols = [f.name for f in self.schema
-                     if pa.types.is_string(f.type) or pa.types.is_dictionary(f.type)]
-        sorting = [pq.SortingColumn(self.schema.get_field_index(c)) for c in self.sorted_by]
-        self.w = pq.ParquetWriter(str(self.tmp), self.schema, compression=self.compression,
-                                  use_dictionary=dict_cols, sorting_columns=sorting or None)
-
-    def write(self, t: pa.Table) -> None:
-        self.pending.append(t)
-        self.pending_rows += t.num_rows
-        if self.pending_rows >= self.row_group_rows:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write the tables given so far (as one row group, however few their rows)."""
-        if self.w is None:
-            self._open()
-        if not self.pending:
-            return
-        t = pa.concat_tables(self.pending).replace_schema_metadata(self.schema.metadata)
-        self.pending, self.pending_rows = [], 0
-        if self.csv:
-            t = t.cast(_plain(t.schema))
-        self.w.write_table(t, row_group_size=max(t.num_rows, 1))
-
-    def close(self, extra: Mapping[str, str] | None = None) -> None:
-        """Finish the file; ``extra`` key-value metadata (known only now, e.g. the row
-        counts) is added to a parquet footer, replacing keys of the same name."""
-        self.flush()
-        if extra and not self.csv:
-            self.w.add_key_value_metadata(dict(extra))
-        self.w.close()
-        safe_output.commit(self.tmp, self.path)
-
-    def abort(self) -> None:
-        self.pending = []
-        if self.w is not None:
-            self.w.close()
-            self.w = None
-        safe_output.discard(self.tmp)
-
-
-def _plain(schema: pa.Schema) -> pa.Schema:
-    """Dictionary columns as their values (for CSV)."""
-    return pa.schema([pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type)
-                      else f for f in schema], metadata=schema.metadata)
-
-
 def _progress(total: int | None, enabled: bool) -> Any:
     from ..progress import open_progress  # a terminal bar, a notebook bar, or nothing
 
@@ -600,9 +542,9 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     bt_rej: list[pa.Table] = []
     bt = (BatchTable(batches, columns, bt_rej, strict, decode_threshold, sm_budget)
           if batches is not None else None)
-    rej_sink = (_Sink(Path(rejects), REJECT_SCHEMA, metadata=rejects_metadata)
+    rej_sink = (Sink(Path(rejects), REJECT_SCHEMA, metadata=rejects_metadata)
                 if rejects is not None else None)
-    sinks: list[_Sink] = []
+    sinks: list[Sink] = []
     eng = Engine(r, ts.names, decode_threshold=decode_threshold, sm_budget=sm_budget,
                  strict=strict, batch_table=bt, on_priced=lambda t: sinks[0].write(t),
                  on_rejects=(rej_sink.write if rej_sink is not None else lambda t: None),
@@ -615,7 +557,7 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                            tmp_parent=Path(tmp_dir) if tmp_dir else dst.parent,
                            sort_memory=sort_memory, memory_budget=memory_budget,
                            order=order)
-        sinks.append(_Sink(dst, spec.schema(), metadata=metadata,
+        sinks.append(Sink(dst, spec.schema(), metadata=metadata,
                            sorted_by=("batch_id",) if st.sorted_ids else ()))
         for p in st.results:
             eng.take_priced(p)

@@ -1,0 +1,136 @@
+"""The output file of :func:`kernel.bulk.price_file`: parquet (or CSV), encoded on a writer
+thread of its own, to a temporary name renamed at the end.
+
+The writer thread is what lets the calling thread keep the pricing workers fed: encoding a
+262k-row group takes tens of milliseconds (Arrow does it without the GIL), and a calling
+thread busy with it submitted no new work, so the workers sat idle for about half the run
+(``docs/decisions.md`` RO15).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import safe_output
+
+__all__ = ["ROW_GROUP_ROWS", "Sink"]
+
+ROW_GROUP_ROWS = 1 << 18  # priced rows per parquet row group (DuckDB scans like >= 128k)
+WRITE_AHEAD = 2  # row groups waiting for the writer thread before write() blocks
+
+
+class Sink:
+    """A parquet (or CSV, by suffix) file written to a temporary name, then renamed.
+
+    Tables are gathered into row groups of at least ``row_group_rows`` rows (but those
+    :meth:`flush` ends early: a run flushes each of its last few results as it comes, so
+    that little is left to encode after the last one is priced); ``metadata`` goes into the
+    file's key-value metadata; ``sorted_by`` columns are recorded as the row groups'
+    ``sorting_columns``. Row groups are encoded in order on a writer thread, at most
+    :data:`WRITE_AHEAD` waiting; a failure there is raised by a later :meth:`flush` or by
+    :meth:`close`.
+    """
+
+    def __init__(self, path: Path, schema: pa.Schema, *, compression: str = "lz4",
+                 row_group_rows: int = ROW_GROUP_ROWS,
+                 metadata: Mapping[str, str | bytes] | None = None,
+                 sorted_by: tuple[str, ...] = ()):
+        self.path = path
+        self.tmp = safe_output.temp_name(path)  # removed on SIGINT/SIGTERM too
+        if metadata:
+            schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
+        self.schema = schema
+        self.csv = path.suffix.lower() == ".csv"
+        self.compression = compression
+        self.row_group_rows = max(int(row_group_rows), 1)
+        self.sorted_by = sorted_by
+        self.pending: list[pa.Table] = []
+        self.pending_rows = 0
+        self.w: Any = None
+        self._writer: ThreadPoolExecutor | None = None
+        self._writes: deque[Future[None]] = deque()
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.csv:
+            import pyarrow.csv as pcsv
+            self.w = pcsv.CSVWriter(str(self.tmp), _plain(self.schema))
+        else:
+            dict_cols = [f.name for f in self.schema
+                         if pa.types.is_string(f.type) or pa.types.is_dictionary(f.type)]
+            sorting = [pq.SortingColumn(self.schema.get_field_index(c))
+                       for c in self.sorted_by]
+            self.w = pq.ParquetWriter(str(self.tmp), self.schema, compression=self.compression,
+                                      use_dictionary=dict_cols,
+                                      sorting_columns=sorting or None)
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="blis-write")
+
+    def _encode(self, t: pa.Table) -> None:
+        """On the writer thread: ``t`` as one row group."""
+        if self.csv:
+            t = t.cast(_plain(t.schema))
+        self.w.write_table(t, row_group_size=max(t.num_rows, 1))
+
+    def _wait(self, keep: int) -> None:
+        """Wait until at most ``keep`` row groups are still to encode (raising a failure)."""
+        while len(self._writes) > keep:
+            self._writes.popleft().result()
+
+    def write(self, t: pa.Table) -> None:
+        self.pending.append(t)
+        self.pending_rows += t.num_rows
+        if self.pending_rows >= self.row_group_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the tables given so far to the writer thread (as one row group, however few
+        their rows)."""
+        if self.w is None:
+            self._open()
+        if not self.pending:
+            return
+        t = pa.concat_tables(self.pending).replace_schema_metadata(self.schema.metadata)
+        self.pending, self.pending_rows = [], 0
+        assert self._writer is not None
+        self._wait(WRITE_AHEAD - 1)
+        self._writes.append(self._writer.submit(self._encode, t))
+
+    def _stop(self) -> None:
+        if self._writer is not None:
+            self._writer.shutdown(wait=True, cancel_futures=True)
+            self._writer = None
+
+    def close(self, extra: Mapping[str, str] | None = None) -> None:
+        """Finish the file; ``extra`` key-value metadata (known only now, e.g. the row
+        counts) is added to a parquet footer, replacing keys of the same name."""
+        self.flush()
+        self._wait(0)
+        self._stop()
+        if extra and not self.csv:
+            self.w.add_key_value_metadata(dict(extra))
+        self.w.close()
+        safe_output.commit(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self.pending = []
+        self._writes.clear()
+        self._stop()
+        if self.w is not None:
+            with contextlib.suppress(Exception):  # never over the failure being handled
+                self.w.close()
+            self.w = None
+        safe_output.discard(self.tmp)
+
+
+def _plain(schema: pa.Schema) -> pa.Schema:
+    """Dictionary columns as their values (for CSV)."""
+    return pa.schema([pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type)
+                      else f for f in schema], metadata=schema.metadata)
