@@ -3,9 +3,9 @@
 A run is a pipeline (``docs/traces.md`` "Streaming"):
 
 1. **read**: :mod:`kernel.sources` yields Arrow chunks (parquet row-group fragments of
-   pyarrow.dataset, decoded on Arrow's threads);
-2. **validate**: each chunk is checked row by row on a worker thread (which, in ``grouped``
-   mode, also reads it, one chunk ahead);
+   pyarrow.dataset, decoded on Arrow's threads), taken :data:`READ_AHEAD` ahead on a reader
+   thread (decision RO15);
+2. **validate**: each chunk is checked row by row on a worker thread;
 3. **group**: how depends on the source's layout, known before the first row is priced, so
    nothing is ever read twice:
 
