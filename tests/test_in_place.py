@@ -231,8 +231,18 @@ def test_what_needs_the_rows_of_a_batch_takes_the_grouping_path(tmp_path: Path, 
     assert counts.mode == "sorted", case
     assert pl.read_parquet(dst).equals(want.priced), case
     assert counts.rows_rejected == want.counts.rows_rejected
+    # mode summed holds no row: the rows it took are read again, neither counted nor
+    # rejected twice
+    assert (counts.rows_in, pl.read_parquet(rej).height) == (df.height, counts.rows_rejected)
     if case in ("rejected row", "huge counts", "over limit"):
         assert counts.rows_rejected > 0, case
+    if case == "rejected row":  # found late, after chunks summed without their rows held
+        assert pl.read_parquet(src)["scheduled"].arg_min() >= 3 * 64
+    if case in ("rejected row", "huge counts"):  # an in-memory table: read again as well
+        res = bulk.price_result(ds3, _orders(df, 5)["request-major"], on_reject="ignore",
+                                chunk_rows=64)
+        assert res.counts.mode == "sorted" and res.priced.equals(want.priced), case
+        assert res.counts.rows_rejected == want.counts.rows_rejected
 
 
 def test_row_totals_are_checked_and_reach_the_producer_in_every_mode(tmp_path: Path) -> None:

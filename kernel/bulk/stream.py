@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from itertools import chain
+from itertools import chain, islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -227,26 +227,48 @@ Held = Rows | Scattered  # validated rows, scattered to their pieces once a plan
 
 def _validated(eng: Engine, tables: Iterator[pa.Table], pool: ThreadPoolExecutor,
                failure: list[BaseException], part: Partition | None,
-               summed: Summed | None = None) -> Iterator[tuple[Held, ChunkTerms | None]]:
-    """Every chunk validated on the pool (one ahead), in order, with its terms for
-    ``summed``; columns narrowed (uint16 or int32) where the values fit, since these rows
-    wait to be grouped; scattered by ``part`` too when a plan is known before reading (while the chunk
-    is still in cache)."""
+               summed: Summed | None = None
+               ) -> Iterator[tuple[Held, ChunkTerms | None, int]]:
+    """Every chunk with rows validated on the pool (one ahead), in order, with its terms for
+    ``summed`` and its index among the source's chunks; columns narrowed (uint16 or int32)
+    where the values fit, since these rows wait to be grouped (not while ``summed`` takes
+    them: it holds none); scattered by ``part`` too when a plan is known before reading
+    (while the chunk is still in cache)."""
     def task(item: tuple[pa.Table, int]) -> tuple[Any, Scattered | None, ChunkTerms | None]:
         c = eng.coerce_task(item[0], item[1])
         terms = summed.terms(c.rows) if summed is not None else None
-        c.rows.narrowed()
+        if summed is None or not summed.ok:
+            c.rows.narrowed()
         if part is not None and len(c.rows) and fits(part, c.rows.batch_id):
             return c, scatter(c.rows, part, fresh=True), terms
         return c, None, terms
 
     try:
-        for c, scattered, terms in _ordered(pool, task, _offsets(_prefetched(tables, READ_AHEAD)),
-                                            READ_AHEAD):
+        for i, (c, scattered, terms) in enumerate(_ordered(
+                pool, task, _offsets(_prefetched(tables, READ_AHEAD)), READ_AHEAD)):
             rows = eng.take_coerced(c)
             if len(rows):
-                yield (rows if scattered is None else scattered), terms
+                yield (rows if scattered is None else scattered), terms, i
     except BaseException as e:  # DuckDB would wrap it: keep the original
+        failure.append(e)
+        raise
+
+
+def _read_again(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor,
+                failure: list[BaseException], chunks: int | None
+                ) -> Iterator[tuple[Held, None, int]]:
+    """The source's first ``chunks`` chunks (None: all) validated again, as
+    :func:`_validated` gave them, but neither counted nor their rejects emitted a second
+    time: rows mode ``summed`` took without holding them, wanted after all."""
+    def task(item: tuple[pa.Table, int]) -> Rows:
+        return eng.coerce_task(item[0], item[1]).rows.narrowed()
+
+    tables = ts.chunks() if chunks is None else islice(ts.chunks(), chunks)
+    try:
+        for i, rows in enumerate(_ordered(pool, task, _offsets(tables), READ_AHEAD)):
+            if len(rows):
+                yield rows, None, i
+    except BaseException as e:  # (as in _validated)
         failure.append(e)
         raise
 
@@ -267,7 +289,8 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
     """Rows of any order summed per batch as they stream by (:mod:`kernel.bulk.summed`) or
     grouped in memory (:mod:`kernel.bulk.partition`) while they fit in ``memory_budget``
     bytes; beyond it, everything goes through DuckDB's external sort — the rows gathered so
-    far first, then the rest of the stream (nothing is read twice)."""
+    far first, then the rest of the stream. Nothing is read twice but the chunks mode
+    ``summed`` took without holding their rows, when its sums cannot stand (RO16)."""
     failure: list[BaseException] = []
     est = _estimated_bytes(ts)
     in_memory = st.mode != "external" and (est is None or est <= memory_budget)
@@ -280,31 +303,37 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
             summed = None
     prior = (plan_from_ranges(ts.id_ranges, PRICE_ROWS)
              if in_memory and ts.id_ranges is not None else None)
-    parts = _validated(eng, tables, pool, failure, None if summed is not None else prior,
-                       summed)
+    parts: Iterator[tuple[Held, ChunkTerms | None, int]] = _validated(
+        eng, tables, pool, failure, None if summed is not None else prior, summed)
+    if in_memory and summed is not None:
+        # Summed as they come, no row held (each would be a fresh page to fault in: that was
+        # most of what a request-major trace cost beyond a sorted one). Should the sums not
+        # stand, the rows summed so far are read again and grouped with the rest below.
+        for h, terms, i in parts:
+            if terms is not None:
+                summed.add(terms)
+            if not summed.ok:  # (a rejected row, an id beyond the statistics)
+                parts = chain(_read_again(eng, ts, pool, failure, i), [(h, None, i)], parts)
+                break
+        else:
+            if summed.complete():
+                st.mode = "summed"
+                yield from summed.units()
+                return
+            parts = _read_again(eng, ts, pool, failure, None)  # (sums that might pass int64)
+        summed.abandon()  # (the chunks still to come need no terms)
     held: list[Held] = []
     if in_memory:
-        used = summed.nbytes() if summed is not None else 0
-        for h, terms in parts:
+        used = 0
+        for h, _, _ in parts:
             held.append(h)
-            if summed is not None and terms is not None:
-                summed.add(terms)
             used += h.nbytes()
             if used > memory_budget:
                 break
         else:
-            if summed is not None and summed.complete():
-                st.mode = "summed"
-                held.clear()
-                yield from summed.units()
-                return
-            if summed is not None:
-                summed.abandon()
             yield from _memory_units(eng, held, prior, pool, workers)
             return
     st.mode = "external"
-    if summed is not None:  # (the chunks still to come need no terms)
-        summed.abandon()
     yield from _external_units(eng, ts, (_unscattered(h) for h in chain(
         held, (p[0] for p in parts))), failure, chunk_rows, tmp_parent, sort_memory)
 

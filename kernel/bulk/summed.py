@@ -13,10 +13,10 @@ request-major log), so that adding them row after row stays in cache (:func:`row
 decided on the first chunk); rows spread over the whole range are grouped instead. It
 applies only when nothing needs the rows of a batch side by side: no
 per-batch column in the trace or beside it, no kept column, no producer that reads rows, no
-over-limit rejection. Rows are still kept (as validated, in arrival order) while they fit the
-memory budget, for what only shows at the end: a rejected row or per-batch sums that might
-not fit int64 send the run to the grouping path with the same rows, and nothing is read
-twice.
+over-limit rejection. No row is kept (each would be a fresh page to fault in: decision
+RO16). Should the sums not stand — a rejected row, or per-batch sums that might not fit
+int64, known only at the end — the chunks summed so far are read and validated again (not
+counted twice) and the run goes on grouping them with the rest.
 """
 
 from __future__ import annotations
