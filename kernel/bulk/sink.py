@@ -55,7 +55,7 @@ class Sink:
         self.pending: list[pa.Table] = []
         self.pending_rows = 0
         self.w: Any = None
-        self._writer: ThreadPoolExecutor | None = None
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="blis-write")  # (starts on use)
         self._writes: deque[Future[None]] = deque()
 
     def _open(self) -> None:
@@ -71,7 +71,6 @@ class Sink:
             self.w = pq.ParquetWriter(str(self.tmp), self.schema, compression=self.compression,
                                       use_dictionary=dict_cols,
                                       sorting_columns=sorting or None)
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="blis-write")
 
     def _encode(self, t: pa.Table) -> None:
         """On the writer thread: ``t`` as one row group."""
@@ -99,21 +98,15 @@ class Sink:
             return
         t = pa.concat_tables(self.pending).replace_schema_metadata(self.schema.metadata)
         self.pending, self.pending_rows = [], 0
-        assert self._writer is not None
         self._wait(WRITE_AHEAD - 1)
         self._writes.append(self._writer.submit(self._encode, t))
-
-    def _stop(self) -> None:
-        if self._writer is not None:
-            self._writer.shutdown(wait=True, cancel_futures=True)
-            self._writer = None
 
     def close(self, extra: Mapping[str, str] | None = None) -> None:
         """Finish the file; ``extra`` key-value metadata (known only now, e.g. the row
         counts) is added to a parquet footer, replacing keys of the same name."""
         self.flush()
         self._wait(0)
-        self._stop()
+        self._writer.shutdown()
         if extra and not self.csv:
             self.w.add_key_value_metadata(dict(extra))
         self.w.close()
@@ -122,7 +115,7 @@ class Sink:
     def abort(self) -> None:
         self.pending = []
         self._writes.clear()
-        self._stop()
+        self._writer.shutdown(wait=True, cancel_futures=True)
         if self.w is not None:
             with contextlib.suppress(Exception):  # never over the failure being handled
                 self.w.close()

@@ -227,13 +227,14 @@ Held = Rows | Scattered  # validated rows, scattered to their pieces once a plan
 
 def _validated(eng: Engine, tables: Iterator[pa.Table], pool: ThreadPoolExecutor,
                failure: list[BaseException], part: Partition | None,
-               summed: Summed | None = None
+               summed: Summed | None = None, *, again: bool = False
                ) -> Iterator[tuple[Held, ChunkTerms | None, int]]:
     """Every chunk with rows validated on the pool (one ahead), in order, with its terms for
     ``summed`` and its index among the source's chunks; columns narrowed (uint16 or int32)
     where the values fit, since these rows wait to be grouped (not while ``summed`` takes
     them: it holds none); scattered by ``part`` too when a plan is known before reading
-    (while the chunk is still in cache)."""
+    (while the chunk is still in cache). ``again``: chunks read a second time, neither
+    counted nor their rejects emitted again."""
     def task(item: tuple[pa.Table, int]) -> tuple[Any, Scattered | None, ChunkTerms | None]:
         c = eng.coerce_task(item[0], item[1])
         terms = summed.terms(c.rows) if summed is not None else None
@@ -246,7 +247,7 @@ def _validated(eng: Engine, tables: Iterator[pa.Table], pool: ThreadPoolExecutor
     try:
         for i, (c, scattered, terms) in enumerate(_ordered(
                 pool, task, _offsets(_prefetched(tables, READ_AHEAD)), READ_AHEAD)):
-            rows = eng.take_coerced(c)
+            rows = c.rows if again else eng.take_coerced(c)
             if len(rows):
                 yield (rows if scattered is None else scattered), terms, i
     except BaseException as e:  # DuckDB would wrap it: keep the original
@@ -256,21 +257,11 @@ def _validated(eng: Engine, tables: Iterator[pa.Table], pool: ThreadPoolExecutor
 
 def _read_again(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor,
                 failure: list[BaseException], chunks: int | None
-                ) -> Iterator[tuple[Held, None, int]]:
-    """The source's first ``chunks`` chunks (None: all) validated again, as
-    :func:`_validated` gave them, but neither counted nor their rejects emitted a second
-    time: rows mode ``summed`` took without holding them, wanted after all."""
-    def task(item: tuple[pa.Table, int]) -> Rows:
-        return eng.coerce_task(item[0], item[1]).rows.narrowed()
-
+                ) -> Iterator[tuple[Held, ChunkTerms | None, int]]:
+    """The source's first ``chunks`` chunks (None: all) validated again: rows mode
+    ``summed`` took without holding them, wanted after all."""
     tables = ts.chunks() if chunks is None else islice(ts.chunks(), chunks)
-    try:
-        for i, rows in enumerate(_ordered(pool, task, _offsets(tables), READ_AHEAD)):
-            if len(rows):
-                yield rows, None, i
-    except BaseException as e:  # (as in _validated)
-        failure.append(e)
-        raise
+    return _validated(eng, tables, pool, failure, None, again=True)
 
 
 def _estimated_bytes(ts: TraceSource) -> int | None:
