@@ -425,7 +425,8 @@ def test_partition_groups_rows_like_a_stable_sort() -> None:
     from kernel.bulk import partition as part
     from kernel.trace import Rows
 
-    ids_of = st.sampled_from(["dense", "sparse64", "one", "lumpy"])
+    # ("wraps": ids across multiples of 2**16, where their low 16 bits wrap)
+    ids_of = st.sampled_from(["dense", "sparse64", "one", "lumpy", "wraps"])
 
     @settings(max_examples=60, deadline=None)
     @given(kind=ids_of, n=st.integers(1, 400), seed=st.integers(0, 10**6),
@@ -437,7 +438,9 @@ def test_partition_groups_rows_like_a_stable_sort() -> None:
                "sparse64": rng.choice(rng.integers(-2**63, 2**63 - 1, 9, dtype=np.int64), n),
                "one": np.full(n, 2**62),
                "lumpy": np.where(rng.random(n) < 0.8, rng.integers(0, 3, n),
-                                 rng.integers(0, 2**40, n))}[kind].astype(np.int64)
+                                 rng.integers(0, 2**40, n)),
+               "wraps": rng.choice([-3, 1, 5]) * 2**16 + rng.integers(-40, 40, n),
+               }[kind].astype(np.int64)
         kept = np.sort(rng.choice(n + 5, n, replace=False))  # row numbers, some dropped
         rows = Rows(kept.astype(np.int32) if seed % 2 else kept, ids, rng.integers(0, 9, n),
                     rng.integers(0, 9, n), rng.random(n) < (0.1 if seed % 3 else 0.0))
@@ -456,8 +459,13 @@ def test_partition_groups_rows_like_a_stable_sort() -> None:
             if not fresh:  # scattered by one plan, then by another
                 c = part.scatter(c, by_ranges, fresh=True).absolute()
             held.append(part.scatter(c, final, fresh=fresh))
-        got = Rows.concat([part.group_piece(part.gather_piece(held, k), final.piece_lo(k),
-                                            final.piece_span(k)) for k in range(final.n)])
+        pieces = [part.gather_piece(held, k) for k in range(final.n)]
+        for k, p in enumerate(pieces):  # each piece's rows, with their ids restored
+            lo_k, span = final.piece_lo(k), final.piece_span(k)  # (Python ints: no overflow)
+            assert sorted(p.batch_id.tolist()) == sorted(i for i in ids.tolist()
+                                                         if lo_k <= i < lo_k + span)
+        got = Rows.concat([part.group_piece(p, final.piece_lo(k), final.piece_span(k))
+                           for k, p in enumerate(pieces)])
         order = np.argsort(ids, kind="stable")
         assert got.batch_id.tolist() == ids[order].tolist()
         assert got.row.tolist() == kept[order].tolist()  # each batch's rows in input order

@@ -9,7 +9,7 @@ whole batches side by side, batches in id order and each batch's rows in input o
 2. consecutive cells merged into pieces of about ``piece_rows`` rows (a lookup table
    cell → piece, small enough to stay in cache);
 3. each chunk's rows scattered to their pieces by a stable counting sort on the piece number
-   (numpy's stable argsort on 8/16-bit keys is a radix sort), chunk by chunk on the pool, each
+   (Arrow's stable sort of 8/16-bit keys), chunk by chunk on the pool, each
    chunk freed once scattered (reading a chunk's rows in order and writing ~100 streams is
    cache-friendly; gathering a piece from every chunk would not be);
 4. each piece, when priced, taken from the scattered chunks in input order
@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..trace import Rows
 
@@ -38,6 +40,9 @@ __all__ = ["CELLS", "Partition", "Scattered", "fits", "gather_piece", "group_pie
            "plan_from_ranges", "scatter"]
 
 CELLS = 1 << 16  # id ranges of the histogram (the lookup table: 64k entries)
+# Scattered rows are allocated by malloc, as every other array is: where an application has
+# tuned it (kernel.malloc), freed chunks are reused rather than faulted in again.
+_POOL = pa.system_memory_pool()
 
 
 @dataclass
@@ -118,7 +123,7 @@ def plan(lo: int, shift: int, counts: np.ndarray, piece_rows: int) -> Partition:
     dense[starts[1:]] = 1
     np.cumsum(dense, out=dense)
     hi = lo + (CELLS << shift) - 1
-    lut = dense.astype(np.uint8 if starts.size <= 256 else np.uint16)  # radix-sortable keys
+    lut = dense.astype(np.uint8 if starts.size <= 256 else np.uint16)  # (small keys: a counting sort)
     return Partition(lo, hi, shift, lut, starts.astype(np.int64))
 
 
@@ -150,9 +155,11 @@ def fits(part: Partition, ids: np.ndarray) -> bool:
 class Scattered:
     """A chunk's rows reordered by piece of ``part`` (stably: input order within a piece),
     piece ``k``'s from ``offsets[k]`` to ``offsets[k + 1]``. When every piece spans at most
-    65,536 ids (``part.local``), ``rows.batch_id`` holds each id's offset from its piece's
-    first id as uint16: a quarter of the bytes to move and to hold until pricing. A chunk
-    without a bad row holds no ``bad`` column (a read-only view of one False)."""
+    65,536 ids (``part.local``), ``rows.batch_id`` holds each id's low 16 bits (uint16): a
+    quarter of the bytes to move and to hold until pricing, and the id's offset from its
+    piece's first id is that minus the first id's low 16 bits, modulo 2**16
+    (:func:`_offsets_from_low_bits`). A chunk without a bad row holds no ``bad`` column (a
+    read-only view of one False)."""
 
     rows: Rows
     offsets: np.ndarray
@@ -170,7 +177,8 @@ class Scattered:
         if self.rows.batch_id.dtype != np.uint16:
             return self.rows
         firsts = np.repeat(self.part.first_ids(), np.diff(self.offsets))
-        ids = self.rows.batch_id.astype(np.int64) + firsts
+        offsets = self.rows.batch_id - firsts.astype(np.uint16)  # (uint16: modulo 2**16)
+        ids = offsets.astype(np.int64) + firsts
         r = self.rows
         return Rows(r.row, ids, r.scheduled, r.computed, r.bad, r.decode_threshold,
                     r.sm_budget, r.extra)
@@ -180,16 +188,23 @@ def scatter(rows: Rows, part: Partition, *, fresh: bool = False) -> Scattered:
     """The rows reordered by piece; ``fresh``: rows as validation left them (row numbers
     increasing)."""
     key = part.piece_of_cell[part.cells(rows.batch_id)]
-    order = np.argsort(key, kind="stable")  # a radix sort on 8/16-bit keys
-    offsets = np.zeros(part.n + 1, np.int64)
-    np.cumsum(np.bincount(key, minlength=part.n), out=offsets[1:])
-    local = None
-    if part.local and not rows.extra:  # (the offsets in input order: cache-friendly)
-        # id - first id < 2**16, so it is exact in uint16 arithmetic modulo 2**16 (both
-        # truncated first): no int64 temporaries
-        local = rows.batch_id.astype(np.uint16)
-        local -= part.first_ids().astype(np.uint16)[key]
-    return Scattered(_take(rows, order, fresh, local), offsets, part)
+    # (Arrow's stable sort of small integers is a counting sort: ~half numpy's radix sort)
+    order = pc.array_sort_indices(pa.array(key), memory_pool=_POOL).to_numpy().view(np.int64)
+    # (where each piece starts among the sorted keys: cheaper than a bincount, which widens
+    # every key to intp first; the piece numbers fit the keys' type, n itself may not)
+    offsets = np.append(np.searchsorted(key[order], np.arange(part.n, dtype=key.dtype)),
+                        key.size)
+    # (a piece's offsets are made from the low bits when it is gathered: one subtraction
+    # per piece instead of a per-row lookup of its first id here)
+    low = rows.batch_id.astype(np.uint16) if part.local and not rows.extra else None
+    return Scattered(_take(rows, order, fresh, low), offsets, part)
+
+
+def _offsets_from_low_bits(low: np.ndarray, first: int) -> np.ndarray:
+    """Ids' offsets from ``first`` (each < 2**16) from their low 16 bits, in place: exact in
+    uint16 arithmetic, which wraps modulo 2**16."""
+    low -= np.uint16(first & 0xFFFF)
+    return low
 
 
 def _take(rows: Rows, order: np.ndarray, fresh: bool, ids: np.ndarray | None) -> Rows:
@@ -207,11 +222,17 @@ def _take(rows: Rows, order: np.ndarray, fresh: bool, ids: np.ndarray | None) ->
     # (no bad row: a read-only view of one False, no memory held)
     bad = rows.bad[order] if rows.bad.any() else np.broadcast_to(np.False_, (n,))
 
-    def take(v: np.ndarray | None) -> np.ndarray | None:
-        return None if v is None else v[order]
+    indices = pa.array(order)
 
-    return Rows(row, (rows.batch_id if ids is None else ids)[order], rows.scheduled[order],
-                rows.computed[order], bad, take(rows.decode_threshold), take(rows.sm_budget))
+    def take(v: np.ndarray) -> np.ndarray:
+        # (Arrow's take of fixed-width columns: ~20% less than numpy's fancy indexing)
+        return pc.take(v, indices, memory_pool=_POOL).to_numpy()
+
+    def maybe(v: np.ndarray | None) -> np.ndarray | None:
+        return None if v is None else take(v)
+
+    return Rows(row, take(rows.batch_id if ids is None else ids), take(rows.scheduled),
+                take(rows.computed), bad, maybe(rows.decode_threshold), maybe(rows.sm_budget))
 
 
 def gather_piece(chunks: list[Scattered], k: int) -> Rows:
@@ -220,8 +241,12 @@ def gather_piece(chunks: list[Scattered], k: int) -> Rows:
     if not parts:
         return Rows.empty()
     rows = Rows.concat(parts, wide=True)
-    if rows.batch_id.dtype == np.uint16:  # offsets from the piece's first id
-        rows.batch_id = rows.batch_id.astype(np.int64) + np.int64(chunks[0].part.piece_lo(k))
+    if rows.batch_id.dtype == np.uint16:  # low bits of the ids
+        if len(parts) == 1:
+            rows.batch_id = rows.batch_id.copy()  # (a view of the held rows: not in place)
+        lo = chunks[0].part.piece_lo(k)
+        rows.batch_id = _offsets_from_low_bits(rows.batch_id, lo).astype(np.int64)
+        rows.batch_id += np.int64(lo)
     return rows
 
 
