@@ -156,10 +156,10 @@ class Scattered:
     """A chunk's rows reordered by piece of ``part`` (stably: input order within a piece),
     piece ``k``'s from ``offsets[k]`` to ``offsets[k + 1]``. When every piece spans at most
     65,536 ids (``part.local``), ``rows.batch_id`` holds each id's low 16 bits (uint16): a
-    quarter of the bytes to move and to hold until pricing, and the id's offset from its
-    piece's first id is that minus the first id's low 16 bits, modulo 2**16
-    (:func:`_offsets_from_low_bits`). A chunk without a bad row holds no ``bad`` column (a
-    read-only view of one False)."""
+    quarter of the bytes to move and to hold until pricing. The id's offset from its piece's
+    first id (< 2**16) is that minus the first id's low 16 bits in uint16 arithmetic, which is
+    exact modulo 2**16. A chunk without a bad row holds no ``bad`` column (a read-only view of
+    one False)."""
 
     rows: Rows
     offsets: np.ndarray
@@ -200,13 +200,6 @@ def scatter(rows: Rows, part: Partition, *, fresh: bool = False) -> Scattered:
     return Scattered(_take(rows, order, fresh, low), offsets, part)
 
 
-def _offsets_from_low_bits(low: np.ndarray, first: int) -> np.ndarray:
-    """Ids' offsets from ``first`` (each < 2**16) from their low 16 bits, in place: exact in
-    uint16 arithmetic, which wraps modulo 2**16."""
-    low -= np.uint16(first & 0xFFFF)
-    return low
-
-
 def _take(rows: Rows, order: np.ndarray, fresh: bool, ids: np.ndarray | None) -> Rows:
     """``rows.take(order)``, cheaper for the usual chunk: the row numbers of a chunk just
     validated (``fresh``) that run on without a gap are ``order`` shifted, and a chunk
@@ -242,11 +235,9 @@ def gather_piece(chunks: list[Scattered], k: int) -> Rows:
         return Rows.empty()
     rows = Rows.concat(parts, wide=True)
     if rows.batch_id.dtype == np.uint16:  # low bits of the ids
-        if len(parts) == 1:
-            rows.batch_id = rows.batch_id.copy()  # (a view of the held rows: not in place)
         lo = chunks[0].part.piece_lo(k)
-        rows.batch_id = _offsets_from_low_bits(rows.batch_id, lo).astype(np.int64)
-        rows.batch_id += np.int64(lo)
+        offsets = rows.batch_id - np.uint16(lo & 0xFFFF)  # (uint16: modulo 2**16)
+        rows.batch_id = offsets.astype(np.int64) + np.int64(lo)
     return rows
 
 
