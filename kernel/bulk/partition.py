@@ -156,10 +156,8 @@ class Scattered:
     """A chunk's rows reordered by piece of ``part`` (stably: input order within a piece),
     piece ``k``'s from ``offsets[k]`` to ``offsets[k + 1]``. When every piece spans at most
     65,536 ids (``part.local``), ``rows.batch_id`` holds each id's low 16 bits (uint16): a
-    quarter of the bytes to move and to hold until pricing. The id's offset from its piece's
-    first id (< 2**16) is that minus the first id's low 16 bits in uint16 arithmetic, which is
-    exact modulo 2**16. A chunk without a bad row holds no ``bad`` column (a read-only view of
-    one False)."""
+    quarter of the bytes to move and to hold until pricing (:func:`_ids` restores them). A
+    chunk without a bad row holds no ``bad`` column (a read-only view of one False)."""
 
     rows: Rows
     offsets: np.ndarray
@@ -176,9 +174,7 @@ class Scattered:
         """The rows with their batch ids (int64), in piece order."""
         if self.rows.batch_id.dtype != np.uint16:
             return self.rows
-        firsts = np.repeat(self.part.first_ids(), np.diff(self.offsets))
-        offsets = self.rows.batch_id - firsts.astype(np.uint16)  # (uint16: modulo 2**16)
-        ids = offsets.astype(np.int64) + firsts
+        ids = _ids(self.rows.batch_id, np.repeat(self.part.first_ids(), np.diff(self.offsets)))
         r = self.rows
         return Rows(r.row, ids, r.scheduled, r.computed, r.bad, r.decode_threshold,
                     r.sm_budget, r.extra)
@@ -235,10 +231,16 @@ def gather_piece(chunks: list[Scattered], k: int) -> Rows:
         return Rows.empty()
     rows = Rows.concat(parts, wide=True)
     if rows.batch_id.dtype == np.uint16:  # low bits of the ids
-        lo = chunks[0].part.piece_lo(k)
-        offsets = rows.batch_id - np.uint16(lo & 0xFFFF)  # (uint16: modulo 2**16)
-        rows.batch_id = offsets.astype(np.int64) + np.int64(lo)
+        rows.batch_id = _ids(rows.batch_id, chunks[0].part.piece_lo(k))
     return rows
+
+
+def _ids(low: np.ndarray, first: np.ndarray | int) -> np.ndarray:
+    """Batch ids (int64) from their low 16 bits and their piece's first id (one per row, or
+    one for all): each id's offset from ``first`` is below 2**16, so uint16 arithmetic, which
+    wraps modulo 2**16, gives it exactly."""
+    first = np.asarray(first, np.int64)
+    return (low - first.astype(np.uint16)).astype(np.int64) + first
 
 
 def group_piece(rows: Rows, lo: int, span: int) -> Rows:
