@@ -34,7 +34,6 @@ from __future__ import annotations
 import glob as globlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -87,9 +86,9 @@ def _resolve_names(schema_names: list[str], columns: Mapping[str, str] | None,
     return names
 
 
-# (a read of the unit's rows, their count, the carry id or None): reads are deferred so a
-# pipeline can run them on its workers, ahead of the rows being priced
-Unit = tuple[Callable[[], pa.Table | pa.RecordBatch], int, Any]
+# (a unit's rows, the carry id or None); read when the iterator reaches it (bulk pricing
+# pulls the iterator on a reader thread of its own)
+Unit = tuple[pa.Table | pa.RecordBatch, Any]
 
 
 @dataclass
@@ -127,19 +126,10 @@ class TraceSource:
 
     def units(self) -> Iterator[tuple[pa.Table, Any]]:
         """Layout "batches": chunks that split no batch but their carry id's."""
-        for read, _, carry in self.unit_reads():
-            yield read(), carry
-
-    def _read_canon(self, read: Callable[[], pa.Table | pa.RecordBatch]) -> pa.Table:
-        return self._canon(read())
-
-    def unit_reads(self) -> Iterator[tuple[Callable[[], pa.Table], int, Any]]:
-        """:meth:`units`, each as (a read returning the canonical chunk, its row count,
-        the carry id), so that the reads can run elsewhere."""
         if self._units is None:
             raise TypeError("units() needs layout 'batches'")
-        for read, n, carry in self._units():
-            yield partial(self._read_canon, read), n, carry
+        for part, carry in self._units():
+            yield self._canon(part), carry
 
 
 def open_trace(src: Any, *, columns: Mapping[str, str] | None = None,
@@ -232,7 +222,7 @@ def _from_table(tbl: pa.Table, names: dict[str, str], chunk_rows: int,
     def units() -> Iterator[Unit]:
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
             if hi > lo:
-                yield partial(tbl.slice, lo, hi - lo), hi - lo, None
+                yield tbl.slice(lo, hi - lo), None
     ts.layout, ts.sorted_ids, ts._units = "batches", increasing, units
     return ts
 
@@ -344,8 +334,8 @@ def _from_dataset(dset: ds.Dataset, names: dict[str, str], chunk_rows: int,
     carries, increasing = plan
 
     def units() -> Iterator[Unit]:
-        for (g, n), carry in zip(groups, carries, strict=True):
-            yield partial(read_group, g), n, carry
+        for (g, _), carry in zip(groups, carries, strict=True):
+            yield read_group(g), carry
     ts.layout, ts.sorted_ids, ts._units = "batches", increasing, units
     return ts
 

@@ -125,9 +125,9 @@ def _grouped_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor) -> It
 
     def items() -> Iterator[tuple[pa.Table, int, Any]]:
         offset = 0
-        for read, n, carry in ts.unit_reads():
-            yield read(), offset, carry
-            offset += n
+        for table, carry in ts.units():
+            yield table, offset, carry
+            offset += table.num_rows
 
     held = Rows.empty()
     for c, carry in _ordered(pool, task, _prefetched(items(), READ_AHEAD), READ_AHEAD):
