@@ -1,10 +1,11 @@
 """Construction: documents → DuckDB → ``sql/`` views → one frozen :class:`ResolvedPool`.
 
-``new(inputs)`` registers the documents in a database (a fresh in-memory one unless a
-connection is given), runs every view, raises :class:`RefusalError` for the first refusal row
-of the pool (the order of the Go constructor, model.md §9.1), and reads the
-resolved rows into the frozen record pricing reads. Nothing in the returned kernel refers to
-``inputs`` or the database, so later changes to either do not affect it.
+``new(inputs)`` registers the documents in a database (a reused scratch one,
+:mod:`pipeline.scratch`, unless a connection is given), runs every view, raises
+:class:`RefusalError` for the first refusal row of the pool (the order of the Go constructor,
+model.md §9.1), and reads the resolved rows into the frozen record pricing reads. Nothing in
+the returned kernel refers to ``inputs`` or the database, so later changes to either do not
+affect it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pipeline import db, unstated
 from pipeline.constants import KERNEL_ASSUMPTION_SET
 from pipeline.errors import DocumentError, RefusalError
 from pipeline.load import Inputs, Repos, open_inputs
+from pipeline.scratch import scratch_db
 
 from . import caches as cache_model
 from . import sql_laws  # noqa: F401  (installs the cost laws the views call)
@@ -125,13 +127,17 @@ def resolve(inputs: Inputs, con: duckdb.DuckDBPyConnection | None = None
 def _resolve(inputs: Inputs, con: duckdb.DuckDBPyConnection | None
              ) -> tuple[ResolvedPool, Resolution]:
     _check_inputs(inputs)
-    if con is None:
-        con = db.open_db(apply=False)
-        # One scenario's tables hold tens of rows: DuckDB's worker threads only add scheduling
-        # cost here (about 15% of a warm open, benchmarks/open_kernel.py).
-        con.execute("SET threads = 1")
+    if con is not None:
+        db.prepare(con)
+        return _resolve_in(con, inputs)
+    with scratch_db() as scratch:  # a reused database, left as it was found
+        return _resolve_in(scratch, inputs)
+
+
+def _resolve_in(con: duckdb.DuckDBPyConnection, inputs: Inputs
+                ) -> tuple[ResolvedPool, Resolution]:
     key = db.register(con, inputs)
-    db.apply_views(con)
+    db.run_views(con)
     pool = inputs.pool_index
     found = refusals(con, key, pool)
     if found:

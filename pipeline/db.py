@@ -92,9 +92,7 @@ def _add(con: duckdb.DuckDBPyConnection, kind: str, name: str, doc: object,
                                     "mean one document"))
     for table, data in tables.items():
         if data.num_rows:
-            con.register("__doc_tmp", data)
-            con.execute(f'INSERT INTO "{table}" SELECT * FROM __doc_tmp')
-            con.unregister("__doc_tmp")
+            con.from_arrow(data).insert_into(table)
     con.execute("INSERT INTO loaded_documents VALUES (?, ?, ?, ?)", [kind, name, digest, file])
 
 
@@ -199,6 +197,11 @@ def add_udf_installer(install: UdfInstaller) -> None:
         _UDF_INSTALLERS.append(install)
 
 
+def udf_installers() -> tuple[UdfInstaller, ...]:
+    """The installers :func:`install_udfs` runs, in order."""
+    return tuple(_UDF_INSTALLERS)
+
+
 def install_udfs(con: duckdb.DuckDBPyConnection) -> None:
     """Install every registered SQL function on ``con``; fail clearly when none is."""
     if not _UDF_INSTALLERS:
@@ -244,9 +247,23 @@ def register_units(con: duckdb.DuckDBPyConnection) -> None:
         con.unregister("__units_tmp")
 
 
+def prepare(con: duckdb.DuckDBPyConnection) -> None:
+    """Give ``con`` what the views call and read besides documents (idempotent): the cost-law
+    functions, the kernel's constants and the coefficient unit tables."""
+    install_udfs(con)
+    register_constants(con)
+    register_units(con)
+
+
 def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> None:
+    """:func:`prepare` ``con``, then :func:`run_views`."""
+    prepare(con)
+    run_views(con, materialize)
+
+
+def run_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> None:
     """Run every ``sql/*.sql`` file in dependency order (``pipeline.sql_models``; each creates
-    or replaces views).
+    or replaces views) on a connection :func:`prepare` has set up.
 
     A file whose header declares ``-- materialize: true`` has each of its views computed once
     into a table of the same name, filled from the view's own query
@@ -256,9 +273,6 @@ def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> Non
     (``load_scenarios`` and ``kernel.build.new`` do). ``materialize=False`` leaves every view a
     plain view whatever the headers say (slow; for debugging).
     """
-    install_udfs(con)
-    register_constants(con)
-    register_units(con)
     kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables"
                              ).fetchall())
     models = sql_models.order((sql_models.parse(p) for p in sql_files()), kinds)
@@ -270,6 +284,7 @@ def apply_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> Non
             elif not table and kinds.get(name) == "BASE TABLE":
                 con.execute(f'DROP TABLE "{name}"')
         try:
-            con.execute("\n;\n".join(sql_models.statements(model, materialize)))
+            for statement in sql_models.parsed(model, materialize):
+                con.execute(statement)
         except duckdb.Error as exc:  # a broken view file is a programming error: say which
             raise RuntimeError(f"{model.path.name}: {exc}") from exc

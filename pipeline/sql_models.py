@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -66,12 +66,19 @@ class SqlModel:
     words: frozenset[str]
     views: tuple[str, ...] = ()
     materialize: bool = False
+    source: str = field(default="", repr=False, compare=False)  # the text it was parsed from
 
 
 def parse(path: Path) -> SqlModel:
     """What ``path`` defines and reads (comments and string literals ignored), and its
     ``-- materialize:`` declaration."""
-    raw = path.read_text()
+    return _parse(path, path.read_text())
+
+
+# Every kernel.open runs the sql/ files: their analysis and DuckDB's parse of them are done
+# once per file text (together ~25 ms of a ~0.37 s warm open, benchmarks/open_kernel.py).
+@functools.lru_cache(maxsize=256)
+def _parse(path: Path, raw: str) -> SqlModel:
     text = _STRING.sub("''", _COMMENT.sub("", raw))
     defines = frozenset(n.lower() for n in _DEFINE.findall(text))
     ctes = {n.lower() for n in _CTE.findall(text)}
@@ -80,7 +87,7 @@ def parse(path: Path) -> SqlModel:
     views = tuple(dict.fromkeys(n.lower() for n in _VIEW.findall(text)))
     materialize = _declared_materialize(path.name, raw, views)
     return SqlModel(path, defines, frozenset(reads - ctes - defines), words - defines,
-                    views, materialize)
+                    views, materialize, raw)
 
 
 def _declared_materialize(name: str, raw: str, views: tuple[str, ...]) -> bool:
@@ -114,27 +121,44 @@ def statements(model: SqlModel, materialize: bool = True) -> list[str]:
     a table filled once from the view's own query, bound once. Every other statement runs as
     written. A view of a materialised file written any other way is an error naming it.
     """
-    out = []
-    done: set[str] = set()
-    st = model.path.stat()
-    for text in _split(model.path, st.st_mtime_ns, st.st_size):
-        head = _VIEW_HEAD.match(text)
-        if materialize and model.materialize and head:
-            done.add(head.group(1).lower())
-            text = f'CREATE OR REPLACE TABLE "{head.group(1)}" AS' + text[head.end():]
-        out.append(text)
-    if materialize and model.materialize and done != set(model.views):
-        raise SqlHeaderError(f"{model.path.name}: cannot materialise "
-                             f"{', '.join(sorted(set(model.views) - done))}: write each view as "
-                             "'CREATE OR REPLACE VIEW name AS query'")
-    return out
+    return list(_statements(model.path, _source(model), model.materialize and materialize,
+                            model.views))
+
+
+def parsed(model: SqlModel, materialize: bool = True) -> tuple[duckdb.Statement, ...]:
+    """:func:`statements`, parsed by DuckDB once per file text (a connection executes a
+    parsed statement without parsing it again)."""
+    return _parsed(model.path, _source(model), model.materialize and materialize, model.views)
+
+
+def _source(model: SqlModel) -> str:
+    return model.source or model.path.read_text()
 
 
 @functools.lru_cache(maxsize=256)
-def _split(path: Path, mtime_ns: int, size: int) -> tuple[str, ...]:
-    """``path``'s statements, parsed once per version of the file (every kernel.open runs
-    the sql/ files; DuckDB's parse of them all is a noticeable share of that)."""
-    return tuple(s.query for s in duckdb.extract_statements(path.read_text()))
+def _statements(path: Path, source: str, materialize: bool, views: tuple[str, ...]
+                ) -> tuple[str, ...]:
+    out = []
+    done: set[str] = set()
+    for statement in duckdb.extract_statements(source):
+        text = statement.query
+        head = _VIEW_HEAD.match(text)
+        if materialize and head:
+            done.add(head.group(1).lower())
+            text = f'CREATE OR REPLACE TABLE "{head.group(1)}" AS' + text[head.end():]
+        out.append(text)
+    if materialize and done != set(views):
+        raise SqlHeaderError(f"{path.name}: cannot materialise "
+                             f"{', '.join(sorted(set(views) - done))}: write each view as "
+                             "'CREATE OR REPLACE VIEW name AS query'")
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(path: Path, source: str, materialize: bool, views: tuple[str, ...]
+            ) -> tuple[duckdb.Statement, ...]:
+    return tuple(parsed for text in _statements(path, source, materialize, views)
+                 for parsed in duckdb.extract_statements(text))
 
 
 def order(models: Iterable[SqlModel], known: Iterable[str] = ()) -> list[SqlModel]:
