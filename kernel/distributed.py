@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy as np
@@ -34,6 +34,10 @@ import pyarrow.parquet as pq
 
 from pipeline import safe_output
 from pipeline.load import Repos
+
+if TYPE_CHECKING:
+    from .bulk.engine import PriceCounts
+    from .bulk.many import Output
 
 BATCH_ID = "batch_id"
 
@@ -258,6 +262,12 @@ def price_partition_group(files: Sequence[Part], index: int, owned: np.ndarray,
         table = _read_partition(files, index, owned, foreign, column, donors)
     except Exception as exc:  # reported, never dropped: the caller lists it
         return [_failed(name, index, dst, exc) for name, _, _ in kernels]
+    if len(kernels) > 1:
+        try:  # the rows validated and grouped once for every scenario
+            return _price_table_many(table, files, index, kernels, dst, decode_threshold,
+                                     column, threads)
+        except Exception:  # priced one by one below, so each scenario reports its own error
+            pass
     return [_price_table(table, files, index, name, saved, digest, dst, decode_threshold,
                          column, threads) for name, saved, digest in kernels]
 
@@ -268,34 +278,64 @@ def _failed(scenario: str, index: int, dst: str, exc: Exception) -> PartitionRes
     return PartitionResult(key, index, 0, 0, 0, 0, str(out), f"{type(exc).__name__}: {exc}")
 
 
-def _price_table(table: pa.Table, files: Sequence[Part], index: int, scenario: str,
-                 saved: bytes, digest: str, dst: str, decode_threshold: int, column: str,
-                 threads: int | None) -> PartitionResult:
-    from .bulk import price_file
+def _output(files: Sequence[Part], index: int, scenario: str, saved: bytes, digest: str,
+            dst: str, decode_threshold: int) -> Output:
+    """Where one scenario's rows of partition ``index`` go, with their stamps."""
+    from .bulk.many import Output
     from .stamp import for_kernel
 
     key = scenario_key(scenario)
     out = Path(dst) / f"scenario={key}" / f"part-{index:05d}.parquet"
     rejects = Path(dst) / "rejects" / f"scenario={key}" / f"part-{index:05d}.parquet"
+    k = _worker_kernel(digest, saved)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rejects.parent.mkdir(parents=True, exist_ok=True)
+    part = files[index]
+    pieces = ({"row_groups": f"{part.row_groups[0]}-{part.row_groups[-1]}"}
+              if isinstance(part, Piece) else {})
+    made = for_kernel(k, "sweep-partition", trace=part.path if isinstance(part, Piece) else part,
+                      decode_threshold=decode_threshold, sm_budget=0, **pieces)
+    return Output(k, out, rejects, made.to_metadata(),
+                  made.as_kind("sweep-rejects").to_metadata())
+
+
+def _columns(column: str) -> dict[str, str] | None:
+    return None if column == BATCH_ID else {BATCH_ID: column}
+
+
+def _result(scenario: str, index: int, counts: PriceCounts, out: Path) -> PartitionResult:
+    return PartitionResult(scenario_key(scenario), index, counts.rows_in, counts.rows_priced,
+                           counts.rows_rejected, counts.batches_priced, str(out))
+
+
+def _price_table(table: pa.Table, files: Sequence[Part], index: int, scenario: str,
+                 saved: bytes, digest: str, dst: str, decode_threshold: int, column: str,
+                 threads: int | None) -> PartitionResult:
+    from .bulk import price_file
+
     try:
-        k = _worker_kernel(digest, saved)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        rejects.parent.mkdir(parents=True, exist_ok=True)
-        part = files[index]
-        pieces = ({"row_groups": f"{part.row_groups[0]}-{part.row_groups[-1]}"}
-                  if isinstance(part, Piece) else {})
-        made = for_kernel(k, "sweep-partition",
-                          trace=part.path if isinstance(part, Piece) else part,
-                          decode_threshold=decode_threshold, sm_budget=0, **pieces)
-        counts = price_file(k, table, out, rejects=rejects, progress=False,
+        o = _output(files, index, scenario, saved, digest, dst, decode_threshold)
+        counts = price_file(o.kernel, table, o.dst, rejects=o.rejects, progress=False,
                             decode_threshold=decode_threshold, workers=threads,
-                            metadata=made.to_metadata(),
-                            rejects_metadata=made.as_kind("sweep-rejects").to_metadata(),
-                            columns=None if column == BATCH_ID else {BATCH_ID: column})
+                            metadata=o.metadata, rejects_metadata=o.rejects_metadata,
+                            columns=_columns(column))
     except Exception as exc:  # reported, never dropped: the caller lists it
         return _failed(scenario, index, dst, exc)
-    return PartitionResult(key, index, counts.rows_in, counts.rows_priced, counts.rows_rejected,
-                           counts.batches_priced, str(out))
+    return _result(scenario, index, counts, o.dst)
+
+
+def _price_table_many(table: pa.Table, files: Sequence[Part], index: int,
+                      kernels: Sequence[tuple[str, bytes, str]], dst: str,
+                      decode_threshold: int, column: str, threads: int | None
+                      ) -> list[PartitionResult]:
+    from .bulk.many import price_table_many
+
+    outputs = [_output(files, index, name, saved, digest, dst, decode_threshold)
+               for name, saved, digest in kernels]
+    counts = price_table_many(outputs, table, decode_threshold=decode_threshold,
+                              columns=_columns(column), workers=threads)
+    return [_result(name, index, c, o.dst)
+            for (name, _, _), c, o in zip(kernels, counts, outputs, strict=True)]
 
 
 def make_client(cluster: Any = None, connect_timeout: float | None = None) -> Any:

@@ -15,6 +15,7 @@ batch. The package has one module per job:
 ``summed``             per-batch sums of rows that stream by (``summed`` mode)
 ``stream``             :func:`price_file`: any size, bounded memory, parquet out
 ``sink``               the output file, encoded on a writer thread, renamed into place at the end
+``many``               one in-memory trace under several kernels, validated and grouped once
 =====================  =======================================================================
 
 Extension point (details in :mod:`kernel.bulk.columns`): a :class:`ColumnProducer` adds

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import polars as pl
@@ -109,6 +109,23 @@ class Coerced:
     n_raw: int
 
 
+class Validating(Protocol):
+    """What grouping a stream of chunks needs: validate a chunk (on a worker), then take it."""
+
+    def coerce_task(self, raw: pa.Table, offset: int) -> Coerced: ...
+
+    def take_coerced(self, c: Coerced) -> Rows: ...
+
+
+@dataclass
+class Prepared:
+    """Rows ready for any kernel to price: grouped (None when there are none) and checked."""
+
+    rows: Rows
+    groups: Groups | None
+    rejects: list[pa.Table]
+
+
 @dataclass
 class Priced:
     table: pa.Table | None
@@ -168,8 +185,13 @@ class Engine:
         """Price rows holding every row of each batch they touch (``starts``: the first row
         of each batch when the rows are already grouped); ``sort_output`` orders the priced
         rows by batch id."""
+        return self.price_prepared(self.prepare_task(rows, starts), sort_output)
+
+    def prepare_task(self, rows: Rows, starts: np.ndarray | None = None) -> Prepared:
+        """The part of :meth:`price_task` no kernel enters: rows grouped by batch, whole
+        batches checked."""
         if len(rows) == 0:
-            return Priced(None, [], 0, 0)
+            return Prepared(rows, None, [])
         rows.widened()
         if starts is None:
             rows, g = group(rows)
@@ -177,6 +199,13 @@ class Engine:
             g = groups_from_starts(rows.batch_id, starts)
         rej: list[pa.Table] = []
         rows, g = batch_checks(rows, g, self.inline, rej, self.strict)
+        return Prepared(rows, g, rej)
+
+    def price_prepared(self, prepared: Prepared, sort_output: bool = False) -> Priced:
+        """The rest of :meth:`price_task`: this engine's kernel prices the prepared rows."""
+        rows, g, rej = prepared.rows, prepared.groups, list(prepared.rejects)
+        if g is None:
+            return Priced(None, [], 0, 0)
         if g.n == 0:
             return Priced(None, rej, 0, 0)
         out = self._price_pieces(rows, g)

@@ -54,7 +54,15 @@ from ..sources import TraceSource
 from ..trace import REJECT_SCHEMA, Rows
 from .batch_table import BatchTable
 from .columns import ColumnProducer, with_measured
-from .engine import PRICE_ROWS, Engine, PriceCounts, Priced, open_priced_trace, resolved
+from .engine import (
+    PRICE_ROWS,
+    Engine,
+    PriceCounts,
+    Priced,
+    Validating,
+    open_priced_trace,
+    resolved,
+)
 from .groups import runs
 from .over_limit import over_limit_of, with_limits
 from .partition import (
@@ -117,7 +125,8 @@ def _offsets(tables: Iterable[pa.Table]) -> Iterator[tuple[pa.Table, int]]:
         offset += t.num_rows
 
 
-def _grouped_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor) -> Iterator[Rows]:
+def _grouped_units(eng: Validating, ts: TraceSource, pool: ThreadPoolExecutor
+                   ) -> Iterator[Rows]:
     """Chunks of whole batches: each unit's carry id is held back for the next."""
     def task(item: tuple[pa.Table, int, Any]) -> tuple[Any, Any]:
         table, offset, carry = item
