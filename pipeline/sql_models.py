@@ -66,7 +66,7 @@ class SqlModel:
     words: frozenset[str]
     views: tuple[str, ...] = ()
     materialize: bool = False
-    source: str = field(default="", repr=False, compare=False)  # the text it was parsed from
+    source: str = field(default="", repr=False, compare=False)  # the text :func:`parse` read
 
 
 def parse(path: Path) -> SqlModel:
@@ -121,18 +121,14 @@ def statements(model: SqlModel, materialize: bool = True) -> list[str]:
     a table filled once from the view's own query, bound once. Every other statement runs as
     written. A view of a materialised file written any other way is an error naming it.
     """
-    return list(_statements(model.path, _source(model), model.materialize and materialize,
+    return list(_statements(model.path, model.source, model.materialize and materialize,
                             model.views))
 
 
 def parsed(model: SqlModel, materialize: bool = True) -> tuple[duckdb.Statement, ...]:
     """:func:`statements`, parsed by DuckDB once per file text (a connection executes a
     parsed statement without parsing it again)."""
-    return _parsed(model.path, _source(model), model.materialize and materialize, model.views)
-
-
-def _source(model: SqlModel) -> str:
-    return model.source or model.path.read_text()
+    return _parsed(model.path, model.source, model.materialize and materialize, model.views)
 
 
 @functools.lru_cache(maxsize=256)

@@ -27,6 +27,7 @@ from .groups import (
     group,
     groups_from_starts,
     groups_in_range,
+    groups_of_grouped,
     runs,
     sums_fit,
 )
@@ -119,10 +120,10 @@ class Validating(Protocol):
 
 @dataclass
 class Prepared:
-    """Rows ready for any kernel to price: grouped (None when there are none) and checked."""
+    """Rows ready for any kernel to price: grouped by batch, whole batches checked."""
 
     rows: Rows
-    groups: Groups | None
+    groups: Groups
     rejects: list[pa.Table]
 
 
@@ -191,7 +192,7 @@ class Engine:
         """The part of :meth:`price_task` no kernel enters: rows grouped by batch, whole
         batches checked."""
         if len(rows) == 0:
-            return Prepared(rows, None, [])
+            return Prepared(rows, groups_of_grouped(rows.batch_id), [])
         rows.widened()
         if starts is None:
             rows, g = group(rows)
@@ -204,8 +205,6 @@ class Engine:
     def price_prepared(self, prepared: Prepared, sort_output: bool = False) -> Priced:
         """The rest of :meth:`price_task`: this engine's kernel prices the prepared rows."""
         rows, g, rej = prepared.rows, prepared.groups, list(prepared.rejects)
-        if g is None:
-            return Priced(None, [], 0, 0)
         if g.n == 0:
             return Priced(None, rej, 0, 0)
         out = self._price_pieces(rows, g)

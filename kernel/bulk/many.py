@@ -2,7 +2,7 @@
 
 A sweep prices each partition under many scenarios. Nothing of validating the rows, grouping
 them by batch or checking whole batches depends on the kernel, and on a partition of a
-synthetic trace that work is a fifth of a ``price_file`` run's CPU: :func:`price_table_many`
+synthetic trace that work is about a third of a ``price_file`` run's CPU: :func:`price_table_many`
 does it once, then every kernel prices the prepared rows. Each kernel's files hold exactly what
 :func:`kernel.bulk.price_file` writes for it — the same priced rows in the same order, the same
 rejects (in an order that, as between two ``price_file`` runs, follows how far validation ran
@@ -29,15 +29,12 @@ from .columns import OutputSpec
 from .engine import Coerced, Engine, PriceCounts, open_priced_trace, resolved
 from .over_limit import with_limits
 from .sink import Sink
-from .stream import _grouped_units, _workers, counts_metadata, price_file
+from .stream import CHUNK_ROWS, _grouped_units, _workers, abort_files, close_files, price_file
 
 if TYPE_CHECKING:
     from ..kernel import Kernel
 
 __all__ = ["Output", "price_table_many"]
-
-CHUNK_ROWS = 1 << 20  # price_file's default: the same units, so the same row groups
-
 
 @dataclass(frozen=True)
 class Output:
@@ -100,23 +97,18 @@ def price_table_many(outputs: Sequence[Output], table: pa.Table, *, decode_thres
             engines.append(Engine(resolved(o.kernel), ts.names, decode_threshold=decode_threshold,
                                   sm_budget=0, strict=False, batch_table=None,
                                   on_priced=out.write,
-                                  on_rejects=rej.write if rej is not None else _drop,
+                                  on_rejects=rej.write if rej is not None else lambda t: None,
                                   spec=spec))
         for rows in _grouped_units(_FanOut(engines), ts, pool):
             prepared = engines[0].prepare_task(rows)
             priced = [pool.submit(e.price_prepared, prepared, ts.sorted_ids) for e in engines]
             for eng, p in zip(engines, priced, strict=True):
                 eng.take_priced(p.result())
-        for o, eng, (out, rej) in zip(outputs, engines, sinks, strict=True):
+        for eng, (out, rej) in zip(engines, sinks, strict=True):
             eng.counts.mode = "grouped"
-            out.close(counts_metadata(eng.counts) if o.metadata else None)
-            if rej is not None:
-                rej.close(counts_metadata(eng.counts) if o.rejects_metadata else None)
+            close_files(eng.counts, out, rej)
     except BaseException:
-        for out, rej in sinks:
-            out.abort()
-            if rej is not None:
-                rej.abort()
+        abort_files(*(sink for pair in sinks for sink in pair))
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
@@ -125,7 +117,3 @@ def price_table_many(outputs: Sequence[Output], table: pa.Table, *, decode_thres
         eng.counts.seconds = seconds
         eng.counts.check()
     return [eng.counts for eng in engines]
-
-
-def _drop(_: pa.Table) -> None:
-    pass

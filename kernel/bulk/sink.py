@@ -45,6 +45,7 @@ class Sink:
                  sorted_by: tuple[str, ...] = ()):
         self.path = path
         self.tmp = safe_output.temp_name(path)  # removed on SIGINT/SIGTERM too
+        self.stamped = bool(metadata)  # a stamped file also gets the run's counts at the end
         if metadata:
             schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
         self.schema = schema

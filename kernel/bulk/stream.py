@@ -87,6 +87,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ROW_GROUP_ROWS", "SORT_MEMORY", "price_file", "priced_stream"]
 
+CHUNK_ROWS = 1 << 20  # trace rows read and validated at once (price_file's chunk_rows)
 READ_AHEAD = 2  # chunks read and validated ahead of the one being grouped
 PRICE_AHEAD = 2  # groups priced ahead, per worker (a worker never waits on the calling thread)
 SORT_MEMORY = "1GB"  # DuckDB's memory limit for the external sort (it spills beyond)
@@ -513,6 +514,20 @@ def _progress(total: int | None, enabled: bool) -> Any:
     return open_progress(total, enabled)
 
 
+def close_files(counts: PriceCounts, out: Sink, rejects: Sink | None) -> None:
+    """Finish a run's output and rejects files; a stamped one gets the run's counts too."""
+    for sink in (out, rejects):
+        if sink is not None:
+            sink.close(counts_metadata(counts) if sink.stamped else None)
+
+
+def abort_files(*sinks: Sink | None) -> None:
+    """Remove a failed run's files (their temporary names) and stop their writers."""
+    for sink in sinks:
+        if sink is not None:
+            sink.abort()
+
+
 def counts_metadata(counts: PriceCounts) -> dict[str, str]:
     """The run's row counts as the stamp's ``counts`` key (:mod:`kernel.stamp`)."""
     from ..stamp import counts_metadata as stamp_counts
@@ -527,7 +542,7 @@ def counts_metadata(counts: PriceCounts) -> dict[str, str]:
 
 def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                rejects: str | Path | None = None, strict: bool = False,
-               chunk_rows: int = 1 << 20, progress: bool = True, decode_threshold: int = 1,
+               chunk_rows: int = CHUNK_ROWS, progress: bool = True, decode_threshold: int = 1,
                sm_budget: int = 0, columns: Mapping[str, str] | None = None,
                batches: Any = None, tmp_dir: str | Path | None = None,
                keep: Iterable[str] | None = None,
@@ -598,13 +613,9 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                             rate=f"{eng.counts.rows_in / el:,.0f}")
         eng.finish()
         eng.counts.mode = st.mode
-        sinks[0].close(counts_metadata(eng.counts) if metadata else None)
-        if rej_sink is not None:
-            rej_sink.close(counts_metadata(eng.counts) if rejects_metadata else None)
+        close_files(eng.counts, sinks[0], rej_sink)
     except BaseException:
-        for s in (*sinks, rej_sink):
-            if s is not None:
-                s.abort()
+        abort_files(*sinks, rej_sink)
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
