@@ -176,3 +176,34 @@ def test_a_view_the_loader_cannot_materialise_is_named(tmp_path: Path) -> None:
     assert sql_models.statements(model, materialize=False)[1].strip().startswith("CREATE VIEW q")
     with pytest.raises(SqlHeaderError, match=r"m\.sql: cannot materialise q"):
         sql_models.statements(model)
+
+
+def test_reads_and_calls_come_from_duckdbs_parse_tree(tmp_path: Path) -> None:
+    """What a text scan would get wrong: a quoted identifier that says FROM, a read inside a
+    scalar subquery, a macro body that is a table query, a table of column definitions, and a
+    multi-byte character before the statement (DuckDB's token positions count bytes)."""
+    models = write(tmp_path, {
+        "1.sql": "-- § μ\nCREATE OR REPLACE VIEW p AS SELECT 1 AS \"from ghost\", "
+                 "(SELECT max(k) FROM inner_t) AS m FROM outer_t WHERE k IN (SELECT k FROM s);",
+        "2.sql": "CREATE OR REPLACE MACRO rows_of(n) AS TABLE SELECT * FROM p LIMIT n;",
+        "3.sql": "CREATE TABLE IF NOT EXISTS params (k INTEGER, v DOUBLE);",
+        "4.sql": "CREATE OR REPLACE VIEW q AS SELECT * FROM rows_of(2) JOIN params USING (k);",
+    })
+    assert models[0].defines == {"p"} and models[0].reads == {"inner_t", "outer_t", "s"}
+    assert models[1].defines == {"rows_of"} and models[1].reads == {"p"}
+    assert models[2].defines == {"params"} and models[2].reads == frozenset()
+    assert models[3].reads == {"params"} and "rows_of" in models[3].uses
+    ran = [m.path.name for m in order(models, known=["inner_t", "outer_t", "s"])]
+    assert ran.index("1.sql") < ran.index("2.sql") < ran.index("4.sql")
+    assert ran.index("3.sql") < ran.index("4.sql")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("CREATE OR REPLACE VIEW p AS SELEC 1;", r"bad\.sql: DuckDB cannot parse"),
+    ("CREATE SEQUENCE s;", r"bad\.sql: CREATE SEQUENCE is not a model statement"),
+])
+def test_unparsable_or_foreign_statements_name_the_file(tmp_path: Path, text: str,
+                                                        message: str) -> None:
+    (tmp_path / "bad.sql").write_text("-- materialize: false\n" + text)
+    with pytest.raises(sql_models.SqlModelError, match=message):
+        parse(tmp_path / "bad.sql")
