@@ -267,8 +267,15 @@ def _checks(c: Columns, hash_block_tokens: int | None,
         out.append((think_ok & (c.think_ns < 0), "think_ns must be >= 0", "think_ns",
                     c.think_ns))
     if max_model_len is not None:
-        out.append((c.prompt > max_model_len, f"prompt_tokens exceed max_model_len "
-                    f"{max_model_len} (vLLM refuses such a prompt)", "prompt_tokens", c.prompt))
+        # vLLM's engine refuses a prompt that leaves no room for one output token
+        # (vllm/v1/engine/input_processor.py, _validate_model_input); its OpenAI server refuses
+        # prompt + max_tokens beyond max_model_len (decision RQ7).
+        out.append((c.prompt >= max_model_len, f"prompt_tokens leave no room for an output "
+                    f"token within max_model_len {max_model_len} (vLLM refuses the prompt)",
+                    "prompt_tokens", c.prompt))
+        out.append((c.prompt + c.output > max_model_len, f"prompt_tokens + output_tokens exceed "
+                    f"max_model_len {max_model_len} (vLLM refuses a request whose prompt plus "
+                    "max_tokens exceed it)", "output_tokens", c.output))
     if c.prefix_hashes is not None and hash_block_tokens is not None:
         lens = np.asarray(pc.fill_null(pc.list_value_length(c.prefix_hashes), 0)
                           .to_numpy(zero_copy_only=False), dtype=np.int64)
