@@ -283,7 +283,7 @@ def _read_table(source: Any, arrival_unit: str, hash_block_tokens: int | None, *
                       "a stage is an index >= 0")
         good &= s_ok
         c.stage = stage.astype(np.int32)
-    if "prefix_hashes" in names:
+    if "prefix_hashes" in names and t["prefix_hashes"].null_count < t.num_rows:
         hbt = hash_block_tokens or _meta_block(t.schema, where)
         hashes, h_ok, h_why, h_raw = _parse_hashes(t["prefix_hashes"])
         reject_parsed(log, rows, h_ok | ~good, h_why, "prefix_hashes", h_raw,

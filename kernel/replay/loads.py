@@ -35,7 +35,7 @@ import yaml
 
 from kernel.synth import Lengths
 
-from .hashes import chain, list_array, mix
+from .hashes import chain, list_array, mix, take_lists
 from .requests import Columns, RejectLog, RequestSet, assemble
 
 __all__ = ["ARRIVALS", "LoadSpec", "SharedPrefix", "Stage", "generate", "parse_load"]
@@ -418,11 +418,14 @@ def _shared_prompts(spec: LoadSpec, stage: np.ndarray | None, rng: np.random.Gen
         which = perm[within % total]
     else:
         which = rng.integers(0, total, n)
-    group = which // sp.prompts_per_group
-    prompt = sp.system_tokens + q_len[which]
+    ids = np.arange(total)
+    lengths = sp.system_tokens + q_len
+    # hash each distinct prompt once, then give every request its prompt's list
+    per_prompt = _prompt_hashes(ids, ids // sp.prompts_per_group, lengths, sp.system_tokens,
+                                spec.hash_block_tokens)
+    prompt = lengths[which]
     output = np.maximum(o_len[which], 1)
-    return prompt.astype(np.int64), output.astype(np.int64), _prompt_hashes(
-        which, group, prompt, sp.system_tokens, spec.hash_block_tokens)
+    return prompt.astype(np.int64), output.astype(np.int64), take_lists(per_prompt, which)
 
 
 def _prompt_hashes(which: np.ndarray, group: np.ndarray, prompt: np.ndarray, system: int,

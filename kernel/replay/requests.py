@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .hashes import HASH_TYPE
+from .hashes import HASH_TYPE, take_lists
 
 __all__ = ["REJECT_SCHEMA", "REQUEST_SCHEMA", "RejectLog", "RequestSet", "assemble",
            "parse_ints", "parse_ns", "ARRIVAL_UNITS"]
@@ -232,9 +232,13 @@ class Columns:
     stage: np.ndarray | None = None
 
     def take(self, idx: np.ndarray) -> Columns:
+        if idx.size == self.row.size and bool(np.all(idx == np.arange(idx.size))):
+            return self  # the identity: nothing to copy
         sel = pa.array(idx, pa.int64())
 
         def arr(a: pa.Array | None) -> pa.Array | None:
+            if a is not None and pa.types.is_list(a.type):
+                return take_lists(a, idx)
             return None if a is None else _whole(a).take(sel)
 
         def np_(a: np.ndarray | None) -> np.ndarray | None:
@@ -297,7 +301,8 @@ def assemble(c: Columns, log: RejectLog, *, rows_in: int, source: str,
     for mask, reason, column, values in _checks(c, hash_block_tokens, max_model_len):
         new = mask & ~bad
         idx = np.flatnonzero(new)
-        log.add(c.row[idx], reason, column, np.asarray(values, dtype=object)[idx])
+        if idx.size:
+            log.add(c.row[idx], reason, column, np.asarray(values)[idx])
         bad |= new
     c = c.take(np.flatnonzero(~bad))
     c = _drop_duplicate_ids(c, log)
@@ -312,7 +317,7 @@ def assemble(c: Columns, log: RejectLog, *, rows_in: int, source: str,
     c = c.take(order)
     n = c.row.size
     ids = c.request_id if c.request_id is not None else \
-        pa.array([str(int(r)) for r in c.row], pa.string())
+        pa.array(c.row, pa.int64()).cast(pa.string())
     table = pa.table([
         ids.cast(pa.string()),
         pa.array(c.arrival_ns, pa.int64(), mask=~c.arrival_ok),
