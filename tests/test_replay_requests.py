@@ -296,6 +296,11 @@ def test_tracev2_bad_header_and_rows(tmp_path: Path) -> None:
     h.write_text("trace_version: 2\ntime_unit: ms\n")
     with pytest.raises(ValueError, match="time_unit"):
         read_requests(h)
+    h.write_text('a: &a ["x","x","x","x","x","x","x","x","x"]\n' + "\n".join(
+        f"{c}: &{c} [{','.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi",
+                                                                   strict=True)) + "\n")
+    with pytest.raises(ValueError, match="aliases"):  # refused before expanding
+        read_requests(h)
     h.write_text("trace_version: 2\n")
     rs = read_requests(h)
     assert rs.rows_in == 2 and rs.table.num_rows == 0

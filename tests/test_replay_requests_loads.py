@@ -85,7 +85,7 @@ def test_bad_specs_say_what_is_wrong(bad: str, match: str) -> None:
 
 
 def test_missing_yaml_file_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="neither key=value pairs nor a readable YAML"):
+    with pytest.raises(ValueError, match="neither key=value pairs nor a YAML file"):
         parse_load(str(tmp_path / "nope.yaml"))
 
 

@@ -34,7 +34,6 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-import yaml
 
 from .hashes import HASH_TYPE, chain, list_array, mix
 from .requests import (
@@ -47,6 +46,7 @@ from .requests import (
     parse_ns,
     reject_parsed,
 )
+from .yamlfile import load_yaml
 
 __all__ = ["FORMATS", "detect_format", "read_requests", "write_requests",
            "MOONCAKE_BLOCK_TOKENS", "TRACEV2_HASH_BLOCK_TOKENS"]
@@ -482,10 +482,7 @@ def _tracev2_paths(source: Any) -> tuple[Path, Path]:
 
 
 def _read_header(header: Path) -> dict[str, Any]:
-    try:
-        doc = yaml.safe_load(header.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ValueError(f"{header}: TraceV2 header is not YAML: {e}") from None
+    doc = load_yaml(header)
     if not isinstance(doc, dict) or "trace_version" not in doc:
         raise ValueError(f"{header}: a TraceV2 header is a mapping with trace_version")
     if not isinstance(doc["trace_version"], int) or doc["trace_version"] < 2:

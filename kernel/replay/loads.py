@@ -31,12 +31,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import yaml
 
 from kernel.synth import Lengths
 
 from .hashes import chain, list_array, mix, take_lists
 from .requests import Columns, RejectLog, RequestSet, assemble
+from .yamlfile import load_yaml
 
 __all__ = ["ARRIVALS", "LoadSpec", "SharedPrefix", "Stage", "generate", "parse_load"]
 
@@ -163,11 +163,9 @@ def parse_load(spec: LoadSpec | Mapping[str, Any] | str | Path) -> LoadSpec:
         return spec
     if isinstance(spec, Path) or (isinstance(spec, str) and "=" not in spec):
         path = Path(spec)
-        try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise ValueError(f"load spec {spec!r}: neither key=value pairs nor a readable "
-                             f"YAML file ({e.strerror})") from None
+        if not path.is_file():
+            raise ValueError(f"load spec {spec!r}: neither key=value pairs nor a YAML file")
+        doc = load_yaml(path)
         if not isinstance(doc, Mapping):
             raise ValueError(f"{path}: a load spec is a mapping of {', '.join(_KEYS)}")
         return _from_mapping(doc, str(path))

@@ -377,3 +377,36 @@ def _order(c: Columns) -> tuple[np.ndarray, int]:
     timed = c.arrival_ns[c.arrival_ok]
     unordered = int((timed[1:] < np.maximum.accumulate(timed)[:-1]).sum()) if timed.size else 0
     return np.argsort(key, kind="stable"), unordered
+
+
+def summarise(rs: RequestSet) -> dict[str, Any]:
+    """The figures worth a glance: counts, time span and rate, lengths, sessions, and the
+    share of prefix-hash entries seen before (the hit rate of a prefix cache that never
+    evicts: an upper bound on what prefix caching can save)."""
+    t = rs.table
+    arrival = t["arrival_ns"].drop_null().to_numpy()
+    prompt = t["prompt_tokens"].to_numpy()
+    output = t["output_tokens"].to_numpy()
+    span = float(arrival.max() - arrival.min()) / 1e9 if arrival.size else 0.0
+    flat = pc.list_flatten(t["prefix_hashes"]).to_numpy() if t.num_rows else np.zeros(0)
+    repeated = int(flat.size - np.unique(flat).size) if flat.size else 0
+
+    def q(x: np.ndarray, p: float) -> int | None:
+        return int(np.quantile(x, p, method="lower")) if x.size else None
+
+    return {
+        "source": rs.source, "rows_in": rs.rows_in, "accepted": t.num_rows,
+        "rejected": rs.rejects.num_rows, "unordered": rs.unordered,
+        "first_arrival_s": float(arrival.min()) / 1e9 if arrival.size else None,
+        "span_s": span, "mean_rate_per_s": (arrival.size - 1) / span if span > 0 else None,
+        "prompt_mean": float(prompt.mean()) if prompt.size else None,
+        "prompt_p50": q(prompt, 0.5), "prompt_p99": q(prompt, 0.99),
+        "prompt_max": int(prompt.max()) if prompt.size else None,
+        "output_mean": float(output.mean()) if output.size else None,
+        "output_p99": q(output, 0.99), "output_max": int(output.max()) if output.size else None,
+        "sessions": len(pc.unique(t["session_id"].drop_null())) if t.num_rows else 0,
+        "closed_loop_followups": t["arrival_ns"].null_count,
+        "stages": int(pc.max(t["stage"]).as_py() or 0) + 1 if t.num_rows else 0,
+        "hash_block_tokens": rs.hash_block_tokens,
+        "repeated_hash_share": repeated / flat.size if flat.size else None,
+    }
