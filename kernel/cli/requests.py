@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 
 from pipeline import safe_output
 
-from .output import emit_rows
+from .output import emit_rows, format_options
 
 
 @click.command("requests")
 @click.argument("source", required=False)
-@click.option("--format", "source_format",
+@click.option("--source-format", "source_format",
               type=click.Choice(["table", "azure", "mooncake", "tracev2"]),
               help="The source's format (default: from its suffix and header).")
 @click.option("--arrival-unit", type=click.Choice(["s", "ms", "us", "ns"]), default="s",
@@ -39,10 +39,11 @@ from .output import emit_rows
               help="Write the request set to this parquet file.")
 @click.option("--rejects", "rejects_out", type=click.Path(dir_okay=False),
               help="Write the rejected rows (row, reason, column, value) to parquet or CSV.")
+@format_options(("table", "json"), output=False)
 def requests_cmd(source: str | None, source_format: str | None, arrival_unit: str,
                  max_model_len: int | None, hash_block_tokens: int | None,
                  load_spec: str | None, ip_config: str | None, seed: int, strict: bool,
-                 out: str | None, rejects_out: str | None) -> None:
+                 out: str | None, rejects_out: str | None, fmt: str | None) -> None:
     """Read SOURCE (a request table, Azure CSV, Mooncake JSONL or TraceV2 header/data), or
     generate --load / --inference-perf, and print what it holds."""
     from kernel.replay import generate, inference_perf_spec, read_requests, write_requests
@@ -69,7 +70,8 @@ def requests_cmd(source: str | None, source_format: str | None, arrival_unit: st
         _write_rejects(rs.rejects, Path(rejects_out))
     for note in rs.notes:
         click.echo(f"note: {note}", err=True)
-    emit_rows([summarise(rs)], None, None, transpose=True, title="requests")
+    emit_rows([summarise(rs)], fmt, None, transpose=True, title="requests",
+              formats=("table", "json"))
 
 
 def _refuse_ignored(names: list[str]) -> None:

@@ -266,6 +266,9 @@ def _from_mapping(doc: Mapping[str, Any], source: str) -> LoadSpec:
     if "stage_gap" in doc:
         kwargs["stage_gap_s"] = _num(doc["stage_gap"], "stage_gap", where)
     if "shared_prefix" in doc:
+        if "prompt" in doc:
+            raise ValueError(f"load spec{where}: with shared_prefix a prompt is system_tokens + "
+                             "a question; give question lengths, not prompt")
         kwargs["shared_prefix"] = _shared(doc["shared_prefix"], where)
     try:
         return LoadSpec(**kwargs)
