@@ -61,7 +61,7 @@ def test_generates_loads(tmp_path: Path) -> None:
 
 
 def test_summary_figures() -> None:
-    rs = generate("arrival=constant,rate=4,duration=10,prompt=fixed:32,output=fixed:3,"
+    rs = generate("arrival=constant,rate=4,duration=10,output=fixed:3,"
                   "groups=1,prompts_per_group=1,system=32,question=fixed:0", seed=0)
     s = summarise(rs)
     assert (s["accepted"], s["span_s"], s["prompt_max"], s["output_mean"]) == (40, 9.75, 32, 3)
