@@ -434,7 +434,7 @@ def _read_mooncake(path: Path, *, on_reject: str, max_model_len: int | None) -> 
     reject_parsed(log, r, o_ok | ~good, o_why, "output_length", out_a,
                   "token counts are integers")
     good &= o_ok
-    # Only whole blocks are hashed (contract §1); the published lists also name the partial
+    # Only whole blocks are hashed (the replay contract); the published lists also name the partial
     # last block. Re-chained so that equal entry i means an equal prefix whatever the ids.
     full = np.maximum(prompt, 0) // MOONCAKE_BLOCK_TOKENS
     keep = [h[: int(k)] for h, k in zip(ids, full, strict=True)]

@@ -1,4 +1,4 @@
-"""Chained 64-bit block hashes for prefix caching (contract §1: ``prefix_hashes``).
+"""Chained 64-bit block hashes for prefix caching: the ``prefix_hashes`` column of a request set.
 
 Entry ``i`` of a request's chain identifies the content of its prompt tokens
 ``[0, (i+1) * hash_block_tokens)``: it mixes entry ``i-1`` with an id for block ``i``'s own

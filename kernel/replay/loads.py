@@ -9,7 +9,7 @@ A :class:`LoadSpec` is either
   stage's end); or
 * **closed loop**: ``users`` sessions, each a chain of ``requests_per_user`` requests where a
   request is sent ``think`` ms after the previous one of its user finishes (expressed by
-  ``session_id`` + ``think_ns``, contract §1; the engine resolves the arrivals).
+  ``session_id`` + ``think_ns``, as the replay contract says; the engine resolves the arrivals).
 
 Lengths use the synth grammar (:class:`kernel.synth.Lengths`: ``fixed:N``, ``uniform:LO:HI``,
 ``lognormal:MEAN:SIGMA``, ``exponential:MEAN``). With ``shared_prefix`` every prompt is one of

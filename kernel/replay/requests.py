@@ -1,4 +1,4 @@
-"""A request set: the replay's input (contract §1), its schema, and the checks every source
+"""A request set: the replay's input (docs/requests.md), its schema, and the checks every source
 passes through.
 
 Every reader (formats.py) and generator (loads.py) ends in :func:`assemble`, which applies the
@@ -51,7 +51,7 @@ _INT64_MAX = np.iinfo(np.int64).max
 
 @dataclass(frozen=True)
 class RequestSet:
-    """Requests ready to replay (contract §1).
+    """Requests ready to replay (the replay contract; docs/requests.md).
 
     ``table`` follows :data:`REQUEST_SCHEMA`, ordered by ``(arrival_ns, original order)`` with
     closed-loop follow-ups (null ``arrival_ns``) after every timed row, in their session's chain
