@@ -154,7 +154,7 @@ def _first_json(path: Path) -> dict[str, Any]:
 
 
 def _csv_names(path: Path) -> list[str]:
-    with path.open("r", encoding="utf-8", newline="") as f:
+    with path.open("r", encoding="utf-8-sig", newline="") as f:
         delim = "\t" if path.suffix.lower() == ".tsv" else ","
         first = next(csv.reader(f, delimiter=delim), [])
     return [c.strip() for c in first]
