@@ -324,3 +324,22 @@ def test_any_open_loop_spec_keeps_the_contract(arrival: str, cv: float,
         assert rs.hash_block_tokens == block
     else:
         assert set(t["prefix_hashes"]) <= {None} and rs.hash_block_tokens is None
+
+
+def test_rate_scaling_of_specs_and_traces() -> None:
+    base = parse_load("stages=4x500+10x100")
+    double = base.scaled(2.0)
+    assert double.stages == (Stage(8.0, 500.0), Stage(20.0, 100.0))
+    n1, n2 = generate(base, seed=1).table.num_rows, generate(double, seed=1).table.num_rows
+    assert abs(n2 / n1 - 2) < 0.06  # ~3,000 vs ~6,000 Poisson arrivals
+    with pytest.raises(ValueError, match="closed loop"):
+        parse_load("users=2").scaled(2)
+    with pytest.raises(ValueError, match="> 0"):
+        base.scaled(0)
+    from kernel.replay import scale_rate
+
+    rs = generate("users=2,requests_per_user=2,think=fixed:5,ramp=3", seed=0)
+    fast = scale_rate(rs, 3.0)
+    assert fast.table["arrival_ns"].to_pylist() == [0, 500_000_000, None, None]
+    assert fast.table["think_ns"].equals(rs.table["think_ns"])
+    assert fast.rows_in == rs.rows_in and "x3 rate" in fast.source

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,17 @@ class LoadSpec:
                              "sends users x requests_per_user requests")
         if self.stage_gap_s < 0 or self.ramp_s < 0:
             raise ValueError("stage_gap_s and ramp_s must be >= 0")
+
+    def scaled(self, factor: float) -> LoadSpec:
+        """The same load with every stage's rate multiplied by ``factor`` (durations kept):
+        the knob of a latency-throughput sweep."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise ValueError(f"a rate factor must be a finite number > 0, not {factor}")
+        if self.closed_loop:
+            raise ValueError("a closed loop has no rate to scale: change users or think")
+        stages = tuple(Stage(s.rate * factor, s.duration_s) for s in self.stages)
+        label = f"{self.describe()} x{factor:g} rate"
+        return replace(self, stages=stages, source=label)
 
     @property
     def closed_loop(self) -> bool:
