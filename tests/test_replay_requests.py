@@ -199,6 +199,13 @@ def test_bad_rows_are_counted_with_row_column_value_and_reason(tmp_path: Path) -
                        strict=True))
     assert "not an integer" in reasons[3] and "not a number" in reasons[4]
     assert "max_model_len 4096" in reasons[7] and "unreadable row" in reasons[5]
+    # prompt 4094 + output 3 > 4096: refused on the output; prompt 4096 leaves no room
+    edge = pa.table({"arrival": [0, 1, 2], "prompt_tokens": [4094, 4096, 4093],
+                     "output_tokens": [3, 1, 3]})
+    got = read_requests(edge, max_model_len=4096)
+    assert got.table["prompt_tokens"].to_pylist() == [4093]
+    assert got.rejects.select(["row", "column"]).to_pylist() == [
+        {"row": 0, "column": "output_tokens"}, {"row": 1, "column": "prompt_tokens"}]
     assert "negative" in reasons[1] and "> 0" in reasons[2]
     with pytest.raises(ValueError, match=r"bad\.csv: row 1, column 'arrival'"):
         read_requests(p, on_reject="raise")
@@ -289,6 +296,11 @@ def test_tracev2_bad_header_and_rows(tmp_path: Path) -> None:
     h.write_text("trace_version: 2\ntime_unit: ms\n")
     with pytest.raises(ValueError, match="time_unit"):
         read_requests(h)
+    h.write_text('a: &a ["x","x","x","x","x","x","x","x","x"]\n' + "\n".join(
+        f"{c}: &{c} [{','.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi",
+                                                                   strict=True)) + "\n")
+    with pytest.raises(ValueError, match="aliases"):  # refused before expanding
+        read_requests(h)
     h.write_text("trace_version: 2\n")
     rs = read_requests(h)
     assert rs.rows_in == 2 and rs.table.num_rows == 0
@@ -320,4 +332,5 @@ def test_rows_in_equals_accepted_plus_rejected(rows: list[tuple[str, str, str, s
     prompt = np.asarray(rs.table["prompt_tokens"].to_pylist())
     assert np.all(prompt > 0) and np.all(np.asarray(rs.table["output_tokens"].to_pylist()) > 0)
     if max_model_len is not None:
-        assert np.all(prompt <= max_model_len)
+        output = np.asarray(rs.table["output_tokens"].to_pylist())
+        assert np.all(prompt + output <= max_model_len)

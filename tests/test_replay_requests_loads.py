@@ -52,18 +52,20 @@ def _gaps(spec: str, seed: int) -> np.ndarray:
 # ------------------------------------------------------------------------------ parsing
 
 def test_compact_yaml_and_mapping_forms_agree(tmp_path: Path) -> None:
-    compact = ("arrival=gamma,cv=2,stages=5x600+10x60,prompt=lognormal:1024:1,"
-               "output=fixed:128,groups=3,prompts_per_group=4,system=100,question=fixed:50")
+    compact = ("arrival=gamma,cv=2,stages=5x600+10x60,output=fixed:128,groups=3,"
+               "prompts_per_group=4,system=100,question=lognormal:50:1")
     y = tmp_path / "load.yaml"
     y.write_text("arrival: gamma\ncv: 2\nstages:\n  - {rate: 5, duration: 600}\n"
-                 "  - {rate: 10, duration: 60}\nprompt: lognormal:1024:1\noutput: 128\n"
+                 "  - {rate: 10, duration: 60}\noutput: 128\n"
                  "shared_prefix: {groups: 3, prompts_per_group: 4, system_tokens: 100, "
-                 "question: 50}\n")
+                 "question: 'lognormal:50:1'}\n")
     a, b = parse_load(compact), parse_load(y)
     assert a.stages == b.stages == (Stage(5.0, 600.0), Stage(10.0, 60.0))
     assert (a.arrival, a.cv, a.prompt, a.output) == (b.arrival, b.cv, b.prompt, b.output)
     assert a.shared_prefix == b.shared_prefix
-    assert a.prompt == Lengths.parse("lognormal:1024:1")  # the synth grammar, parsed by synth
+    # the synth grammar, parsed by synth
+    assert parse_load("rate=1,duration=1,prompt=lognormal:1024:1").prompt == \
+        Lengths.parse("lognormal:1024:1")
     assert generate(a, seed=4).table.equals(generate(b, seed=4).table)
 
 
@@ -78,6 +80,8 @@ def test_compact_yaml_and_mapping_forms_agree(tmp_path: Path) -> None:
     ("users=3,rate=1,duration=1", "closed loop"),
     ("rate=1,duration=1,groups=2", "shared_prefix needs"),
     ("rate=1,duration=1,users=x", "must be a number"),
+    ("rate=1,duration=1,prompt=fixed:9,groups=1,prompts_per_group=1,system=4,question=fixed:3",
+     "not prompt"),
 ])
 def test_bad_specs_say_what_is_wrong(bad: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -85,7 +89,7 @@ def test_bad_specs_say_what_is_wrong(bad: str, match: str) -> None:
 
 
 def test_missing_yaml_file_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="neither key=value pairs nor a readable YAML"):
+    with pytest.raises(ValueError, match="neither key=value pairs nor a YAML file"):
         parse_load(str(tmp_path / "nope.yaml"))
 
 
@@ -271,11 +275,71 @@ def test_every_measured_run_translates_with_its_measured_counts() -> None:
 
 
 def test_max_model_len_rejects_generated_prompts() -> None:
-    rs = generate("rate=20,duration=10,prompt=uniform:1:200", seed=3, max_model_len=100)
+    rs = generate("rate=20,duration=10,prompt=uniform:1:200,output=fixed:1", seed=3,
+                  max_model_len=100)
     assert rs.rows_in == rs.table.num_rows + rs.rejects.num_rows
     assert rs.rejects.num_rows > 0
-    assert max(rs.table["prompt_tokens"].to_pylist()) <= 100
+    assert max(rs.table["prompt_tokens"].to_pylist()) < 100
     with pytest.raises(ValueError, match="max_model_len"):
         generate("rate=20,duration=10,prompt=uniform:1:200", seed=3, max_model_len=100,
                  on_reject="raise")
     assert isinstance(parse_load(LoadSpec(stages=(Stage(1, 1),))), LoadSpec)
+
+
+_dist = st.sampled_from(["fixed:7", "uniform:1:300", "lognormal:200:1.2", "exponential:40"])
+
+
+@settings(max_examples=25, deadline=None)
+@given(arrival=st.sampled_from(["poisson", "gamma", "constant", "normalized_exponential"]),
+       cv=st.floats(0.3, 4), stages=st.lists(st.tuples(st.floats(0.2, 30), st.floats(0.5, 8)),
+                                             min_size=1, max_size=3),
+       gap=st.floats(0, 3), prompt=_dist, output=_dist, shared=st.booleans(),
+       block=st.sampled_from([1, 16, 64]), seed=st.integers(0, 1000))
+def test_any_open_loop_spec_keeps_the_contract(arrival: str, cv: float,
+                                               stages: list[tuple[float, float]], gap: float,
+                                               prompt: str, output: str, shared: bool,
+                                               block: int, seed: int) -> None:
+    spec = {"arrival": arrival, "cv": cv, "stage_gap": gap, "prompt": prompt,
+            "output": output, "hash_block_tokens": block,
+            "stages": [{"rate": r, "duration": d} for r, d in stages]}
+    if shared:
+        spec["shared_prefix"] = {"groups": 2, "prompts_per_group": 3, "system_tokens": 50,
+                                 "question": spec.pop("prompt")}
+    rs = generate(spec, seed=seed)
+    t = rs.table.to_pydict()
+    assert rs.rows_in == rs.table.num_rows and rs.rejects.num_rows == 0
+    arr = np.asarray(t["arrival_ns"], dtype=np.int64)
+    stg = np.asarray(t["stage"])
+    assert np.all(np.diff(arr) >= 0) and np.all(np.diff(stg) >= 0)
+    start = 0.0
+    for k, (_, d) in enumerate(stages):  # every arrival inside its stage's window
+        a = arr[stg == k] / 1e9
+        if a.size:
+            assert a.min() >= start - 1e-9 and a.max() <= start + d + 1e-6
+        start += d + gap
+    assert min(t["prompt_tokens"], default=1) >= 1 and min(t["output_tokens"], default=1) >= 1
+    if shared:
+        assert all(len(h) == p // block for h, p in
+                   zip(t["prefix_hashes"], t["prompt_tokens"], strict=True))
+        assert rs.hash_block_tokens == block
+    else:
+        assert set(t["prefix_hashes"]) <= {None} and rs.hash_block_tokens is None
+
+
+def test_rate_scaling_of_specs_and_traces() -> None:
+    base = parse_load("stages=4x500+10x100")
+    double = base.scaled(2.0)
+    assert double.stages == (Stage(8.0, 500.0), Stage(20.0, 100.0))
+    n1, n2 = generate(base, seed=1).table.num_rows, generate(double, seed=1).table.num_rows
+    assert abs(n2 / n1 - 2) < 0.06  # ~3,000 vs ~6,000 Poisson arrivals
+    with pytest.raises(ValueError, match="closed loop"):
+        parse_load("users=2").scaled(2)
+    with pytest.raises(ValueError, match="> 0"):
+        base.scaled(0)
+    from kernel.replay import scale_rate
+
+    rs = generate("users=2,requests_per_user=2,think=fixed:5,ramp=3", seed=0)
+    fast = scale_rate(rs, 3.0)
+    assert fast.table["arrival_ns"].to_pylist() == [0, 500_000_000, None, None]
+    assert fast.table["think_ns"].equals(rs.table["think_ns"])
+    assert fast.rows_in == rs.rows_in and "x3 rate" in fast.source

@@ -34,7 +34,6 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-import yaml
 
 from .hashes import HASH_TYPE, chain, list_array, mix
 from .requests import (
@@ -47,6 +46,7 @@ from .requests import (
     parse_ns,
     reject_parsed,
 )
+from .yamlfile import load_yaml
 
 __all__ = ["FORMATS", "detect_format", "read_requests", "write_requests",
            "MOONCAKE_BLOCK_TOKENS", "TRACEV2_HASH_BLOCK_TOKENS"]
@@ -154,7 +154,7 @@ def _first_json(path: Path) -> dict[str, Any]:
 
 
 def _csv_names(path: Path) -> list[str]:
-    with path.open("r", encoding="utf-8", newline="") as f:
+    with path.open("r", encoding="utf-8-sig", newline="") as f:
         delim = "\t" if path.suffix.lower() == ".tsv" else ","
         first = next(csv.reader(f, delimiter=delim), [])
     return [c.strip() for c in first]
@@ -283,7 +283,7 @@ def _read_table(source: Any, arrival_unit: str, hash_block_tokens: int | None, *
                       "a stage is an index >= 0")
         good &= s_ok
         c.stage = stage.astype(np.int32)
-    if "prefix_hashes" in names:
+    if "prefix_hashes" in names and t["prefix_hashes"].null_count < t.num_rows:
         hbt = hash_block_tokens or _meta_block(t.schema, where)
         hashes, h_ok, h_why, h_raw = _parse_hashes(t["prefix_hashes"])
         reject_parsed(log, rows, h_ok | ~good, h_why, "prefix_hashes", h_raw,
@@ -434,7 +434,7 @@ def _read_mooncake(path: Path, *, on_reject: str, max_model_len: int | None) -> 
     reject_parsed(log, r, o_ok | ~good, o_why, "output_length", out_a,
                   "token counts are integers")
     good &= o_ok
-    # Only whole blocks are hashed (contract §1); the published lists also name the partial
+    # Only whole blocks are hashed (the replay contract); the published lists also name the partial
     # last block. Re-chained so that equal entry i means an equal prefix whatever the ids.
     full = np.maximum(prompt, 0) // MOONCAKE_BLOCK_TOKENS
     keep = [h[: int(k)] for h, k in zip(ids, full, strict=True)]
@@ -482,10 +482,7 @@ def _tracev2_paths(source: Any) -> tuple[Path, Path]:
 
 
 def _read_header(header: Path) -> dict[str, Any]:
-    try:
-        doc = yaml.safe_load(header.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ValueError(f"{header}: TraceV2 header is not YAML: {e}") from None
+    doc = load_yaml(header)
     if not isinstance(doc, dict) or "trace_version" not in doc:
         raise ValueError(f"{header}: a TraceV2 header is a mapping with trace_version")
     if not isinstance(doc["trace_version"], int) or doc["trace_version"] < 2:

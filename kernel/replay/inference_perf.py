@@ -22,11 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kernel.synth import Lengths
 
 from .loads import LoadSpec, SharedPrefix, Stage
+from .yamlfile import load_yaml
 
 __all__ = ["inference_perf_spec"]
 
@@ -100,15 +99,13 @@ def _load(config: str | Path | Mapping[str, Any]) -> tuple[Mapping[str, Any], st
             raise ValueError(f"{path}: an experiment directory needs results/config.yaml (the "
                              "config inference-perf resolved and ran)")
         path = resolved
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read the inference-perf config ({e.strerror})"
-                         ) from None
-    try:
-        doc = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise ValueError(f"{path}: not YAML/JSON: {e}") from None
+    if path.suffix.lower() == ".json":
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, RecursionError) as e:
+            raise ValueError(f"{path}: not a readable JSON inference-perf config: {e}") from None
+    else:
+        doc = load_yaml(path)  # JSON is YAML too (profile.yaml is one JSON line)
     if not isinstance(doc, Mapping):
         raise ValueError(f"{path}: an inference-perf config is a mapping")
     return doc, str(path)

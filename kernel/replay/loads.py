@@ -9,7 +9,7 @@ A :class:`LoadSpec` is either
   stage's end); or
 * **closed loop**: ``users`` sessions, each a chain of ``requests_per_user`` requests where a
   request is sent ``think`` ms after the previous one of its user finishes (expressed by
-  ``session_id`` + ``think_ns``, contract §1; the engine resolves the arrivals).
+  ``session_id`` + ``think_ns``, as the replay contract says; the engine resolves the arrivals).
 
 Lengths use the synth grammar (:class:`kernel.synth.Lengths`: ``fixed:N``, ``uniform:LO:HI``,
 ``lognormal:MEAN:SIGMA``, ``exponential:MEAN``). With ``shared_prefix`` every prompt is one of
@@ -25,18 +25,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import yaml
 
 from kernel.synth import Lengths
 
-from .hashes import chain, list_array, mix
+from .hashes import chain, list_array, mix, take_lists
 from .requests import Columns, RejectLog, RequestSet, assemble
+from .yamlfile import load_yaml
 
 __all__ = ["ARRIVALS", "LoadSpec", "SharedPrefix", "Stage", "generate", "parse_load"]
 
@@ -125,6 +125,17 @@ class LoadSpec:
         if self.stage_gap_s < 0 or self.ramp_s < 0:
             raise ValueError("stage_gap_s and ramp_s must be >= 0")
 
+    def scaled(self, factor: float) -> LoadSpec:
+        """The same load with every stage's rate multiplied by ``factor`` (durations kept):
+        the knob of a latency-throughput sweep."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise ValueError(f"a rate factor must be a finite number > 0, not {factor}")
+        if self.closed_loop:
+            raise ValueError("a closed loop has no rate to scale: change users or think")
+        stages = tuple(Stage(s.rate * factor, s.duration_s) for s in self.stages)
+        label = f"{self.describe()} x{factor:g} rate"
+        return replace(self, stages=stages, source=label)
+
     @property
     def closed_loop(self) -> bool:
         return self.users is not None
@@ -163,11 +174,9 @@ def parse_load(spec: LoadSpec | Mapping[str, Any] | str | Path) -> LoadSpec:
         return spec
     if isinstance(spec, Path) or (isinstance(spec, str) and "=" not in spec):
         path = Path(spec)
-        try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise ValueError(f"load spec {spec!r}: neither key=value pairs nor a readable "
-                             f"YAML file ({e.strerror})") from None
+        if not path.is_file():
+            raise ValueError(f"load spec {spec!r}: neither key=value pairs nor a YAML file")
+        doc = load_yaml(path)
         if not isinstance(doc, Mapping):
             raise ValueError(f"{path}: a load spec is a mapping of {', '.join(_KEYS)}")
         return _from_mapping(doc, str(path))
@@ -268,6 +277,9 @@ def _from_mapping(doc: Mapping[str, Any], source: str) -> LoadSpec:
     if "stage_gap" in doc:
         kwargs["stage_gap_s"] = _num(doc["stage_gap"], "stage_gap", where)
     if "shared_prefix" in doc:
+        if "prompt" in doc:
+            raise ValueError(f"load spec{where}: with shared_prefix a prompt is system_tokens + "
+                             "a question; give question lengths, not prompt")
         kwargs["shared_prefix"] = _shared(doc["shared_prefix"], where)
     try:
         return LoadSpec(**kwargs)
@@ -418,11 +430,14 @@ def _shared_prompts(spec: LoadSpec, stage: np.ndarray | None, rng: np.random.Gen
         which = perm[within % total]
     else:
         which = rng.integers(0, total, n)
-    group = which // sp.prompts_per_group
-    prompt = sp.system_tokens + q_len[which]
+    ids = np.arange(total)
+    lengths = sp.system_tokens + q_len
+    # hash each distinct prompt once, then give every request its prompt's list
+    per_prompt = _prompt_hashes(ids, ids // sp.prompts_per_group, lengths, sp.system_tokens,
+                                spec.hash_block_tokens)
+    prompt = lengths[which]
     output = np.maximum(o_len[which], 1)
-    return prompt.astype(np.int64), output.astype(np.int64), _prompt_hashes(
-        which, group, prompt, sp.system_tokens, spec.hash_block_tokens)
+    return prompt.astype(np.int64), output.astype(np.int64), take_lists(per_prompt, which)
 
 
 def _prompt_hashes(which: np.ndarray, group: np.ndarray, prompt: np.ndarray, system: int,

@@ -1,4 +1,4 @@
-"""A request set: the replay's input (contract §1), its schema, and the checks every source
+"""A request set: the replay's input (docs/requests.md), its schema, and the checks every source
 passes through.
 
 Every reader (formats.py) and generator (loads.py) ends in :func:`assemble`, which applies the
@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .hashes import HASH_TYPE
+from .hashes import HASH_TYPE, take_lists
 
 __all__ = ["REJECT_SCHEMA", "REQUEST_SCHEMA", "RejectLog", "RequestSet", "assemble",
-           "parse_ints", "parse_ns", "ARRIVAL_UNITS"]
+           "parse_ints", "parse_ns", "scale_rate", "summarise", "ARRIVAL_UNITS"]
 
 REQUEST_SCHEMA = pa.schema([
     pa.field("request_id", pa.string(), nullable=False),
@@ -51,7 +51,7 @@ _INT64_MAX = np.iinfo(np.int64).max
 
 @dataclass(frozen=True)
 class RequestSet:
-    """Requests ready to replay (contract §1).
+    """Requests ready to replay (the replay contract; docs/requests.md).
 
     ``table`` follows :data:`REQUEST_SCHEMA`, ordered by ``(arrival_ns, original order)`` with
     closed-loop follow-ups (null ``arrival_ns``) after every timed row, in their session's chain
@@ -232,9 +232,13 @@ class Columns:
     stage: np.ndarray | None = None
 
     def take(self, idx: np.ndarray) -> Columns:
+        if idx.size == self.row.size and bool(np.all(idx == np.arange(idx.size))):
+            return self  # the identity: nothing to copy
         sel = pa.array(idx, pa.int64())
 
         def arr(a: pa.Array | None) -> pa.Array | None:
+            if a is not None and pa.types.is_list(a.type):
+                return take_lists(a, idx)
             return None if a is None else _whole(a).take(sel)
 
         def np_(a: np.ndarray | None) -> np.ndarray | None:
@@ -267,8 +271,15 @@ def _checks(c: Columns, hash_block_tokens: int | None,
         out.append((think_ok & (c.think_ns < 0), "think_ns must be >= 0", "think_ns",
                     c.think_ns))
     if max_model_len is not None:
-        out.append((c.prompt > max_model_len, f"prompt_tokens exceed max_model_len "
-                    f"{max_model_len} (vLLM refuses such a prompt)", "prompt_tokens", c.prompt))
+        # vLLM's engine refuses a prompt that leaves no room for one output token
+        # (vllm/v1/engine/input_processor.py, _validate_model_input); its OpenAI server refuses
+        # prompt + max_tokens beyond max_model_len (decision RQ7).
+        out.append((c.prompt >= max_model_len, f"prompt_tokens leave no room for an output "
+                    f"token within max_model_len {max_model_len} (vLLM refuses the prompt)",
+                    "prompt_tokens", c.prompt))
+        out.append((c.prompt + c.output > max_model_len, f"prompt_tokens + output_tokens exceed "
+                    f"max_model_len {max_model_len} (vLLM refuses a request whose prompt plus "
+                    "max_tokens exceed it)", "output_tokens", c.output))
     if c.prefix_hashes is not None and hash_block_tokens is not None:
         lens = np.asarray(pc.fill_null(pc.list_value_length(c.prefix_hashes), 0)
                           .to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -290,7 +301,8 @@ def assemble(c: Columns, log: RejectLog, *, rows_in: int, source: str,
     for mask, reason, column, values in _checks(c, hash_block_tokens, max_model_len):
         new = mask & ~bad
         idx = np.flatnonzero(new)
-        log.add(c.row[idx], reason, column, np.asarray(values, dtype=object)[idx])
+        if idx.size:
+            log.add(c.row[idx], reason, column, np.asarray(values)[idx])
         bad |= new
     c = c.take(np.flatnonzero(~bad))
     c = _drop_duplicate_ids(c, log)
@@ -305,7 +317,7 @@ def assemble(c: Columns, log: RejectLog, *, rows_in: int, source: str,
     c = c.take(order)
     n = c.row.size
     ids = c.request_id if c.request_id is not None else \
-        pa.array([str(int(r)) for r in c.row], pa.string())
+        pa.array(c.row, pa.int64()).cast(pa.string())
     table = pa.table([
         ids.cast(pa.string()),
         pa.array(c.arrival_ns, pa.int64(), mask=~c.arrival_ok),
@@ -365,3 +377,53 @@ def _order(c: Columns) -> tuple[np.ndarray, int]:
     timed = c.arrival_ns[c.arrival_ok]
     unordered = int((timed[1:] < np.maximum.accumulate(timed)[:-1]).sum()) if timed.size else 0
     return np.argsort(key, kind="stable"), unordered
+
+
+def summarise(rs: RequestSet) -> dict[str, Any]:
+    """The figures worth a glance: counts, time span and rate, lengths, sessions, and the
+    share of prefix-hash entries seen before (the hit rate of a prefix cache that never
+    evicts: an upper bound on what prefix caching can save)."""
+    t = rs.table
+    arrival = t["arrival_ns"].drop_null().to_numpy()
+    prompt = t["prompt_tokens"].to_numpy()
+    output = t["output_tokens"].to_numpy()
+    span = float(arrival.max() - arrival.min()) / 1e9 if arrival.size else 0.0
+    flat = pc.list_flatten(t["prefix_hashes"]).to_numpy() if t.num_rows else np.zeros(0)
+    repeated = int(flat.size - np.unique(flat).size) if flat.size else 0
+
+    def q(x: np.ndarray, p: float) -> int | None:
+        return int(np.quantile(x, p, method="lower")) if x.size else None
+
+    return {
+        "source": rs.source, "rows_in": rs.rows_in, "accepted": t.num_rows,
+        "rejected": rs.rejects.num_rows, "unordered": rs.unordered,
+        "first_arrival_s": float(arrival.min()) / 1e9 if arrival.size else None,
+        "span_s": span, "mean_rate_per_s": (arrival.size - 1) / span if span > 0 else None,
+        "prompt_mean": float(prompt.mean()) if prompt.size else None,
+        "prompt_p50": q(prompt, 0.5), "prompt_p99": q(prompt, 0.99),
+        "prompt_max": int(prompt.max()) if prompt.size else None,
+        "output_mean": float(output.mean()) if output.size else None,
+        "output_p99": q(output, 0.99), "output_max": int(output.max()) if output.size else None,
+        "sessions": len(pc.unique(t["session_id"].drop_null())) if t.num_rows else 0,
+        "closed_loop_followups": t["arrival_ns"].null_count,
+        "stages": int(pc.max(t["stage"]).as_py() or 0) + 1 if t.num_rows else 0,
+        "hash_block_tokens": rs.hash_block_tokens,
+        "repeated_hash_share": repeated / flat.size if flat.size else None,
+    }
+
+
+def scale_rate(rs: RequestSet, factor: float) -> RequestSet:
+    """The same requests arriving ``factor`` times as fast: every arrival time divided by
+    ``factor`` (truncated to the ns), lengths, hashes, sessions and think times unchanged.
+    Replaying a recorded trace at another load."""
+    if not (np.isfinite(factor) and factor > 0):
+        raise ValueError(f"a rate factor must be a finite number > 0, not {factor}")
+    arrival = rs.table["arrival_ns"]
+    valid = np.asarray(arrival.is_valid().to_numpy(zero_copy_only=False), dtype=bool) \
+        if rs.table.num_rows else np.zeros(0, dtype=bool)
+    ns = np.asarray(arrival.fill_null(0).to_numpy(), dtype=np.int64)
+    scaled = np.floor(ns / factor).astype(np.int64) if factor != 1 else ns
+    table = rs.table.set_column(1, REQUEST_SCHEMA.field("arrival_ns"),
+                                pa.array(scaled, pa.int64(), mask=~valid))
+    return RequestSet(table, rs.rejects, f"{rs.source} x{factor:g} rate", rs.hash_block_tokens,
+                      rs.rows_in, rs.unordered, rs.notes)
