@@ -60,7 +60,7 @@ def random_trace(n: int, seed: int) -> pl.DataFrame:
 def measured_by(law: Law, priced: pl.DataFrame) -> np.ndarray:
     return calibrated_ns(law, [priced[c].to_numpy() for c in TERM_COLS],
                          priced["prefill_requests"].to_numpy(),
-                         priced["decode_requests"].to_numpy())
+                         priced["decode_requests"].to_numpy(), priced["overlap_ns"].to_numpy())
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,9 @@ def test_provenance_lists_the_calibration_as_fitted(h100_kernels: dict[int, kern
     prov = kc.provenance()
     assert prov[:len(base)] == base
     extra = prov[len(base):]
-    assert len(extra) == 18 and {e.method for e in extra} == {"fitted"}
+    # the start, then per phase five multipliers, the per-request slope and the constant
+    assert len(extra) == 1 + 3 * 7 and {e.method for e in extra} == {"fitted"}
+    assert extra[0].name == "calibration.start" and "no_overlap" in extra[0].scope
     assert all(e.set == f"calibration:{path}" for e in extra)
     sm = next(e for e in extra if e.name == "calibration.prefill.sm")
     assert "x1.3" in sm.scope
@@ -246,7 +248,9 @@ def test_terms_the_data_cannot_tell_apart_are_tied_not_fitted(
     result = fit(p.with_columns(pl.Series("measured_ns", y)), folds=0)
     by = {t.name: t for t in result.phases["decode"].terms}
     assert by["sm"].status == "tied" and by["nvlink"].status == "tied"
-    assert "only its combination with" in by["sm"].reason
+    assert "share one multiplier" in by["sm"].reason
+    tied = result.phases["decode"].tied
+    assert any({"sm", "nvlink"} <= set(g.terms) for g in tied)
     assert result.training["decode"].mape < 0.03
 
 
