@@ -290,9 +290,9 @@ def _tolerance(A: np.ndarray, j: int, others: list[int]) -> float:
         return 0.0
     if not others:
         return 1.0
-    O = A[:, others]
-    coef = np.linalg.lstsq(O.T @ O, O.T @ A[:, j], rcond=None)[0]
-    r = A[:, j] - O @ coef
+    oth = A[:, others]
+    coef = np.linalg.lstsq(oth.T @ oth, oth.T @ A[:, j], rcond=None)[0]
+    r = A[:, j] - oth @ coef
     return float(r @ r) / gjj
 
 
@@ -433,11 +433,11 @@ def fit_phase(phase: str, terms: np.ndarray, measured: np.ndarray,
     for j, name in enumerate(PARAMS):
         value = float(full[j]) * to_ns[j]
         s = None if j in held or not np.isfinite(se[j]) else float(se[j]) * to_ns[j]
-        g = next((g for g in tied_groups if j in g), None)
+        mates = next((t for t in tied_groups if j in t), None)
         if j in held:
             status, reason = "held", held[j]
-        elif g is not None:
-            others = ", ".join(TERMS[k] for k in g if k != j)
+        elif mates is not None:
+            others = ", ".join(TERMS[k] for k in mates if k != j)
             status = "tied"
             reason = (f"not identifiable apart from {others}: they share one multiplier, "
                       f"fitted to x{full[j]:.6g} (their combined value)")
@@ -554,7 +554,8 @@ def _fit_data(d: _Data, start: str, opts: FitOptions, w_init: np.ndarray | None 
                                  None if w_init is None else w_init[sel])
         if phases[name].weights is not None:
             weights[sel] = phases[name].weights
-    law = Law(*(phases[p].correction() for p in PHASES), start=start)
+    law = Law(phases['prefill'].correction(), phases['decode'].correction(),
+              phases['mixed'].correction(), start)
     return law, phases, weights
 
 
@@ -624,12 +625,12 @@ def fit(priced: Any, measured: str = "measured_ns", *, folds: int = 5,
     out.starts = {s: results[s].starts[s] for s in starts}
     out.start_chosen_by = key if start == "auto" and len(starts) > 1 else "given"
     mine = out.starts[best]
-    cal, base = mine["calibrated"]["all"].mape, mine["uncalibrated"]["all"].mape
-    out.improved = bool(cal < base)
+    after, before = mine["calibrated"]["all"].mape, mine["uncalibrated"]["all"].mape
+    out.improved = bool(after < before)
     if not out.improved:
         what = "held-out" if out.held_out else "training"
         out.warning = (f"the calibration does not improve on its uncalibrated start "
-                       f"({best}): {what} MAPE {cal:.2%} against {base:.2%} uncalibrated")
+                       f"({best}): {what} MAPE {after:.2%} against {before:.2%} uncalibrated")
     return out
 
 

@@ -168,6 +168,7 @@ def calibrated_ns(law: Law, terms: Any, prefill_requests: Any, decode_requests: 
     row = tab[code]
     ts = [float(int(terms[j])) for j in range(len(TERMS))]
     sc = [float(row[j]) * ts[j] for j in range(len(TERMS))]
+    x: float
     if from_overlap:
         x = float(int(overlap_ns))
         for j in range(len(TERMS)):
@@ -178,8 +179,8 @@ def calibrated_ns(law: Law, terms: Any, prefill_requests: Any, decode_requests: 
             x = x + sc[j]
     x = x + float(row[_R]) * float(int(prefill_requests) + int(decode_requests))
     x = x + float(row[_C])
-    floor = sc[0]
+    low = sc[0]
     for j in range(1, len(TERMS)):
-        floor = floor if floor >= sc[j] else sc[j]
-    x = x if x >= floor else floor
+        low = low if low >= sc[j] else sc[j]
+    x = x if x >= low else low
     return MAX_DURATION_NS if x >= _TWO_63 else int(x)
