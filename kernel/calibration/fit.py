@@ -65,7 +65,7 @@ class FitOptions:
     ridge: float = 1e-10  # per-row weight of the pull toward the prior everywhere
     huber_k: float = 1.345
     max_iter: int = 50
-    tol: float = 1e-6
+    tol: float = 1e-5  # IRLS stops when no parameter moves more than this (unit scale)
     min_share: float = 0.005  # a term below this share of measured time is held at 1
     min_eigen: float = 0.01  # a direction of the unit-column design this degenerate ...
     max_std_error: float = 0.02  # ... and this uncertain is weak: its multipliers are tied
@@ -75,6 +75,7 @@ class FitOptions:
     min_rows: int = 8  # fewer steps than this in a phase: nothing is fitted there
     max_rows: int | None = 250_000  # a phase with more steps is fitted on an evenly strided
     # sample of about this many (seven parameters need no more; every step is still scored)
+    fold_max_rows: int | None = 50_000  # the same cap for each cross-validation fold's fit
 
 
 @dataclass(frozen=True)
@@ -193,8 +194,8 @@ def _unit_gram(A: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _weak_directions(A: np.ndarray, w: np.ndarray, sigma: float, opts: FitOptions
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """(unit-space directions, column scales): eigenvectors of the column-normalised weighted
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(unit-space directions, column scales, unit Gram matrix): eigenvectors of the column-normalised weighted
     Gram matrix that are nearly degenerate (eigenvalue below ``min_eigen``: the columns along
     them explain one another to within 1%) *and* along which the parameters' standard error,
     σ / √eigenvalue mapped back to the parameters' scale, exceeds ``max_std_error`` — or whose
@@ -205,7 +206,7 @@ def _weak_directions(A: np.ndarray, w: np.ndarray, sigma: float, opts: FitOption
                    for lam, v in zip(vals, vecs.T, strict=True)])
     weak = ((se > opts.max_std_error) & (vals < opts.min_eigen)) | \
         (vals < 1e-10 * max(float(vals.max()), 1e-300))
-    return vecs[:, weak], d
+    return vecs[:, weak], d, Gn
 
 
 def _robust_solve(A: np.ndarray, b: np.ndarray, prior: np.ndarray, bounded: np.ndarray,
@@ -254,14 +255,13 @@ def _std_errors(A: np.ndarray, b: np.ndarray, x: np.ndarray, w: np.ndarray,
     return np.sqrt(sigma2 * np.maximum(np.diag(inv), 0.0)) / d
 
 
-def _to_merge(D: np.ndarray, w: np.ndarray, weak: np.ndarray, dscale: np.ndarray,
-              n_groups: int, opts: FitOptions) -> set[int]:
+def _to_merge(Gn: np.ndarray, weak: np.ndarray, n_groups: int, opts: FitOptions
+              ) -> set[int]:
     """The multiplier groups to merge next (empty: none). A weak direction among multipliers
     alone ties the groups it joins; a direction that also joins the slope or the constant
     ties only when it is degenerate to rounding (the data say nothing at all along it):
     its groups, or a lone group with the group whose column it follows most closely. A
     merely weak direction that joins the slope or constant is left to be shrunk."""
-    Gn, _ = _unit_gram(D, w)
     vals = np.linalg.eigvalsh(Gn)
     top = max(float(vals.max()), 1e-300)
     for v in weak.T:
@@ -271,29 +271,28 @@ def _to_merge(D: np.ndarray, w: np.ndarray, weak: np.ndarray, dscale: np.ndarray
         if len(joined) >= 2 and (not extras or degenerate):
             return set(joined)
         if len(joined) == 1 and degenerate and n_groups > 1 and opts.tie_alone:
-            return {joined[0], _closest(D, w, joined[0], n_groups)}
+            return {joined[0], _closest(Gn, joined[0], n_groups)}
     return set()
 
 
-def _closest(D: np.ndarray, w: np.ndarray, i: int, n_groups: int) -> int:
+def _closest(Gn: np.ndarray, i: int, n_groups: int) -> int:
     """The other multiplier group whose (weighted, unit) column is most aligned with i's."""
-    Gn, _ = _unit_gram(D[:, :n_groups], w)
-    row = np.abs(Gn[i]).copy()
+    row = np.abs(Gn[i, :n_groups]).copy()
     row[i] = -np.inf
     return int(np.argmax(row))
 
 
-def _tolerance(A: np.ndarray, j: int, others: list[int]) -> float:
-    """1 − uncentered R² of column j's regression on the ``others``."""
-    gjj = float(A[:, j] @ A[:, j])
+def _tolerance(G: np.ndarray, j: int, others: list[int]) -> float:
+    """1 − uncentered R² of column j's regression on the ``others``, from the design's Gram
+    matrix ``G`` (one pass over the rows, made once)."""
+    gjj = float(G[j, j])
     if gjj <= 0:
         return 0.0
     if not others:
         return 1.0
-    oth = A[:, others]
-    coef = np.linalg.lstsq(oth.T @ oth, oth.T @ A[:, j], rcond=None)[0]
-    r = A[:, j] - oth @ coef
-    return float(r @ r) / gjj
+    g = G[others, j]
+    coef = np.linalg.lstsq(G[np.ix_(others, others)], g, rcond=None)[0]
+    return max(gjj - float(g @ coef), 0.0) / gjj
 
 
 # -- one phase ----------------------------------------------------------------------------------
@@ -345,13 +344,14 @@ def fit_phase(phase: str, terms: np.ndarray, measured: np.ndarray,
         if share[j] < opts.min_share:
             held[j] = (f"negligible: {name} is {share[j]:.2%} of the measured time "
                        f"(< {opts.min_share:.1%})")
+    gram = A.T @ A
     for j in range(N_TERMS):  # the same time on every step: the constant under another name
-        if j not in held and _tolerance(A, j, [_C]) < 1e-9:
+        if j not in held and _tolerance(gram, j, [_C]) < 1e-9:
             held[j] = (f"a fixed time per step in this phase: the constant covers it "
                        f"({TERMS[j]} held at 1)")
     if not opts.per_request:
         held[_R] = "the per-request slope is switched off (FitOptions.per_request)"
-    elif _tolerance(A, _R, [_C]) < 1e-9:
+    elif _tolerance(gram, _R, [_C]) < 1e-9:
         held[_R] = ("every step has the same number of requests: the constant covers it "
                     "(slope held at 0)")
     # columns of the reduced design: groups of multipliers (shared multiplier), then the
@@ -372,31 +372,34 @@ def fit_phase(phase: str, terms: np.ndarray, measured: np.ndarray,
     def gprior(gs: list[list[int]]) -> np.ndarray:
         return np.array([1.0] * len(gs) + [0.0] * len(extras))
 
-    iters = 0
-    w = w_init
+    # a first robust fit gives the steps' weights; ties are then found by weighted least
+    # squares at those weights (one solve per merge), and the final fit is robust again
+    D = design(groups)
+    x0, w0, iters = _robust_solve(D, b, gprior(groups), bounds(groups), opts, None, w_init)
+    w = w0
+    fixed = dataclasses.replace(opts, max_iter=1)
     while True:  # tie the multipliers the data cannot tell apart, one merge at a time
-        D = design(groups)
-        x0, w0, it = _robust_solve(D, b, gprior(groups), bounds(groups), opts, None, w)
-        iters += it
-        w = w0
-        weak, dscale = _weak_directions(D, w0, _sigma(D, b, x0, w0), opts)
-        merge = _to_merge(D, w0, weak, dscale, len(groups), opts)
+        weak, dscale, gn = _weak_directions(D, w0, _sigma(D, b, x0, w0), opts)
+        merge = _to_merge(gn, weak, len(groups), opts)
         if not merge:
             break
         first = min(merge)
         groups = [sorted(itertools.chain.from_iterable(groups[i] for i in sorted(merge)))
                   if i == first else g for i, g in enumerate(groups) if i == first or
                   i not in merge]
+        D = design(groups)
+        x0, _, _ = _robust_solve(D, b, gprior(groups), bounds(groups), fixed, None, w0)
     # directions still weak (a group with the slope or the constant): shrink, never pin
     penalty = None
     shrunk: set[int] = set()
+    merged = any(len(g) > 1 for g in groups)
     if weak.size:
         U = weak * dscale[:, None]  # the weak unit-space directions, on the parameters
         penalty = opts.shrink * (U @ U.T)
         for v in weak.T:
             shrunk.update(i for i in range(v.size) if abs(v[i]) > 0.2)
-        D = design(groups)
-        x0, w, it = _robust_solve(D, b, gprior(groups), bounds(groups), opts, penalty, w)
+    if weak.size or merged:
+        x0, w, it = _robust_solve(D, b, gprior(groups), bounds(groups), opts, penalty, w0)
         iters += it
     # the floor: on every fitted step the sum must reach the largest calibrated term
     x = x0
@@ -667,6 +670,8 @@ def _cross_validate(d: _Data, start: str, folds: int, groups: np.ndarray | None,
                     opts: FitOptions, w_init: np.ndarray | None) -> np.ndarray:
     lab = fold_labels(d.y.size, folds, groups, seed)
     out = np.zeros(d.y.size, np.int64)
+    if opts.fold_max_rows and (not opts.max_rows or opts.fold_max_rows < opts.max_rows):
+        opts = dataclasses.replace(opts, max_rows=opts.fold_max_rows)
     for f in np.unique(lab):
         test = lab == f
         train = ~test
