@@ -73,9 +73,9 @@ class FitOptions:
     per_request: bool = True  # fit the per-running-request slope
     tie_alone: bool = True  # a lone multiplier weak with the slope/constant joins its closest
     min_rows: int = 8  # fewer steps than this in a phase: nothing is fitted there
-    max_rows: int | None = 250_000  # a phase with more steps is fitted on an evenly strided
+    max_rows: int | None = 100_000  # a phase with more steps is fitted on an evenly strided
     # sample of about this many (seven parameters need no more; every step is still scored)
-    fold_max_rows: int | None = 50_000  # the same cap for each cross-validation fold's fit
+    fold_max_rows: int | None = 30_000  # the same cap for each cross-validation fold's fit
 
 
 @dataclass(frozen=True)
@@ -177,8 +177,8 @@ def _bounded_gram(G: np.ndarray, h: np.ndarray, bounded: np.ndarray) -> np.ndarr
 
 
 def _huber_weights(r: np.ndarray, k: float) -> np.ndarray:
-    # the residual scale from at most ~200k evenly strided residuals (deterministic)
-    sample = r[::max(1, r.size // 200_000)]
+    # the residual scale from at most ~50k evenly strided residuals (deterministic)
+    sample = r[::max(1, r.size // 50_000)]
     scale = 1.4826 * float(np.median(np.abs(sample)))
     if scale <= 1e-6:  # exact to rounding: nothing to be robust against
         return np.ones_like(r)
@@ -544,19 +544,32 @@ def _has(priced: Any, col: str) -> bool:
         return False
 
 
-def _fit_data(d: _Data, start: str, opts: FitOptions, w_init: np.ndarray | None = None
+def _fit_data(d: _Data, start: str, opts: FitOptions, w_init: np.ndarray | None = None,
+              rows: np.ndarray | None = None, off: np.ndarray | None = None
               ) -> tuple[Law, dict[str, PhaseFit], np.ndarray]:
-    """Fit every phase class; also the robust weight of every step (1 where unfitted)."""
+    """Fit every phase class on the steps ``rows`` (indices; None: all), each phase on an
+    evenly strided sample of at most ``max_rows`` of its steps (indices are taken before
+    any copy, so a large trace is never copied whole); also the robust weight of every step
+    (1 where unfitted or not sampled)."""
     phases = {}
     weights = np.ones(d.y.size)
-    off = d.offset(start)
-    req = d.requests
+    off = d.offset(start) if off is None else off
+    idx_all = np.arange(d.y.size) if rows is None else rows
+    code = d.code[idx_all]
     for i, name in enumerate(PHASES):
-        sel = d.code == i
-        phases[name] = fit_phase(name, d.T[sel], d.y[sel], req[sel], off[sel], opts,
-                                 None if w_init is None else w_init[sel])
-        if phases[name].weights is not None:
-            weights[sel] = phases[name].weights
+        idx = idx_all[code == i]
+        n = int(idx.size)
+        sub = idx
+        if opts.max_rows and n > opts.max_rows:
+            sub = idx[::-(-n // opts.max_rows)]
+        pf = fit_phase(name, d.T[sub], d.y[sub], (d.pre[sub] + d.dec[sub]).astype(np.float64),
+                       off[sub], dataclasses.replace(opts, max_rows=None),
+                       None if w_init is None else w_init[sub])
+        if sub.size < n:
+            pf = dataclasses.replace(pf, rows=n, sampled=int(sub.size))
+        phases[name] = pf
+        if pf.weights is not None:
+            weights[sub] = pf.weights
     law = Law(phases['prefill'].correction(), phases['decode'].correction(),
               phases['mixed'].correction(), start)
     return law, phases, weights
@@ -602,7 +615,8 @@ def fit(priced: Any, measured: str = "measured_ns", *, folds: int = 5,
     h = _arrays(holdout, measured) if holdout is not None else None
     results: dict[str, FitResult] = {}
     for s in starts:
-        law, phases, weights = _fit_data(d, s, opts)
+        off = d.offset(s)
+        law, phases, weights = _fit_data(d, s, opts, off=off)
         r = FitResult(law, phases, _summaries(relative_error(_predict(law, d), d.y), d.code))
         base_train = _summaries(relative_error(d.start_estimate(s), d.y), d.code)
         if h is not None:
@@ -610,7 +624,7 @@ def fit(priced: Any, measured: str = "measured_ns", *, folds: int = 5,
             r.held_out = _summaries(relative_error(_predict(law, h), h.y), h.code)
             base = _summaries(relative_error(h.start_estimate(s), h.y), h.code)
         elif folds >= 2 and d.y.size >= 2:
-            oof = _cross_validate(d, s, folds, groups, seed, opts, weights)
+            oof = _cross_validate(d, s, folds, groups, seed, opts, weights, off)
             r.scored_by = "folds"
             r.held_out = _summaries(relative_error(oof, d.y), d.code)
             r.held_out_predictions = oof
@@ -667,16 +681,16 @@ def fold_labels(n: int, folds: int, groups: np.ndarray | None = None, seed: int 
 
 
 def _cross_validate(d: _Data, start: str, folds: int, groups: np.ndarray | None, seed: int,
-                    opts: FitOptions, w_init: np.ndarray | None) -> np.ndarray:
+                    opts: FitOptions, w_init: np.ndarray | None,
+                    off: np.ndarray | None = None) -> np.ndarray:
     lab = fold_labels(d.y.size, folds, groups, seed)
     out = np.zeros(d.y.size, np.int64)
     if opts.fold_max_rows and (not opts.max_rows or opts.fold_max_rows < opts.max_rows):
         opts = dataclasses.replace(opts, max_rows=opts.fold_max_rows)
+    off = d.offset(start) if off is None else off
     for f in np.unique(lab):
         test = lab == f
-        train = ~test
-        law, _, _ = _fit_data(d.take(train), start, opts,
-                              None if w_init is None else w_init[train])
+        law, _, _ = _fit_data(d, start, opts, w_init, np.flatnonzero(~test), off)
         out[test] = _predict(law, d.take(test))
     return out
 
