@@ -236,6 +236,41 @@ def test_both_starts_are_fitted_and_the_better_held_out_kept(k70: kernel.Kernel)
         assert v["uncalibrated"]["all"].rows == p.height
 
 
+def test_a_law_found_elsewhere_makes_a_document_that_reads_back(tmp_path: Path) -> None:
+    from kernel.calibration.document import law_document, load_calibration
+
+    law = Law(decode=PhaseCorrection((0.9, 0.9, 1.2, 1.0, 1.0), -1.5e5, 2e4), start="overlap")
+    doc = law_document(law, name="replayed", model="llama-2-70b-hf", chip="h100",
+                       engine={"name": "vllm", "version": "0.15.1", "stated_by": "option"},
+                       fit={"method": "outer optimiser over the serving replay"})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    cal = load_calibration(path)
+    assert cal.law == law and cal.document["fit"]["method"].startswith("outer")
+    with pytest.raises(CalibrationError, match=r"unknown calibration key\(s\) \['bogus'\]"):
+        law_document(law, name="x", model="m", chip="c", bogus=1)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(start="both"), r"start: 'both' is not one of \['no_overlap', 'overlap'\]"),
+    (lambda d: d.update(engine="vllm"), r"engine: must be a mapping"),
+    (lambda d: d["phases"]["decode"].update(per_request_ns="x"),
+     r"phases.decode.per_request_ns: must be a finite number"),
+    (lambda d: d["phases"]["decode"]["terms"].update(sm={"status": "pinned"}),
+     r"phases.decode.terms.sm.status: 'pinned' is not one of"),
+])
+def test_new_keys_are_read_strictly(tmp_path: Path, edit, message: str) -> None:
+    from kernel.calibration.document import law_document, load_calibration
+
+    doc = law_document(Law(), name="t", model="m", chip="c")
+    doc["phases"]["decode"]["terms"] = {"sm": {"status": "tied"}}
+    edit(doc)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(CalibrationError, match=f"{path}: {message}"):
+        load_calibration(path)
+
+
 # -- held-out scoring ---------------------------------------------------------------------------
 
 @settings(max_examples=50, deadline=None)

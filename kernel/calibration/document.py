@@ -19,7 +19,7 @@ import yaml
 
 from .law import PHASES, STARTS, TERMS, Law, PhaseCorrection
 
-__all__ = ["Calibration", "CalibrationError", "bind", "load_calibration"]
+__all__ = ["Calibration", "CalibrationError", "bind", "law_document", "load_calibration"]
 
 KIND = "Calibration"
 VERSION = 1
@@ -138,6 +138,30 @@ def from_document(doc: Any, source: str = "") -> Calibration:
         if key in top and top[key] is not None and not isinstance(top[key], dict):
             raise _err(f, key, f"must be a mapping, got {type(top[key]).__name__}")
     return Calibration(name, model, chip, Law(**corrections, start=start), source, top)
+
+
+def law_document(law: Law, *, name: str, model: str, chip: str,
+                 engine: dict[str, Any] | None = None, rules: str = "",
+                 layout: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """A valid calibration document for a law found some other way than :func:`.fit.fit`
+    (e.g. an outer optimiser over a serving replay): the law's keys, what it may be applied
+    to, and any further top-level keys of the document (``fit``, ``held_out``, …) in
+    ``extra``. :func:`from_document` reads it back to the same law."""
+    unknown = sorted(set(extra) - set(_TOP_OPTIONAL))
+    if unknown:
+        raise CalibrationError(f"unknown calibration key(s) {unknown}; allowed: "
+                               f"{list(_TOP_OPTIONAL)}")
+    doc: dict[str, Any] = {
+        "kind": KIND, "version": VERSION, "name": name, "model": model, "chip": chip,
+        "start": law.start,
+        "engine": dict(engine or {"name": None, "version": None, "stated_by": "not stated"}),
+        "rules": rules, "layout": dict(layout or {}),
+        "phases": {p: {"multipliers": dict(zip(TERMS, law.phase(p).multipliers, strict=True)),
+                       "per_request_ns": law.phase(p).per_request_ns,
+                       "constant_ns": law.phase(p).constant_ns} for p in PHASES},
+    }
+    doc.update(extra)
+    return doc
 
 
 def load_calibration(path: str | Path) -> Calibration:
