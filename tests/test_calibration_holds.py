@@ -474,3 +474,16 @@ def _with(tmp_path: Path, base: Path, extra: str) -> Path:
                    if line.split(":")[0] not in {x.split(":")[0] for x in extra.splitlines()})
     out.write_text(text + extra)
     return out
+
+
+def test_an_fpm_trace_states_its_engine() -> None:
+    from tests.test_fpm import _splitwise_as_fpm
+
+    _, fpm = _splitwise_as_fpm("h100-80gb", 4)
+    fpm = fpm.with_columns(pl.lit("vllm").alias("engine"),
+                           pl.lit("0.15.1").alias("engine_version"))
+    cal = calibrate(str(scenario_path("h100-80gb", 4)), fpm, "latency_ms", unit="ms",
+                    trace_format="fpm", folds=3)
+    assert cal.document["engine"] == {"name": "vllm", "version": "0.15.1",
+                                      "stated_by": "measurements"}
+    assert cal.document["improved"] is True
