@@ -223,6 +223,18 @@ def test_a_calibration_that_cannot_improve_is_flagged(k70: kernel.Kernel, tmp_pa
     assert table["calibrated"]["decode"]["mape"] > 0.5
 
 
+def test_beating_its_start_but_not_the_other_estimate_is_also_said(k70: kernel.Kernel
+                                                                   ) -> None:
+    train, held = k70.price(decode_trace(400, 3)), k70.price(decode_trace(400, 4))
+    # the holdout is exactly NoOverlap; the training steps are 1.5x Overlap
+    a = train.with_columns((pl.col("overlap_ns") * 1.5).alias("measured_ns"))
+    b = held.with_columns(pl.col("no_overlap_ns").alias("measured_ns"))
+    r = fit(a, holdout=b, start="overlap")
+    mine = r.starts["overlap"]
+    assert mine["calibrated"]["all"].mape < mine["uncalibrated"]["all"].mape
+    assert r.improved and "but not on the uncalibrated no_overlap" in r.warning
+
+
 def test_both_starts_are_fitted_and_the_better_held_out_kept(k70: kernel.Kernel) -> None:
     p = k70.price(decode_trace(600, 11))
     # measured = Overlap scaled: the Overlap start describes it, NoOverlap needs bending

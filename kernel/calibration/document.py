@@ -95,7 +95,8 @@ def _string(v: Any, file: str, path: str) -> str:
 
 _TOP_REQUIRED = ("kind", "version", "name", "model", "chip", "phases")
 _TOP_OPTIONAL = ("law", "start", "engine", "rules", "layout", "fit", "window", "sources",
-                 "training", "held_out", "starts", "improved", "warning", "created_by")
+                 "training", "held_out", "starts", "uncalibrated", "improved", "warning",
+                 "created_by")
 _PHASE_REQUIRED = ("multipliers", "constant_ns")
 _PHASE_OPTIONAL = ("per_request_ns", "rows", "fitted_on", "terms", "tied", "floor_bound",
                    "training", "held_out", "note")

@@ -129,6 +129,8 @@ class FitResult:
     # per start: the uncalibrated start's and the calibration's errors on the scored steps
     starts: dict[str, dict[str, dict[str, Summary]]] = field(default_factory=dict)
     start_chosen_by: str = "given"  # "held-out MAPE", "training MAPE" or "given"
+    # both reference estimates' errors on the scored steps, whichever starts were fitted
+    uncalibrated: dict[str, dict[str, Summary]] = field(default_factory=dict)
     improved: bool = True
     warning: str = ""  # set when the calibration does not beat its start
 
@@ -644,10 +646,21 @@ def fit(priced: Any, measured: str = "measured_ns", *, folds: int = 5,
     mine = out.starts[best]
     after, before = mine["calibrated"]["all"].mape, mine["uncalibrated"]["all"].mape
     out.improved = bool(after < before)
+    what = "held-out" if out.held_out else "training"
+    scored = h if h is not None else d
+    out.uncalibrated = {e: _summaries(relative_error(scored.start_estimate(e), scored.y),
+                                      scored.code)
+                        for e in STARTS if e == "no_overlap" or scored.overlap is not None}
     if not out.improved:
-        what = "held-out" if out.held_out else "training"
         out.warning = (f"the calibration does not improve on its uncalibrated start "
                        f"({best}): {what} MAPE {after:.2%} against {before:.2%} uncalibrated")
+    else:  # it beats its start; say so too if the other uncalibrated estimate beats it
+        for other, v in out.uncalibrated.items():
+            plain = v["all"].mape
+            if other != best and not after < plain:
+                out.warning = (f"the calibration improves on its start ({best}) but not on "
+                               f"the uncalibrated {other}: {what} MAPE {after:.2%} against "
+                               f"{plain:.2%}")
     return out
 
 

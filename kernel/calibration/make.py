@@ -110,6 +110,7 @@ def calibration_document(result: FitResult, *, name: str, model: str, chip: str,
         "starts": {s: {"uncalibrated": _by_phase(v["uncalibrated"]),
                        "calibrated": _by_phase(v["calibrated"])}
                    for s, v in result.starts.items()},
+        "uncalibrated": {e: _by_phase(v) for e, v in result.uncalibrated.items()},
         "improved": result.improved,
         "warning": result.warning or None,
         "created_by": "blis-kernel",
