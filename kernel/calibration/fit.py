@@ -647,10 +647,9 @@ def fit(priced: Any, measured: str = "measured_ns", *, folds: int = 5,
     after, before = mine["calibrated"]["all"].mape, mine["uncalibrated"]["all"].mape
     out.improved = bool(after < before)
     what = "held-out" if out.held_out else "training"
-    scored = h if h is not None else d
-    out.uncalibrated = {e: _summaries(relative_error(scored.start_estimate(e), scored.y),
-                                      scored.code)
-                        for e in STARTS if e == "no_overlap" or scored.overlap is not None}
+    on = h if h is not None else d
+    out.uncalibrated = {e: _summaries(relative_error(on.start_estimate(e), on.y), on.code)
+                        for e in STARTS if e == "no_overlap" or on.overlap is not None}
     if not out.improved:
         out.warning = (f"the calibration does not improve on its uncalibrated start "
                        f"({best}): {what} MAPE {after:.2%} against {before:.2%} uncalibrated")
