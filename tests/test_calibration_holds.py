@@ -97,6 +97,14 @@ def test_a_calibration_written_before_issue_32_prices_as_it_did(
         assert calibrated_ns(law, r[:5], r[5], r[6]) == int(x + constant)
 
 
+@settings(max_examples=50, deadline=None)
+@given(laws)
+def test_a_law_round_trips_through_its_table(law: Law) -> None:
+    assert Law.from_table(law.table(), law.start) == law
+    with pytest.raises(ValueError, match=r"a law table is \[3, 7\]"):
+        Law.from_table(law.table()[:, :6])
+
+
 def test_identity_law_from_each_start_is_that_estimate(k70: kernel.Kernel) -> None:
     p = k70.price(decode_trace(200, 1))
     for start, col in (("no_overlap", "no_overlap_ns"), ("overlap", "overlap_ns")):

@@ -100,6 +100,18 @@ class Law:
         return np.array([[*c.multipliers, c.per_request_ns, c.constant_ns]
                          for c in (self.prefill, self.decode, self.mixed)], np.float64)
 
+    @classmethod
+    def from_table(cls, table: Any, start: str = "no_overlap") -> Law:
+        """The inverse of :meth:`table` (an outer optimiser's parameter vector, reshaped to
+        [3, 7]); every value is checked as :class:`PhaseCorrection` checks it."""
+        t = np.asarray(table, np.float64)
+        if t.shape != (len(PHASES), len(TERMS) + 2):
+            raise ValueError(f"a law table is [3, 7] (phases × five multipliers, slope, "
+                             f"constant), got shape {t.shape}")
+        rows = [PhaseCorrection(tuple(float(v) for v in r[:len(TERMS)]),  # type: ignore[arg-type]
+                                float(r[_C]), float(r[_R])) for r in t]
+        return cls(rows[0], rows[1], rows[2], start)
+
 
 @overload
 def phase_code(prefill_requests: int, decode_requests: int) -> int: ...
