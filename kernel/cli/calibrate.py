@@ -28,10 +28,11 @@ def describe(cal: object) -> str:
     for both starts, uncalibrated and calibrated."""
     doc = getattr(cal, "document", {})
     eng = doc.get("engine") or {}
-    who = (f"{eng.get('name')} {eng.get('version') or '(version not stated)'}"
-           if eng.get("name") else "engine not stated")
+    who = (f"{eng.get('name')} {eng.get('version') or '(version not stated)'} (stated by "
+           f"{eng.get('stated_by', 'the option')})" if eng.get("name")
+           else "engine not stated")
     lines = [f"calibration {doc.get('name')!r}: {doc.get('model')} on {doc.get('chip')}, "
-             f"{who} ({eng.get('stated_by', 'not stated')}), rules {doc.get('rules') or '-'}, "
+             f"{who}, rules {doc.get('rules') or '-'}, "
              f"TP {', '.join(str(t) for t in (doc.get('layout') or {}).get('tp', [])) or '-'}",
              f"  starts from {doc.get('start', 'no_overlap')}"
              + (f" (chosen by {doc['fit']['start_chosen_by']})"
