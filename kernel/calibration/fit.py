@@ -408,8 +408,8 @@ def fit_phase(phase: str, terms: np.ndarray, measured: np.ndarray,
     floor_bound = False
     if _C in extras:
         ci = len(groups) + extras.index(_C)
-        full = _expand(x, groups, extras, held, prior)
-        need = _constant_floor(A, b0, full, to_ns, scale)
+        full = _expand(x, groups, extras, prior)
+        need = _constant_floor(A, b0, full)
         if x[ci] < need:
             floor_bound = True
             keep = [i for i in range(D.shape[1]) if i != ci]
@@ -421,10 +421,10 @@ def fit_phase(phase: str, terms: np.ndarray, measured: np.ndarray,
             x = np.empty(D.shape[1])
             x[keep] = xk
             x[ci] = need
-            full = _expand(x, groups, extras, held, prior)
-            x[ci] = max(need, _constant_floor(A, b0, full, to_ns, scale))
+            full = _expand(x, groups, extras, prior)
+            x[ci] = max(need, _constant_floor(A, b0, full))
     se_red = _std_errors(D, b, x, w, penalty)
-    full = _expand(x, groups, extras, held, prior)
+    full = _expand(x, groups, extras, prior)
     se = np.full(N_PARAMS, np.nan)
     for gi, g in enumerate(groups):
         se[g] = se_red[gi]
@@ -466,8 +466,8 @@ def fit_phase(phase: str, terms: np.ndarray, measured: np.ndarray,
                     weights=w)
 
 
-def _expand(x: np.ndarray, groups: list[list[int]], extras: list[int], held: dict[int, str],
-            prior: np.ndarray) -> np.ndarray:
+def _expand(x: np.ndarray, groups: list[list[int]], extras: list[int], prior: np.ndarray
+            ) -> np.ndarray:
     """The seven parameters (unit scale) from the reduced design's solution."""
     full = prior.copy()
     for gi, g in enumerate(groups):
@@ -477,8 +477,7 @@ def _expand(x: np.ndarray, groups: list[list[int]], extras: list[int], held: dic
     return full
 
 
-def _constant_floor(A: np.ndarray, b0: np.ndarray, full: np.ndarray, to_ns: np.ndarray,
-                    scale: float) -> float:
+def _constant_floor(A: np.ndarray, b0: np.ndarray, full: np.ndarray) -> float:
     """The smallest constant (unit scale) for which every step's sum reaches its largest
     calibrated term: max_i (max_j m_j·t_ij − (Σ m_j t_ij + u_i + r·n_i)), in the relative
     rows (everything divided by y_i, the constant's column is s / y_i)."""
