@@ -83,11 +83,17 @@ def splitwise() -> pl.DataFrame:
 # -- the law ------------------------------------------------------------------------------------
 
 laws = st.builds(
-    lambda v: Law(*(PhaseCorrection(tuple(v[i * 6:i * 6 + 5]), v[i * 6 + 5])  # type: ignore[arg-type]
-                    for i in range(3))),
+    lambda v, w, start: Law(*(PhaseCorrection(tuple(v[i * 6:i * 6 + 5]),  # type: ignore[arg-type]
+                                              v[i * 6 + 5] - w[i], w[3 + i])
+                              for i in range(3)), start=start),
     st.lists(st.floats(0, 1e3, allow_nan=False, allow_infinity=False), min_size=18,
-             max_size=18))
-rows = st.lists(st.tuples(*[st.integers(0, 2**62)] * 5, st.integers(0, 3), st.integers(0, 3)),
+             max_size=18),
+    # issue 32: a constant of either sign and a per-request slope
+    st.lists(st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False), min_size=6,
+             max_size=6),
+    st.sampled_from(["no_overlap", "overlap"]))
+rows = st.lists(st.tuples(*[st.integers(0, 2**62)] * 5, st.integers(0, 3), st.integers(0, 3),
+                          st.integers(0, 2**62)),
                 min_size=1, max_size=40)
 
 
@@ -95,9 +101,9 @@ rows = st.lists(st.tuples(*[st.integers(0, 2**62)] * 5, st.integers(0, 3), st.in
 @given(laws, rows)
 def test_law_scalar_equals_columns(law: Law, data: list[tuple[int, ...]]) -> None:
     arr = np.asarray(data, np.int64)
-    col = calibrated_ns(law, [arr[:, j] for j in range(5)], arr[:, 5], arr[:, 6])
+    col = calibrated_ns(law, [arr[:, j] for j in range(5)], arr[:, 5], arr[:, 6], arr[:, 7])
     for i, r in enumerate(data):
-        assert calibrated_ns(law, r[:5], r[5], r[6]) == int(col[i])
+        assert calibrated_ns(law, r[:5], r[5], r[6], r[7]) == int(col[i])
         assert 0 <= int(col[i]) <= 2**63 - 1
 
 
