@@ -1,7 +1,11 @@
-"""Benchmark: calibrating a 1,000,000-step measured trace (issue 11).
+"""Benchmark: calibrating a 1,000,000-step measured trace (issues 11 and 32).
 
     python benchmarks/calibrate.py                  # 1M steps, best of 3
     python benchmarks/calibrate.py --batches 200000 --repeat 1
+    python benchmarks/calibrate.py --before /work/main   # also time another checkout's code
+
+``--before DIR`` runs the same child on the code in DIR (e.g. the main branch before issue
+32), alternating with this tree's, so the two are compared as a ratio within one run.
 
 It synthesises a continuous-batching trace (``kernel.synth``, 8 requests per step on
 average, ~5% prefill rows) on ``llama-3.1-70b-h200-tp4``, prices it once to make a measured
@@ -78,16 +82,20 @@ def run(path: str) -> None:
     doc = cal.document
     print(json.dumps({"wall": wall, "fit": fit_seconds[0], "rss": rss,
                       "steps": doc["window"]["steps"], "held_out": doc["held_out"]["mape"],
-                      "training": doc["training"]["mape"]}))
+                      "training": doc["training"]["mape"], "start": doc.get("start", "-")}))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--before", default=None, help="Another checkout to time alongside.")
     ap.add_argument("--run", help=argparse.SUPPRESS)
+    ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
+        if args.root:
+            sys.path.insert(0, args.root)
         run(args.run)
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,18 +104,30 @@ def main() -> None:
         make_trace(path, args.batches)
         print(f"synthesised and measured {args.batches:,} steps in "
               f"{time.perf_counter() - t:.1f}s -> {path.stat().st_size / 2**20:.0f} MiB parquet")
-        best: dict[str, float] | None = None
+        roots = {"this tree": str(ROOT)}
+        if args.before:
+            roots = {"before": str(Path(args.before).resolve()), **roots}
+        best: dict[str, dict[str, float]] = {}
         for _ in range(args.repeat):
-            out = subprocess.run([sys.executable, __file__, "--run", str(path)], check=True,
-                                 capture_output=True, text=True).stdout
-            r = json.loads(out.strip().splitlines()[-1])
-            if best is None or r["wall"] < best["wall"]:
-                best = r
-        assert best is not None
-        print(f"calibrate {best['steps']:,} steps ({SCENARIO}, 5 folds): "
-              f"{best['wall']:.2f}s wall (best of {args.repeat}), of which the fit and "
-              f"cross-validation {best['fit']:.2f}s; peak RSS {best['rss'] / 2**30:.2f} GiB; "
-              f"training MAPE {best['training']:.2%}, held-out MAPE {best['held_out']:.2%}")
+            for label, root in roots.items():
+                out = subprocess.run([sys.executable, __file__, "--run", str(path), "--root",
+                                      root], check=True, capture_output=True, text=True).stdout
+                r = json.loads(out.strip().splitlines()[-1])
+                if label not in best or r["wall"] < best[label]["wall"]:
+                    best[label] = r
+        import os
+
+        for label, b in best.items():
+            print(f"{label}: calibrate {b['steps']:,} steps ({SCENARIO}, 5 folds): "
+                  f"{b['wall']:.2f}s wall (best of {args.repeat}), of which the fit and "
+                  f"cross-validation {b['fit']:.2f}s; peak RSS {b['rss'] / 2**30:.2f} GiB; "
+                  f"start {b['start']}; training MAPE {b['training']:.2%}, held-out MAPE "
+                  f"{b['held_out']:.2%}")
+        if "before" in best:
+            a, b = best["before"], best["this tree"]
+            print(f"this tree / before: wall {b['wall'] / a['wall']:.2f}x, fit "
+                  f"{b['fit'] / a['fit']:.2f}x ({os.cpu_count()} cores, load average "
+                  f"{os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ class Kernel:
         est = step.finish(step.compose(self._r, s), mine)
         terms = tuple(mine.get(Resource(t), 0) for t in TERMS)
         cal = calibrated_ns(self._cal.law, terms, int(s.prefill_requests),
-                            int(s.decode_requests))
+                            int(s.decode_requests), est.overlap)
         return dataclasses.replace(est, per_resource=per, calibrated=cal)
 
     # -- calibration -------------------------------------------------------------------
@@ -80,13 +80,15 @@ class Kernel:
         """The calibration this kernel applies (None: the reference's two estimates only)."""
         return self._cal
 
-    def with_calibration(self, calibration: Any, force: bool = False) -> Kernel:
+    def with_calibration(self, calibration: Any, force: bool = False,
+                         engine: str | None = None) -> Kernel:
         """This kernel with a calibration (a :class:`Calibration`, a path or a document);
-        one made for another model or chip is refused unless ``force``."""
-        from .calibration.document import as_calibration, check_applies
+        one made for another model, chip, rules pack, parallel layout or (``engine``,
+        ``NAME[:VERSION]``, the engine this kernel stands for) engine is refused unless
+        ``force``, which records the differences in provenance (docs/calibration.md)."""
+        from .calibration.document import as_calibration, bind
 
-        cal = as_calibration(calibration)
-        check_applies(cal, self._r.model_name, self._r.chip_name, force)
+        cal = bind(as_calibration(calibration), self, force, engine)
         return Kernel(self._r, self._pool, self._resolution, self._documents, cal)
 
     def utilisation(self, batch: Batch) -> Utilisation:

@@ -60,7 +60,7 @@ def random_trace(n: int, seed: int) -> pl.DataFrame:
 def measured_by(law: Law, priced: pl.DataFrame) -> np.ndarray:
     return calibrated_ns(law, [priced[c].to_numpy() for c in TERM_COLS],
                          priced["prefill_requests"].to_numpy(),
-                         priced["decode_requests"].to_numpy())
+                         priced["decode_requests"].to_numpy(), priced["overlap_ns"].to_numpy())
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +83,17 @@ def splitwise() -> pl.DataFrame:
 # -- the law ------------------------------------------------------------------------------------
 
 laws = st.builds(
-    lambda v: Law(*(PhaseCorrection(tuple(v[i * 6:i * 6 + 5]), v[i * 6 + 5])  # type: ignore[arg-type]
-                    for i in range(3))),
+    lambda v, w, start: Law(*(PhaseCorrection(tuple(v[i * 6:i * 6 + 5]),  # type: ignore[arg-type]
+                                              v[i * 6 + 5] - w[i], w[3 + i])
+                              for i in range(3)), start=start),
     st.lists(st.floats(0, 1e3, allow_nan=False, allow_infinity=False), min_size=18,
-             max_size=18))
-rows = st.lists(st.tuples(*[st.integers(0, 2**62)] * 5, st.integers(0, 3), st.integers(0, 3)),
+             max_size=18),
+    # issue 32: a constant of either sign and a per-request slope
+    st.lists(st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False), min_size=6,
+             max_size=6),
+    st.sampled_from(["no_overlap", "overlap"]))
+rows = st.lists(st.tuples(*[st.integers(0, 2**62)] * 5, st.integers(0, 3), st.integers(0, 3),
+                          st.integers(0, 2**62)),
                 min_size=1, max_size=40)
 
 
@@ -95,9 +101,9 @@ rows = st.lists(st.tuples(*[st.integers(0, 2**62)] * 5, st.integers(0, 3), st.in
 @given(laws, rows)
 def test_law_scalar_equals_columns(law: Law, data: list[tuple[int, ...]]) -> None:
     arr = np.asarray(data, np.int64)
-    col = calibrated_ns(law, [arr[:, j] for j in range(5)], arr[:, 5], arr[:, 6])
+    col = calibrated_ns(law, [arr[:, j] for j in range(5)], arr[:, 5], arr[:, 6], arr[:, 7])
     for i, r in enumerate(data):
-        assert calibrated_ns(law, r[:5], r[5], r[6]) == int(col[i])
+        assert calibrated_ns(law, r[:5], r[5], r[6], r[7]) == int(col[i])
         assert 0 <= int(col[i]) <= 2**63 - 1
 
 
@@ -167,7 +173,9 @@ def test_provenance_lists_the_calibration_as_fitted(h100_kernels: dict[int, kern
     prov = kc.provenance()
     assert prov[:len(base)] == base
     extra = prov[len(base):]
-    assert len(extra) == 18 and {e.method for e in extra} == {"fitted"}
+    # the start, then per phase five multipliers, the per-request slope and the constant
+    assert len(extra) == 1 + 3 * 7 and {e.method for e in extra} == {"fitted"}
+    assert extra[0].name == "calibration.start" and "no_overlap" in extra[0].scope
     assert all(e.set == f"calibration:{path}" for e in extra)
     sm = next(e for e in extra if e.name == "calibration.prefill.sm")
     assert "x1.3" in sm.scope
@@ -246,7 +254,9 @@ def test_terms_the_data_cannot_tell_apart_are_tied_not_fitted(
     result = fit(p.with_columns(pl.Series("measured_ns", y)), folds=0)
     by = {t.name: t for t in result.phases["decode"].terms}
     assert by["sm"].status == "tied" and by["nvlink"].status == "tied"
-    assert "only its combination with" in by["sm"].reason
+    assert "share one multiplier" in by["sm"].reason
+    tied = result.phases["decode"].tied
+    assert any({"sm", "nvlink"} <= set(g.terms) for g in tied)
     assert result.training["decode"].mape < 0.03
 
 

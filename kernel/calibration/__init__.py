@@ -2,8 +2,9 @@
 correction of its per-resource terms (``docs/calibration.md``, ``docs/accuracy.md``).
 
 * :mod:`.law` — the pure law ``calibrated_ns`` (scalar and columns, bit-identical);
-* :mod:`.fit` — the robust, non-negative, cross-validated fit;
-* :mod:`.document` — the YAML document, strict reading, the model/chip refusal;
+* :mod:`.fit` — the robust, bounded fit (tied terms share a multiplier), scored held out;
+* :mod:`.document` — the YAML document, strict reading, binding to a kernel;
+* :mod:`.identity` — engine, rules, layout: what a calibration may be applied to;
 * :mod:`.make` — :func:`calibrate`: price measured traces, fit, document;
 * :mod:`.accuracy` — relative errors and the accuracy table;
 * :mod:`.measured` — a measured column's units and bad values;
@@ -13,8 +14,10 @@ correction of its per-resource terms (``docs/calibration.md``, ``docs/accuracy.m
 from __future__ import annotations
 
 from .document import Calibration, CalibrationError, load_calibration
-from .law import PHASES, TERMS, Law, PhaseCorrection, calibrated_ns
+from .identity import CalibrationWarning
+from .law import PHASES, STARTS, TERMS, Law, PhaseCorrection, calibrated_ns
 from .make import calibrate
 
-__all__ = ["PHASES", "TERMS", "Calibration", "CalibrationError", "Law", "PhaseCorrection",
-           "calibrate", "calibrated_ns", "load_calibration"]
+__all__ = ["PHASES", "STARTS", "TERMS", "Calibration", "CalibrationError",
+           "CalibrationWarning", "Law", "PhaseCorrection", "calibrate", "calibrated_ns",
+           "load_calibration"]

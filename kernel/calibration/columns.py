@@ -27,7 +27,8 @@ __all__ = ["calibrated_producer", "measured_producer", "producers_for"]
 def _calibrated(law: Law, ctx: BatchContext) -> np.ndarray:
     p = ctx.priced
     return calibrated_ns(law, [np.asarray(p[f"{t}_ns"]) for t in TERMS],
-                         np.asarray(p["prefill_requests"]), np.asarray(p["decode_requests"]))
+                         np.asarray(p["prefill_requests"]), np.asarray(p["decode_requests"]),
+                         np.asarray(p["overlap_ns"]))
 
 
 def calibrated_producer(law: Law) -> ColumnProducer:

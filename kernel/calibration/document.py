@@ -1,10 +1,11 @@
 """The calibration document (``docs/calibration.md``): writing, reading and checking it.
 
-A calibration is YAML. Only ``kind``, ``version``, ``name``, ``model``, ``chip`` and each
-phase's ``multipliers`` and ``constant_ns`` decide prices; the rest records how it was made
-(term status, errors, the fit window, digests of the trace and scenario documents). Reading
-is strict: an unknown key, a missing one or a value of the wrong kind is an error naming the
-file and the key path.
+A calibration is YAML. Only ``kind``, ``version``, ``name``, ``model``, ``chip``, ``start``
+and each phase's ``multipliers``, ``per_request_ns`` and ``constant_ns`` decide prices;
+``engine``, ``rules`` and ``layout`` decide where it may be applied (:mod:`.identity`); the
+rest records how it was made (term status, ties, errors from both starts, the fit window,
+digests of the trace and scenario documents). Reading is strict: an unknown key, a missing
+one or a value of the wrong kind is an error naming the file and the key path.
 """
 
 from __future__ import annotations
@@ -16,14 +17,13 @@ from typing import Any
 
 import yaml
 
-from .law import PHASES, TERMS, Law, PhaseCorrection
+from .law import PHASES, STARTS, TERMS, Law, PhaseCorrection
 
-__all__ = ["Calibration", "CalibrationError", "load_calibration",
-           "check_applies"]
+__all__ = ["Calibration", "CalibrationError", "bind", "law_document", "load_calibration"]
 
 KIND = "Calibration"
 VERSION = 1
-STATUSES = ("fitted", "tied", "held")
+STATUSES = ("fitted", "tied", "shrunk", "held")
 SUMMARY_KEYS = ("rows", "mape", "bias", "p50", "p90", "p99")
 
 
@@ -41,6 +41,8 @@ class Calibration:
     law: Law
     source: str = ""  # the file it was read from ("" when built in memory)
     document: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # what differed from the kernel it was applied to, applied anyway (force): provenance
+    forced: tuple[str, ...] = ()
 
     def term_status(self, phase: str, term: str) -> str:
         terms = self.document.get("phases", {}).get(phase, {}).get("terms", {})
@@ -92,9 +94,12 @@ def _string(v: Any, file: str, path: str) -> str:
 
 
 _TOP_REQUIRED = ("kind", "version", "name", "model", "chip", "phases")
-_TOP_OPTIONAL = ("law", "fit", "window", "sources", "training", "held_out", "created_by")
+_TOP_OPTIONAL = ("law", "start", "engine", "rules", "layout", "fit", "window", "sources",
+                 "training", "held_out", "starts", "uncalibrated", "improved", "warning",
+                 "created_by")
 _PHASE_REQUIRED = ("multipliers", "constant_ns")
-_PHASE_OPTIONAL = ("rows", "fitted_on", "terms", "training", "held_out", "note")
+_PHASE_OPTIONAL = ("per_request_ns", "rows", "fitted_on", "terms", "tied", "floor_bound",
+                   "training", "held_out", "note")
 
 
 def from_document(doc: Any, source: str = "") -> Calibration:
@@ -114,17 +119,50 @@ def from_document(doc: Any, source: str = "") -> Calibration:
         ph = _mapping(phases[p], f, f"phases.{p}", _PHASE_REQUIRED, _PHASE_OPTIONAL)
         mult = _mapping(ph["multipliers"], f, f"phases.{p}.multipliers", TERMS)
         ms = tuple(_number(mult[t], f, f"phases.{p}.multipliers.{t}") for t in TERMS)
-        c = _number(ph["constant_ns"], f, f"phases.{p}.constant_ns")
+        c = _number(ph["constant_ns"], f, f"phases.{p}.constant_ns", nonneg=False)
+        r = _number(ph.get("per_request_ns", 0.0), f, f"phases.{p}.per_request_ns",
+                    nonneg=False)
         if "terms" in ph:
-            terms = _mapping(ph["terms"], f, f"phases.{p}.terms", (), (*TERMS, "constant"))
+            terms = _mapping(ph["terms"], f, f"phases.{p}.terms", (),
+                             (*TERMS, "per_request", "constant"))
             for t, info in terms.items():
                 info = _mapping(info, f, f"phases.{p}.terms.{t}", ("status",),
                                 ("std_error", "reason"))
                 if info["status"] not in STATUSES:
                     raise _err(f, f"phases.{p}.terms.{t}.status",
                                f"{info['status']!r} is not one of {list(STATUSES)}")
-        corrections[p] = PhaseCorrection(ms, c)  # type: ignore[arg-type]
-    return Calibration(name, model, chip, Law(**corrections), source, top)
+        corrections[p] = PhaseCorrection(ms, c, r)  # type: ignore[arg-type]
+    start = top.get("start", "no_overlap")
+    if start not in STARTS:
+        raise _err(f, "start", f"{start!r} is not one of {list(STARTS)}")
+    for key in ("engine", "layout"):
+        if key in top and top[key] is not None and not isinstance(top[key], dict):
+            raise _err(f, key, f"must be a mapping, got {type(top[key]).__name__}")
+    return Calibration(name, model, chip, Law(**corrections, start=start), source, top)
+
+
+def law_document(law: Law, *, name: str, model: str, chip: str,
+                 engine: dict[str, Any] | None = None, rules: str = "",
+                 layout: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """A valid calibration document for a law found some other way than :func:`.fit.fit`
+    (e.g. an outer optimiser over a serving replay): the law's keys, what it may be applied
+    to, and any further top-level keys of the document (``fit``, ``held_out``, …) in
+    ``extra``. :func:`from_document` reads it back to the same law."""
+    unknown = sorted(set(extra) - set(_TOP_OPTIONAL))
+    if unknown:
+        raise CalibrationError(f"unknown calibration key(s) {unknown}; allowed: "
+                               f"{list(_TOP_OPTIONAL)}")
+    doc: dict[str, Any] = {
+        "kind": KIND, "version": VERSION, "name": name, "model": model, "chip": chip,
+        "start": law.start,
+        "engine": dict(engine or {"name": None, "version": None, "stated_by": "not stated"}),
+        "rules": rules, "layout": dict(layout or {}),
+        "phases": {p: {"multipliers": dict(zip(TERMS, law.phase(p).multipliers, strict=True)),
+                       "per_request_ns": law.phase(p).per_request_ns,
+                       "constant_ns": law.phase(p).constant_ns} for p in PHASES},
+    }
+    doc.update(extra)
+    return doc
 
 
 def load_calibration(path: str | Path) -> Calibration:
@@ -141,16 +179,30 @@ def load_calibration(path: str | Path) -> Calibration:
     return from_document(doc, str(p))
 
 
-def check_applies(cal: Calibration, model: str, chip: str, force: bool = False) -> None:
-    """Refuse a calibration made for another model or chip (unless ``force``)."""
-    wrong = [f"{what} {have!r} (the calibration is for {want!r})"
-             for what, have, want in (("model", model, cal.model), ("chip", chip, cal.chip))
-             if have != want]
+def bind(cal: Calibration, k: Any, force: bool = False, engine: str | None = None
+         ) -> Calibration:
+    """``cal`` checked against kernel ``k`` (:mod:`.identity`): refused when it is for another
+    model, chip, rules pack, layout shape or (when ``engine``, ``NAME[:VERSION]``, says what
+    the kernel prices) engine, unless ``force`` — then the differences are recorded in
+    ``forced`` (and so in provenance). Warns (:class:`CalibrationWarning`) for a TP width
+    outside the fit window."""
+    import dataclasses
+
+    from .identity import applies, kernel_identity, parse_engine, warn
+
+    try:
+        who = parse_engine(engine)
+    except ValueError as exc:
+        raise CalibrationError(str(exc)) from None
+    wrong, notes = applies(cal.document or {"model": cal.model, "chip": cal.chip},
+                           kernel_identity(k), who)
     if wrong and not force:
         where = cal.source or cal.name
         raise CalibrationError(f"{where}: refusing to apply calibration {cal.name!r} to "
-                               f"{' and '.join(wrong)}; pass force=True (--force-calibration) "
+                               f"{'; '.join(wrong)}; pass force=True (--force-calibration) "
                                "to apply it anyway")
+    warn(notes)
+    return dataclasses.replace(cal, forced=tuple(wrong))
 
 
 def as_calibration(value: Any) -> Calibration:

@@ -48,7 +48,9 @@ def splitwise_trace(csv: str | Path | None = None) -> tuple[pl.DataFrame, pl.Dat
 
     Request rows: batch_id, scheduled, computed, prompt_len. Per-batch table: batch_id,
     measured_ms, phase (prefill/decode), config (``<hardware>-tp<N>``), hardware, tp,
-    scenario (path), prompt_size, batch_size, token_size, source_row.
+    scenario (path), prompt_size, batch_size, token_size, shape (``p<prompt>-b<batch>-t<tokens>``:
+    one configuration of the sweep, shared by its repeats and by its prefill and decode steps),
+    source_row.
     """
     path = Path(csv) if csv else splitwise_dir() / "perf_model.csv"
     raw = pl.read_csv(path)
@@ -82,6 +84,8 @@ def splitwise_trace(csv: str | Path | None = None) -> tuple[pl.DataFrame, pl.Dat
                      for _ in (0, 1)],
         "prompt_size": np.repeat(prompt, 2), "batch_size": np.repeat(bs, 2),
         "token_size": np.repeat(tok, 2),
+        "shape": [f"p{a}-b{b}-t{c}" for a, b, c in zip(prompt, bs, tok, strict=True)
+                  for _ in (0, 1)],
         "source_row": np.repeat(raw["source_row"].to_numpy().astype(np.int64), 2),
     })
     series = ["config", "phase", "prompt_size", "token_size"]

@@ -23,10 +23,20 @@ def _pct(x: float | None, signed: bool = False) -> str:
 
 
 def describe(cal: object) -> str:
-    """A plain-text account of a calibration: per phase, each term and its status, then
-    the training and held-out errors."""
+    """A plain-text account of a calibration: its start and engine, per phase each term and
+    its status (tied groups with their shared multiplier), then the held-out table by phase
+    for both starts, uncalibrated and calibrated."""
     doc = getattr(cal, "document", {})
-    lines = [f"calibration {doc.get('name')!r}: {doc.get('model')} on {doc.get('chip')}"]
+    eng = doc.get("engine") or {}
+    who = (f"{eng.get('name')} {eng.get('version') or '(version not stated)'} (stated by "
+           f"{eng.get('stated_by', 'the option')})" if eng.get("name")
+           else "engine not stated")
+    lines = [f"calibration {doc.get('name')!r}: {doc.get('model')} on {doc.get('chip')}, "
+             f"{who}, rules {doc.get('rules') or '-'}, "
+             f"TP {', '.join(str(t) for t in (doc.get('layout') or {}).get('tp', [])) or '-'}",
+             f"  starts from {doc.get('start', 'no_overlap')}"
+             + (f" (chosen by {doc['fit']['start_chosen_by']})"
+                if doc.get("fit", {}).get("start_chosen_by") not in (None, "given") else "")]
     for phase, ph in doc.get("phases", {}).items():
         rows = ph.get("rows", 0)
         if not rows or "note" in ph:
@@ -37,24 +47,45 @@ def describe(cal: object) -> str:
         for t, m in ph["multipliers"].items():
             st = terms.get(t, {}).get("status", "")
             parts.append(f"{t} x{m:.3g}" + ("" if st == "fitted" else f" ({st})"))
+        rst = terms.get("per_request", {}).get("status", "")
+        parts.append(f"{ph.get('per_request_ns', 0.0) / 1e3:+.4g} us/request"
+                     + ("" if rst == "fitted" else f" ({rst})"))
         cst = terms.get("constant", {}).get("status", "")
-        parts.append(f"+{ph['constant_ns'] / 1e3:.4g} us" + ("" if cst == "fitted"
+        parts.append(f"{ph['constant_ns'] / 1e3:+.4g} us" + ("" if cst == "fitted"
                                                              else f" ({cst})"))
-        tr, ho = ph.get("training", {}), ph.get("held_out", {})
         lines.append(f"  {phase:<8} {rows:>7,} steps  " + ", ".join(parts))
-        lines.append(f"  {'':<8} {'':>7}        training MAPE {_pct(tr.get('mape'))} "
-                     f"(bias {_pct(tr.get('bias'), True)}); held out MAPE "
-                     f"{_pct(ho.get('mape'))} (bias {_pct(ho.get('bias'), True)})")
-    tr, ho = doc.get("training") or {}, doc.get("held_out") or {}
-    fit = doc.get("fit", {})
-    folds = fit.get("folds", 0)
-    by = f" by {fit['fold_by']}" if fit.get("fold_by") else ""
-    held = (f"held out ({folds} folds{by}) MAPE {_pct(ho.get('mape'))} (bias "
-            f"{_pct(ho.get('bias'), True)}, p90 {_pct(ho.get('p90'))})" if folds
-            else "no cross-validation (--folds < 2)")
-    lines.append(f"  all      {tr.get('rows', 0):>7,} steps  training MAPE {_pct(tr.get('mape'))}"
-                 f" (bias {_pct(tr.get('bias'), True)}); {held}")
+        for g in ph.get("tied", []):
+            lines.append(f"  {'':<8} {'':>7}        tied: {' + '.join(g['terms'])} share "
+                         f"x{g['multiplier']:.4g} (the data cannot tell them apart)")
+        if ph.get("floor_bound"):
+            lines.append(f"  {'':<8} {'':>7}        constant raised to the floor bound")
+    lines.extend(held_out_table(doc))
     return "\n".join(lines)
+
+
+def held_out_table(doc: dict[str, Any]) -> list[str]:
+    """MAPE, bias and p90 by phase, uncalibrated and calibrated, for each start fitted."""
+    fit = doc.get("fit", {})
+    how = {"holdout": "on the holdout trace", "folds":
+           f"held out ({fit.get('folds')} folds" + (f" by {fit['fold_by']})"
+                                                    if fit.get("fold_by") else ")"),
+           "none": "on the training steps (nothing held out)"}.get(fit.get("scored_by", ""),
+                                                                    "held out")
+    if "split" in (doc.get("sources") or {}):
+        sp = doc["sources"]["split"]
+        how = (f"on the split's held-out side ({sp['column']}:{sp['fraction']}, "
+               f"{sp['held_out_steps']:,} steps)")
+    out = [f"  error {how}:",
+           f"    {'start':<11} {'estimate':<13} {'phase':<8} {'steps':>7} {'MAPE':>7} "
+           f"{'bias':>7} {'p90':>7}"]
+    for start, v in (doc.get("starts") or {}).items():
+        mark = " *" if start == doc.get("start") else ""
+        for est in ("uncalibrated", "calibrated"):
+            for phase, s in v[est].items():
+                out.append(f"    {start + mark:<11} {est:<13} {phase:<8} {s['rows']:>7,} "
+                           f"{_pct(s['mape']):>7} {_pct(s['bias'], True):>7} "
+                           f"{_pct(s['p90']):>7}")
+    return out
 
 
 def register(group: click.Group) -> None:
@@ -77,6 +108,21 @@ def register(group: click.Group) -> None:
     @click.option("--fold-by", "fold_by", default=None,
                   help="A per-batch column whose values are held out whole (e.g. a "
                        "configuration label), instead of random steps.")
+    @click.option("--holdout", "holdout", multiple=True, type=click.Path(exists=True),
+                  help="A measured trace to score the calibration on instead of folds "
+                       "(repeatable).")
+    @click.option("--holdout-scenario", "holdout_scenarios", multiple=True,
+                  help="The holdout's scenario(s) (default: the --scenario(s)).")
+    @click.option("--split", default=None, metavar="COL:FRACTION",
+                  help="Hold out the steps whose per-batch COL value hashes below FRACTION "
+                       "(deterministic; e.g. config:0.5).")
+    @click.option("--start", default="auto", show_default=True,
+                  type=click.Choice(["auto", "no_overlap", "overlap"]),
+                  help="The estimate the calibration corrects (auto: the lower held-out "
+                       "MAPE).")
+    @click.option("--engine", default=None, metavar="NAME[:VERSION]",
+                  help="The engine that made the measurements, when the trace does not say "
+                       "(columns engine, engine_version).")
     @click.option("--name", default=None, help="The calibration's name (default model-chip).")
     @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**63 - 1),
                   help="Fold assignment seed.")
@@ -89,7 +135,9 @@ def register(group: click.Group) -> None:
     @with_repos
     def calibrate_cmd(traces: tuple[str, ...], scenarios: tuple[str, ...], pool: int,
                       measured: str, unit: str, trace_format: str, folds: int,
-                      fold_by: str | None, name: str | None, seed: int,
+                      fold_by: str | None, holdout: tuple[str, ...],
+                      holdout_scenarios: tuple[str, ...], split: str | None, start: str,
+                      engine: str | None, name: str | None, seed: int,
                       decode_threshold: int, column_map: tuple[str, ...], output: str,
                       scenarios_root: str | None, catalog_root: str | None,
                       registry_root: str | None) -> None:
@@ -103,16 +151,27 @@ def register(group: click.Group) -> None:
             raise click.UsageError(f"{len(scenarios)} --scenario for {len(traces)} traces: "
                                    "give one, or one per trace")
         repos = make_repos(scenarios_root, catalog_root, registry_root)
-        safe_output.check_outputs([("TRACE", t) for t in traces], [("-o", output)])
+        if holdout and split:
+            raise click.UsageError("give --holdout or --split, not both")
+        safe_output.check_outputs([*(("TRACE", t) for t in traces),
+                                   *(("--holdout", t) for t in holdout),
+                                   *(("--scenario", s) for s in scenarios if Path(s).exists())],
+                                  [("-o", output)])
         try:
             cal = calibrate(list(scenarios), list(traces), measured, unit=unit, repos=repos,
                             pool=pool, columns=parse_column_options(column_map) or None,
                             trace_format=trace_format, folds=folds, fold_by=fold_by,
-                            name=name, seed=seed, decode_threshold=decode_threshold)
+                            name=name, seed=seed, decode_threshold=decode_threshold,
+                            holdout=list(holdout) or None,
+                            holdout_scenario=list(holdout_scenarios) or None, split=split,
+                            start=start, engine=engine)
         except (CalibrationError, TraceError, FpmError) as exc:
             raise click.ClickException(str(exc)) from None
         cal.write(output)
         click.echo(describe(cal))
+        if cal.document.get("warning"):
+            click.secho(f"WARNING: {cal.document['warning']}; the document says so "
+                        "(improved: false)", err=True, fg="red", bold=True)
         rejected = cal.document["sources"]["measured"]["rejected_steps"]
         if rejected:
             click.echo(f"{rejected:,} step(s) set aside for a bad measured value or "
@@ -131,8 +190,9 @@ def register(group: click.Group) -> None:
                        "default).")
     def splitwise_cmd(output: str, keep_suspect: bool) -> None:
         """Write SplitwiseSim's profiled iteration times as measured traces, one parquet per
-        (hardware, TP), each with a ``measured_ms`` and a ``config`` column, and print the
-        scenario each is priced on."""
+        (hardware, TP), each with a ``measured_ms``, a ``config`` (hardware and TP) and a
+        ``shape`` (prompt, batch and tokens: one configuration of the sweep) column, and print
+        the scenario each is priced on."""
         import polars as pl
 
         from kernel.calibration.splitwise import splitwise_trace
@@ -142,7 +202,7 @@ def register(group: click.Group) -> None:
             batches = batches.filter(~pl.col("suspect"))
         out = Path(output)
         out.mkdir(parents=True, exist_ok=True)
-        cols = ["batch_id", "measured_ms", "config", "phase", "tp", "hardware"]
+        cols = ["batch_id", "measured_ms", "config", "shape", "phase", "tp", "hardware"]
         for (config,), b in batches.group_by("config", maintain_order=True):
             t = requests.join(b.select(cols), on="batch_id", how="inner")
             path = out / f"{config}.parquet"
@@ -163,7 +223,11 @@ PRICE_OPTIONS = [
                  type=click.Path(exists=True, dir_okay=False),
                  help="A calibration (blis-kernel calibrate): adds calibrated_ns."),
     click.option("--force-calibration", is_flag=True,
-                 help="Apply a calibration made for another model or chip."),
+                 help="Apply a calibration made for another model, chip, rules pack, layout "
+                      "or engine (recorded in provenance)."),
+    click.option("--engine", "engine", default=None, metavar="NAME[:VERSION]",
+                 help="The engine these prices stand for: a calibration measured on another "
+                      "is refused (unless --force-calibration)."),
     click.option("--trace-format", "trace_format", default="requests", show_default=True,
                  type=click.Choice(["requests", "fpm"]),
                  help="fpm: one row per forward pass with aggregates (docs/traces.md)."),
@@ -188,10 +252,21 @@ class MeasuredRun:
         self.k = k
         cal = options.get("calibration")
         if cal:
+            import warnings
+
             try:
-                self.k = k.with_calibration(cal, bool(options.get("force_calibration")))
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    self.k = k.with_calibration(cal, bool(options.get("force_calibration")),
+                                                options.get("engine"))
             except CalibrationError as exc:
                 raise click.ClickException(str(exc)) from None
+            for w in caught:
+                click.echo(f"warning: {w.message}", err=True)
+            if self.k.calibration is not None and self.k.calibration.forced:
+                click.echo("warning: calibration applied by force despite: "
+                           + "; ".join(self.k.calibration.forced)
+                           + " (recorded in provenance as calibration.forced)", err=True)
         law = self.k.calibration.law if self.k.calibration is not None else None
         self.producers = producers_for(law, self.measured, self.unit)
         self.src: Any = trace
@@ -226,9 +301,17 @@ class MeasuredRun:
                        f"{self.fpm_passes - self.fpm_rejects:,} + rejected "
                        f"{self.fpm_rejects:,}" + (f" -> {self.fpm_reject_path}"
                                                   if self.fpm_rejects else ""))
+        import polars as pl
+
+        if self.k.calibration is not None:
+            from kernel.calibration.identity import window_warnings
+
+            req = (pl.read_csv(out, columns=["requests"]) if out.suffix.lower() == ".csv"
+                   else pl.read_parquet(out, columns=["requests"]))["requests"].to_numpy()
+            for m in window_warnings(self.k.calibration.document, req):
+                click.echo(f"warning: {m}", err=True)
         if self.measured is None:
             return
-        import polars as pl
 
         from kernel.calibration.accuracy import accuracy_table, format_table
 
