@@ -45,6 +45,9 @@ def _coll_seconds(key: CollectiveKey | None, nbytes: float) -> float:
     if key is None or key.peak_bps <= 0:
         return float("inf")
     b = nbytes * key.span if key.crosses_nodes else nbytes
+    if len(key.knot_bytes) > 1:  # vLLM's all-reduce from measured knots (decision AC1)
+        return float(laws.knot_time(b, key.knot_bytes,
+                                    [laws.duration_seconds(ns) for ns in key.knot_ns]))
     return float(laws.collective_time(b, key.transition_bps, key.peak_bps,
                                       laws.duration_seconds(key.floor_ns)))
 

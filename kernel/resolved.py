@@ -47,6 +47,10 @@ class CollectiveKey:
     transition_bps: float
     crosses_nodes: bool
     span: float  # bytes multiplier when it crosses nodes (1.0 otherwise)
+    # vLLM's all-reduce as measured (docs/decisions.md AC1): message bytes ascending and the
+    # latency at each, in ns; empty where the NCCL law above prices it
+    knot_bytes: tuple[float, ...] = ()
+    knot_ns: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ class _Coll:
     """One (op, group) collective as priced by collectiveSeconds (model.md §5.6), or unpriced
     (+Inf)."""
 
-    __slots__ = ("crosses", "floor_s", "peak", "priced", "span", "trans")
+    __slots__ = ("crosses", "floor_s", "knots", "knot_s", "peak", "priced", "span", "trans")
 
     def __init__(self, key: CollectiveKey | None):
         self.priced = key is not None and key.peak_bps > 0
@@ -126,6 +126,11 @@ class _Coll:
         self.trans = key.transition_bps if key is not None else 0.0
         self.peak = key.peak_bps if key is not None else 0.0
         self.floor_s = laws.duration_seconds(key.floor_ns) if key is not None else 0.0
+        # vLLM's all-reduce from measured knots (decision AC1), else the NCCL law
+        measured = key is not None and len(key.knot_bytes) > 1
+        self.knots = key.knot_bytes if key is not None and measured else ()
+        self.knot_s = tuple(laws.duration_seconds(ns) for ns in key.knot_ns) \
+            if key is not None and measured else ()
 
     def seconds(self, nbytes: Any) -> Any:
         """collectiveSeconds(key, bytes·span if it crosses nodes else bytes)."""
@@ -133,6 +138,8 @@ class _Coll:
             nbytes = nbytes * self.span
         if not self.priced:
             return _INF if not isinstance(nbytes, np.ndarray) else np.full(nbytes.shape, _INF)
+        if self.knots:
+            return laws.knot_time(nbytes, self.knots, self.knot_s)
         return laws.collective_time(nbytes, self.trans, self.peak, self.floor_s)
 
 

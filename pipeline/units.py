@@ -57,6 +57,7 @@ QUANTITIES: tuple[tuple[str, str], ...] = (
     ("host_link_bandwidth", "byte_rate"),
     ("host_*", "duration"),
     ("collective_floor_*", "duration"),
+    ("collective_knot_*", "duration"),
     ("attention_decode_floor*", "duration"),
     ("attention_prefill_floor", "duration"),
     ("recurrent_decode_floor_*", "duration"),

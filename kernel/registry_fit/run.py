@@ -1,0 +1,35 @@
+"""``registry fit``: every family the tables hold for one chip, written as a registry layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from . import layer
+from .allreduce import fit_all_reduce
+from .tables import find_table
+
+# family -> (table directory, table name); more families add rows here.
+FAMILIES = {"all_reduce": ("comm", "custom_allreduce_perf")}
+
+
+def fit_chip(root: str | Path, chip: str, engine: str
+             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The coefficient sets and held-out scores for ``chip`` from the tables under ``root``."""
+    sets, report = [], []
+    family_dir, table_name = FAMILIES["all_reduce"]
+    table = find_table(root, chip, family_dir, table_name, engine)
+    fits = fit_all_reduce(table)
+    sets.append(layer.all_reduce_set(chip, table, fits))
+    report.extend(layer.report_rows(chip, table, fits))
+    return sets, report
+
+
+def fit_layer(root: str | Path, chips: list[str], engine: str, out: str | Path) -> Path:
+    """Fit every chip in ``chips`` and write one layer under ``out``."""
+    sets, report = [], []
+    for chip in chips:
+        s, r = fit_chip(root, chip, engine)
+        sets.extend(s)
+        report.extend(r)
+    return layer.write_layer(out, sets, report)
