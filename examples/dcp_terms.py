@@ -23,8 +23,8 @@ for term in TERMS:
     print(f"{term:<18} {(totals[8][term] - totals[4][term]) * 1e6:+8.1f} us")
 
 # Output:
-# kv_read              -150.6 us
-# secondary_read       -535.3 us
+# kv_read              -121.0 us
+# secondary_read       -430.1 us
 # dcp_query_gather     +949.2 us
 # dcp_lse_gather       +274.2 us
 # dcp_combine          +701.0 us

@@ -68,6 +68,9 @@ def _layer_terms(r: ResolvedPool, pl: PlannedLayer, contexts: list[int]) -> dict
                 n = laws.dcp_decode_tokens(contexts, topk, pl.attn_compress_ratio, dcp, inter,
                                            pl.attn_kind in _DCP_KINDS)
             terms["kv_read"] = floor + n * per_layer_kv / rate
+            per_req = r.coefficients.attention_per_request_ns
+            if per_req > 0 and pl.attn_kind not in r.coefficients.attention_by_kind:
+                terms["kv_read"] += tokens * laws.duration_seconds(per_req)  # decision AC4
         primary = pl.attn_kv_heads * pl.attn_head_dim
         for a in pl.attentions:
             if a.role == "" or primary <= 0:

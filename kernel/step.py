@@ -179,6 +179,7 @@ class _Layer:
     window_idx: int
     attn_floor_s: float
     attn_rate: float
+    attn_per_req_s: float
     one_kernel: bool
     attn_floor_lt_prefill: bool
     secondaries: list[_Secondary]
@@ -373,6 +374,9 @@ def _prepare(r: ResolvedPool) -> _Prepared:
             floor_ns, rate = _kind_floor_rate(r, pl.attn_kind)
             L.attn_floor_s = laws.duration_seconds(floor_ns)
             L.attn_rate = rate
+            # decision AC4: per-request work, for the layers the part-wide pair prices
+            L.attn_per_req_s = laws.duration_seconds(c.attention_per_request_ns) \
+                if pl.attn_kind not in c.attention_by_kind else 0.0
             topk = laws.sparse_top_k(pl.attn_kind, pl.attn_index_top_k, pl.attn_window)
             shards = dcp_on and laws.dcp_shards_kv(pl.attn_kind)
             if topk > 0 or shards:
@@ -705,6 +709,8 @@ def _compose(p: _Prepared, s: BatchSummary,
             n_read = n_dec_kv if L.decode_sig < 0 else s.decode_reads[L.decode_sig]
             if rate > 0:
                 attn = laws.select(dec, L.attn_floor_s + n_read * L.kv / rate, 0.0)
+                if L.attn_per_req_s > 0:
+                    attn = laws.select(dec, attn + s.decode_requests * L.attn_per_req_s, attn)
             else:
                 kv_bytes = laws.select(dec, n_read * L.kv, 0.0)  # no measured rate: HBM fallback
             layer_causal = s.causal_flops if L.window_idx < 0 else s.windowed[L.window_idx]

@@ -59,6 +59,7 @@ QUANTITIES: tuple[tuple[str, str], ...] = (
     ("collective_floor_*", "duration"),
     ("collective_knot_*", "duration"),
     ("attention_decode_floor*", "duration"),
+    ("attention_decode_per_request", "duration"),
     ("attention_prefill_floor", "duration"),
     ("recurrent_decode_floor_*", "duration"),
     ("*_latency", "duration"),

@@ -74,7 +74,7 @@ def test_reference_loads_no_layer_and_measured_loads_the_chips_set() -> None:
     ref = open_inputs(DS3, REFERENCE)
     new = open_inputs(DS3)
     assert [s.name for s in new.coefficients] == [s.name for s in ref.coefficients] \
-        + ["vllm-all-reduce-h200"]
+        + ["vllm-all-reduce-h200", "vllm-attention-decode-h200"]
     assert "vllm-all-reduce-h200" in new.scenario.coefficients
     assert "vllm-all-reduce-h200" not in ref.scenario.coefficients
 
@@ -116,7 +116,6 @@ def test_decode_step_nvlink_term_is_the_knot_law_per_all_reduce() -> None:
     nref, nnew = ref.step_time(batch), new.step_time(batch)
     assert nnew.no_overlap < nref.no_overlap
     assert nnew.per_resource[kernel.Resource.SM] == nref.per_resource[kernel.Resource.SM]
-    assert nnew.per_resource[kernel.Resource.HBM] == nref.per_resource[kernel.Resource.HBM]
     plan = new.resolved_pool.plan
     n = sum(layer.count * sum(1 for c in layer.collectives
                               if c.op == "all_reduce" and c.group == "tp")
@@ -248,7 +247,7 @@ def test_unknown_chip_and_missing_tables_are_clear_errors(tmp_path: Path) -> Non
 
 
 def test_every_shipped_knot_name_matches_its_scope() -> None:
-    for path in sorted(LAYER.glob("*.yaml")):
+    for path in sorted(LAYER.glob("vllm-all-reduce-*.yaml")):
         doc = yaml.safe_load(path.read_text())
         chip = path.stem.removeprefix("vllm-all-reduce-")
         assert doc["name"] == path.stem
@@ -258,3 +257,53 @@ def test_every_shipped_knot_name_matches_its_scope() -> None:
             nbytes = int(name.rsplit("_", 1)[1][:-1])
             assert name == knot_name(ranks, chip, nbytes)
             assert body["scope"]["hardware"] == [chip] and body["method"] == "measured"
+
+
+# --- attention decode: the per-request term (decision AC4) -----------------------------------
+
+H100 = "llama-3.1-8b-h100-tp1"  # 32 full-attention layers priced by the part-wide pair
+
+
+def test_measured_layer_carries_the_fitted_attention_law() -> None:
+    doc = yaml.safe_load((LAYER / "vllm-attention-decode-h100.yaml").read_text())
+    want = {k: v["value"] for e in doc["coefficients"] for k, v in e.items()}
+    c = kernel.open(H100).resolved_pool.coefficients
+    assert c.attention_per_request_ns == laws.us_to_duration_ns(
+        want["attention_decode_per_request"]) > 0
+    assert c.attention_floor_ns == laws.us_to_duration_ns(want["attention_decode_floor"])
+    assert c.attention_rate_bps == pytest.approx(want["attention_decode_rate"] * 1e6)
+    assert kernel.open(H100, REFERENCE).resolved_pool.coefficients.attention_per_request_ns == 0
+
+
+@pytest.mark.parametrize("n", [1, 7, 64])
+def test_per_request_term_adds_its_time_per_request_per_layer(n: int) -> None:
+    """The HBM term of an all-decode step grows by exactly requests × layers × the term (the
+    fast decode path and the shared path agree: a mixed batch is priced by the latter)."""
+    from kernel import step
+    r = kernel.open(H100).resolved_pool
+    zero = dataclasses.replace(r, coefficients=dataclasses.replace(
+        r.coefficients, attention_per_request_ns=0))
+    one_us = dataclasses.replace(r, coefficients=dataclasses.replace(
+        r.coefficients, attention_per_request_ns=1000))
+    layers = sum(pl_.count for pl_ in r.plan.layers if pl_.attn_q_heads > 0)
+    dec = kernel.Batch([kernel.Request(1, 1000 + 37 * i) for i in range(n)], decode_threshold=8)
+    a, b = step.step_time_into(zero, dec, {}), step.step_time_into(one_us, dec, {})
+    moved = b.per_resource[kernel.Resource.HBM] - a.per_resource[kernel.Resource.HBM]
+    assert abs(moved - layers * n * 1000) <= 1
+    mixed = kernel.Batch([kernel.Request(300, 0)] + list(dec.requests), decode_threshold=8)
+    a, b = step.step_time_into(zero, mixed, {}), step.step_time_into(one_us, mixed, {})
+    assert b.no_overlap >= a.no_overlap
+
+
+def test_attention_fit_recovers_a_known_law_and_scores_held_out_by_shape() -> None:
+    from kernel.registry_fit.attention import design, nonnegative_fit
+    rows_ = [{"batch_size": b, "num_heads": h, "num_key_value_heads": kv, "head_dim": d,
+              "kv_cache_dtype": "bfloat16", "window_size": 0, "step": s, "latency": 0.0}
+             for h, kv, d in [(8, 1, 128), (32, 8, 128), (16, 2, 64)]
+             for b in (1, 8, 64) for s in (127, 4095)]
+    df = pl.DataFrame(rows_)
+    x, _ = design(df)
+    truth = np.array([10.0, 0.05, 1 / 3e6])
+    df = df.with_columns(pl.Series("latency", (x @ truth) / 1e3))
+    x, y = design(df)
+    assert nonnegative_fit(x, y) == pytest.approx(truth, rel=1e-6)

@@ -14,6 +14,7 @@ import yaml
 from pipeline import safe_output
 
 from .allreduce import AllReduceFit
+from .attention import AttentionDecodeFit
 from .tables import OperatorTable
 
 
@@ -49,6 +50,42 @@ def all_reduce_set(chip: str, table: OperatorTable, fits: Iterable[AllReduceFit]
 
 def set_name(chip: str) -> str:
     return f"vllm-all-reduce-{chip}"
+
+
+def attention_decode_set(chip: str, table: OperatorTable, f: AttentionDecodeFit
+                         ) -> dict[str, Any]:
+    """The coefficient set of one chip's fitted decode attention law (floor, rate and the
+    per-request term, fitted jointly; they replace the scenario's part-wide pair)."""
+    cite = f"{table.cite()} ({table.backend} {table.version}, full-attention rows)"
+    nearest = ("" if table.exact else
+               f" Measured at {table.backend} {table.version}, the nearest version the tables "
+               f"have to the priced {table.requested}.")
+    held = (f" Fitted jointly on {f.rows} rows of {f.shapes} head shapes; held out by shape: "
+            f"{100 * f.mape:.1f}% MAPE ({100 * f.bias:+.1f}% bias).") + nearest
+
+    def entry(name: str, value: float, units: str, what: str) -> dict[str, Any]:
+        return {name: {"value": round(value, 4), "units": units, "method": "measured",
+                       "fitted": True, "scope": {"hardware": [chip]},
+                       "sources": [{"kind": "model", "cite": cite, "role": "primary"}],
+                       "rationale": what + held}}
+
+    return {"kind": "CoefficientSet", "name": f"vllm-attention-decode-{chip}", "coefficients": [
+        entry("attention_decode_floor", f.floor_us, "us_per_layer",
+              f"Request-independent time of vLLM's decode attention kernel on {chip}."),
+        entry("attention_decode_per_request", f.per_request_us, "us_per_request",
+              f"Time each decode request adds to vLLM's decode attention kernel on {chip}, "
+              "beyond its KV read (per layer)."),
+        entry("attention_decode_rate", f.rate_bytes_per_us, "bytes_per_us",
+              f"Rate at which vLLM's decode attention kernel reads KV on {chip}."),
+    ]}
+
+
+def attention_report(chip: str, table: OperatorTable, f: AttentionDecodeFit
+                     ) -> dict[str, Any]:
+    return {"chip": chip, "family": "attention_decode", "group": f"{f.shapes}shapes",
+            "table": table.cite(), "version": table.version, "requested": table.requested,
+            "held_out_rows": f.rows, "mape": round(f.mape, 5), "bias": round(f.bias, 5),
+            "worst": round(f.worst, 5)}
 
 
 def report_rows(chip: str, table: OperatorTable, fits: Iterable[AllReduceFit]

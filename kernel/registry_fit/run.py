@@ -7,21 +7,36 @@ from typing import Any
 
 from . import layer
 from .allreduce import fit_all_reduce
+from .attention import fit_attention_decode
 from .tables import find_table
 
 # family -> (table directory, table name); more families add rows here.
-FAMILIES = {"all_reduce": ("comm", "custom_allreduce_perf")}
+FAMILIES = {"all_reduce": ("comm", "custom_allreduce_perf"),
+            "attention_decode": ("attention", "generation_attention_perf")}
 
 
-def fit_chip(root: str | Path, chip: str, engine: str
+def fit_chip(root: str | Path, chip: str, engine: str, families: list[str] | None = None
              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The coefficient sets and held-out scores for ``chip`` from the tables under ``root``."""
+    """The coefficient sets and held-out scores for ``chip`` from the tables under ``root``
+    (every family by default; a family named in ``families`` whose table is absent is an
+    error, one not named is skipped when absent)."""
     sets, report = [], []
     family_dir, table_name = FAMILIES["all_reduce"]
     table = find_table(root, chip, family_dir, table_name, engine)
     fits = fit_all_reduce(table)
     sets.append(layer.all_reduce_set(chip, table, fits))
     report.extend(layer.report_rows(chip, table, fits))
+    family_dir, table_name = FAMILIES["attention_decode"]
+    if families is None or "attention_decode" in families:
+        try:
+            table = find_table(root, chip, family_dir, table_name, engine)
+        except ValueError:
+            if families is not None:
+                raise
+        else:
+            f = fit_attention_decode(table)
+            sets.append(layer.attention_decode_set(chip, table, f))
+            report.append(layer.attention_report(chip, table, f))
     return sets, report
 
 

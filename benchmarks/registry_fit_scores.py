@@ -1,9 +1,9 @@
-"""Held-out error of the fitted all-reduce curves against the reference's NCCL law, on vLLM's
-own all-reduce rows (docs/registry_fit.md).
+"""Held-out error of every fitted family against the reference's law on the same operator rows
+(docs/registry_fit.md): vLLM's all-reduce, and decode attention.
 
     pip download aisimulate==0.13.0.dev202610270000000085 --no-deps -d /tmp/aisim_wheel
     (cd /tmp/aisim && unzip -q /tmp/aisim_wheel/*.whl)
-    python benchmarks/allreduce_fit.py /tmp/aisim      # prints the markdown table
+    python benchmarks/registry_fit_scores.py /tmp/aisim      # prints the markdown tables
 
 "NCCL law" is the registry's max(floor + b/transition, b/peak) all-reduce triple for the
 same chip and width (what the reference charges for every TP all-reduce), read at every
@@ -58,5 +58,37 @@ def main(root: str) -> None:
                   f"{f.mape:.1%} ({f.bias:+.1%}) | {small} |")
 
 
+def attention(root: str) -> None:
+    from kernel.registry_fit import SYSTEMS, find_table
+    from kernel.registry_fit.attention import fit_attention_decode, law_error
+
+    reg = Path(__file__).resolve().parents[1] / "data/registry/coefficients"
+    doc = yaml.safe_load((reg / "cost-model-attention.yaml").read_text())
+    pairs: dict[str, dict[str, float]] = {}
+    for e in doc["coefficients"]:
+        for k, v in e.items():
+            if k in ("attention_decode_floor", "attention_decode_rate") \
+                    and len(v.get("scope", {}).get("hardware", [])) == 1:
+                pairs.setdefault(v["scope"]["hardware"][0], {})[k] = v["value"]
+    print("| chip | table | rows (shapes) | reference floor + bytes/rate, in sample: MAPE (bias) "
+          "| fitted floor + per-request + bytes/rate, held out by shape: MAPE (bias) | "
+          "floor µs, per request µs, rate GB/s |")
+    print("|---|---|---|---|---|---|")
+    for chip in sorted(SYSTEMS):
+        t = find_table(root, chip, "attention", "generation_attention_perf", "vllm:0.31.0")
+        f = fit_attention_decode(t)
+        p = pairs.get(chip, {})
+        if "attention_decode_floor" in p and "attention_decode_rate" in p:
+            m, b = law_error(t, p["attention_decode_floor"], p["attention_decode_rate"])
+            ref = f"{m:.1%} ({b:+.1%})"
+        else:
+            ref = "no registry pair"
+        print(f"| {chip} | {t.system} vllm {t.version} | {f.rows:,} ({f.shapes}) | {ref} | "
+              f"{f.mape:.1%} ({f.bias:+.1%}) | {f.floor_us:.2f}, {f.per_request_us:.4f}, "
+              f"{f.rate_bytes_per_us / 1e3:,.0f} |")
+
+
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aisim")
+    print()
+    attention(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aisim")
