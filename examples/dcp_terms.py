@@ -7,7 +7,8 @@ from kernel.decode_terms import TERMS, decode_terms
 
 
 def with_dcp(dcp: int) -> kernel.Kernel:
-    inputs = kernel.open_inputs("glm5-h200-tp8-dcp4")
+    # the reference's pricing, as docs/decisions.md F3 splits it
+    inputs = kernel.open_inputs("glm5-h200-tp8-dcp4", kernel.Repos(pricing="reference"))
     pool = inputs.deployment.pools[0]
     pool = dataclasses.replace(pool, parallel=dataclasses.replace(pool.parallel, dcp=dcp))
     return kernel.new(dataclasses.replace(
@@ -23,8 +24,8 @@ for term in TERMS:
     print(f"{term:<18} {(totals[8][term] - totals[4][term]) * 1e6:+8.1f} us")
 
 # Output:
-# kv_read              -121.0 us
-# secondary_read       -430.1 us
+# kv_read              -150.6 us
+# secondary_read       -535.3 us
 # dcp_query_gather     +949.2 us
 # dcp_lse_gather       +274.2 us
 # dcp_combine          +701.0 us
