@@ -88,7 +88,55 @@ def attention(root: str) -> None:
               f"{f.rate_bytes_per_us / 1e3:,.0f} |")
 
 
+def gemm(root: str) -> None:
+    import numpy as np
+
+    from kernel.registry_fit import SYSTEMS, find_table
+    from kernel.registry_fit.gemm import fit_gemm, law_error, rows
+
+    base = Path(__file__).resolve().parents[1] / "data"
+    doc = yaml.safe_load((base / "registry/coefficients/cost-model-primitives.yaml").read_text())
+    coeff: dict[tuple[str, str], float] = {}
+    for e in doc["coefficients"]:
+        for name, v in e.items():
+            for chip in v.get("scope", {}).get("hardware", []):
+                coeff[(chip, name)] = v["value"]
+    print("| chip | table | dtype | rows (shapes) | reference eps·M/(M+m_half): MAPE (bias) | "
+          "refit, held out by shape: MAPE (bias) | refit eps_max, m_half | reference with "
+          "HBM: NoOverlap sum / Overlap max, MAPE (bias) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for chip in sorted(SYSTEMS):
+        hw = yaml.safe_load((base / f"catalog/hardware/{chip}.yaml").read_text())
+        t = find_table(root, chip, "gemm", "gemm_perf", "vllm:0.31.0")
+        for dtype, suffix, peak_key, width in (("bfloat16", "bf16", "TFlopsPeak", 2.0),
+                                               ("fp8", "fp8", "TFlopsFP8", 1.0)):
+            peak = float(hw.get(peak_key) or 0) * 1e12
+            eps = coeff.get((chip, f"gemm_eps_max_{suffix}"))
+            mh = coeff.get((chip, f"gemm_m_half_{suffix}"))
+            if peak <= 0 or eps is None or mh is None:
+                continue
+            try:
+                f = fit_gemm(t, dtype, peak)
+            except ValueError:
+                continue
+            m, n, k, fp, y = rows(t, dtype, peak)
+            ref = law_error(fp, m, y, eps, mh)
+            sm = fp / (eps * m / (m + mh))
+            derate = coeff.get((chip, "hbm_derate"), 1.0)
+            hbm = (m * k * 2.0 + k * n * width + m * n * 2.0) / (
+                float(hw["BwPeakTBs"]) * 1e12 * derate) * 1e6
+            cells = []
+            for pred in (sm + hbm, np.maximum(sm, hbm)):
+                rel = pred / y - 1.0
+                cells.append(f"{np.mean(np.abs(rel)):.1%} ({np.mean(rel):+.1%})")
+            print(f"| {chip} | {t.system} vllm {t.version} | {dtype} | {f.rows:,} ({f.shapes}) | "
+                  f"{ref[0]:.1%} ({ref[1]:+.1%}) | {f.mape:.1%} ({f.bias:+.1%}) | "
+                  f"{f.eps_max:.3f}, {f.m_half:.0f} | {cells[0]} / {cells[1]} |")
+
+
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aisim")
     print()
     attention(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aisim")
+    print()
+    gemm(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aisim")

@@ -307,3 +307,24 @@ def test_attention_fit_recovers_a_known_law_and_scores_held_out_by_shape() -> No
     df = df.with_columns(pl.Series("latency", (x @ truth) / 1e3))
     x, y = design(df)
     assert nonnegative_fit(x, y) == pytest.approx(truth, rel=1e-6)
+
+
+def test_gemm_fit_recovers_a_known_ramp_held_out() -> None:
+    """GEMM is fitted and scored only (decision AC8): a table made from a known ramp is fitted
+    back within the m_half grid's step, and scored near zero held out; tiny shapes are left
+    out (they time a launch)."""
+    from kernel.registry_fit.gemm import M_HALF_GRID, fit_gemm
+    peak, eps, mh = 1e15, 0.8, float(M_HALF_GRID[np.searchsorted(M_HALF_GRID, 150)])
+    rows_ = [(m, n, k) for m in (1, 4, 16, 64, 256, 1024, 4096)
+             for n in (1024, 4096, 8192, 14336) for k in (1024, 2048, 4096, 8192)]
+    m, n, k = (np.array([r[i] for r in rows_], dtype=np.float64) for i in range(3))
+    lat_ms = 2 * m * n * k / (peak * eps * m / (m + mh)) * 1e3
+    df = pl.DataFrame({"gemm_dtype": ["bfloat16"] * len(rows_), "m": m.astype(int),
+                       "n": n.astype(int), "k": k.astype(int), "latency": lat_ms})
+    tiny = pl.DataFrame({"gemm_dtype": ["bfloat16"], "m": [1], "n": [8], "k": [8],
+                         "latency": [1.0]})  # a launch-bound row, ignored
+    t = OperatorTable(Path("synthetic.parquet"), "h100_sxm", "gemm", "vllm", "0.31.0",
+                      "0.31.0", pl.concat([df, tiny]))
+    f = fit_gemm(t, "bfloat16", peak)
+    assert f.rows == len(rows_) and f.eps_max == pytest.approx(eps, rel=1e-9)
+    assert f.m_half == mh and f.mape < 1e-9

@@ -8,11 +8,16 @@ from typing import Any
 from . import layer
 from .allreduce import fit_all_reduce
 from .attention import fit_attention_decode
+from .gemm import fit_gemm
 from .tables import find_table
 
 # family -> (table directory, table name); more families add rows here.
 FAMILIES = {"all_reduce": ("comm", "custom_allreduce_perf"),
-            "attention_decode": ("attention", "generation_attention_perf")}
+            "attention_decode": ("attention", "generation_attention_perf"),
+            "gemm": ("gemm", "gemm_perf")}
+# GEMM dtypes scored, with the chip's catalog peak that prices each (decision AC8: GEMM is
+# fitted and scored into fit-report.csv, but no set is written).
+GEMM_DTYPES = (("bfloat16", "TFlopsPeak"), ("fp8", "TFlopsFP8"))
 
 
 def fit_chip(root: str | Path, chip: str, engine: str, families: list[str] | None = None
@@ -37,7 +42,39 @@ def fit_chip(root: str | Path, chip: str, engine: str, families: list[str] | Non
             f = fit_attention_decode(table)
             sets.append(layer.attention_decode_set(chip, table, f))
             report.append(layer.attention_report(chip, table, f))
+    if families is None or "gemm" in families:
+        report.extend(_gemm_scores(root, chip, engine, required=families is not None))
     return sets, report
+
+
+def _gemm_scores(root: str | Path, chip: str, engine: str, required: bool
+                 ) -> list[dict[str, Any]]:
+    import yaml
+
+    from pipeline.load import Repos
+
+    family_dir, table_name = FAMILIES["gemm"]
+    try:
+        table = find_table(root, chip, family_dir, table_name, engine)
+    except ValueError:
+        if required:
+            raise
+        return []
+    hw = yaml.safe_load(Repos().catalog_file(f"hardware/{chip}.yaml").read_text()) or {}
+    out = []
+    for dtype, peak_key in GEMM_DTYPES:
+        peak = float(hw.get(peak_key) or 0.0) * 1e12
+        if peak <= 0:
+            continue
+        try:
+            f = fit_gemm(table, dtype, peak)
+        except ValueError:
+            continue
+        out.append({"chip": chip, "family": f"gemm_{dtype}", "group": f"{f.shapes}shapes",
+                    "table": table.cite(), "version": table.version,
+                    "requested": table.requested, "held_out_rows": f.rows,
+                    "mape": round(f.mape, 5), "bias": round(f.bias, 5), "worst": None})
+    return out
 
 
 def fit_layer(root: str | Path, chips: list[str], engine: str, out: str | Path) -> Path:
