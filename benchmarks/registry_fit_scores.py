@@ -134,9 +134,48 @@ def gemm(root: str) -> None:
                   f"{f.eps_max:.3f}, {f.m_half:.0f} | {cells[0]} / {cells[1]} |")
 
 
+def prefill(root: str) -> None:
+    from kernel.registry_fit import SYSTEMS, find_table
+    from kernel.registry_fit.attention import fit_attention_prefill, prefill_law_error
+    from kernel.registry_fit.run import _catalog_and_ramp
+
+    reg = Path(__file__).resolve().parents[1] / "data/registry/coefficients"
+    doc = yaml.safe_load((reg / "cost-model-attention.yaml").read_text())
+    pairs: dict[str, dict[str, float]] = {}
+    for e in doc["coefficients"]:
+        for k, v in e.items():
+            if k.startswith("attention_prefill_") and len(v.get("scope", {}).get("hardware",
+                                                                               [])) == 1:
+                pairs.setdefault(v["scope"]["hardware"][0], {})[k] = v["value"]
+    print("| chip | table | rows (shapes) | reference floor + work/(P·ε·s), in sample: MAPE "
+          "(bias) | fitted, held out by shape: MAPE (bias) | floor µs, work scale |")
+    print("|---|---|---|---|---|---|")
+    for chip in sorted(SYSTEMS):
+        found = _catalog_and_ramp(chip)
+        if found is None:
+            print(f"| {chip} | – | – | – | no bf16 GEMM ramp in the registry: not fitted | – |")
+            continue
+        hw, eps, mh = found
+        peak = float(hw["TFlopsPeak"]) * 1e12
+        t = find_table(root, chip, "attention", "context_attention_perf", "vllm:0.31.0")
+        f = fit_attention_prefill(t, peak, eps, mh)
+        p = pairs.get(chip, {})
+        if "attention_prefill_floor" in p and p.get("attention_prefill_work_scale"):
+            m, b = prefill_law_error(t, peak, eps, mh, p["attention_prefill_floor"],
+                                     p["attention_prefill_work_scale"])
+            ref = f"{m:.1%} ({b:+.1%})"
+        else:  # absent: the work on the dense ramp, no floor (model.md §3.4)
+            m, b = prefill_law_error(t, peak, eps, mh, 0.0, 1.0)
+            ref = f"{m:.1%} ({b:+.1%}), absent: dense ramp, no floor"
+        print(f"| {chip} | {t.system} vllm {t.version} | {f.rows:,} ({f.shapes}) | {ref} | "
+              f"{f.mape:.1%} ({f.bias:+.1%}) | {f.floor_us:.2f}, {f.work_scale:.3f} |")
+
+
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aisim")
     print()
     attention(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aisim")
+    print()
+    prefill(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aisim")
     print()
     gemm(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aisim")

@@ -74,7 +74,7 @@ def test_reference_loads_no_layer_and_measured_loads_the_chips_set() -> None:
     ref = open_inputs(DS3, REFERENCE)
     new = open_inputs(DS3)
     assert [s.name for s in new.coefficients] == [s.name for s in ref.coefficients] \
-        + ["vllm-all-reduce-h200", "vllm-attention-decode-h200"]
+        + ["vllm-all-reduce-h200", "vllm-attention-decode-h200", "vllm-attention-prefill-h200"]
     assert "vllm-all-reduce-h200" in new.scenario.coefficients
     assert "vllm-all-reduce-h200" not in ref.scenario.coefficients
 
@@ -328,3 +328,34 @@ def test_gemm_fit_recovers_a_known_ramp_held_out() -> None:
     f = fit_gemm(t, "bfloat16", peak)
     assert f.rows == len(rows_) and f.eps_max == pytest.approx(eps, rel=1e-9)
     assert f.m_half == mh and f.mape < 1e-9
+
+
+def test_prefill_family_replaces_the_absent_a100_pair() -> None:
+    """A100's prefill attention pair is absent in the reference (its work rides the dense ramp,
+    an assumption); the measured layer prices it with the fitted pair (decision AC9)."""
+    a100 = str(data_dir() / "measurements/splitwise/scenarios/llama-2-70b-a100-sxm-tp2.yaml")
+    doc = yaml.safe_load((LAYER / "vllm-attention-prefill-a100-sxm.yaml").read_text())
+    want = {k: v["value"] for e in doc["coefficients"] for k, v in e.items()}
+    ref, new = kernel.open(a100, REFERENCE), kernel.open(a100)
+    assert ref.resolved_pool.coefficients.attention_prefill_scale == 0.0
+    c = new.resolved_pool.coefficients
+    assert c.attention_prefill_scale == want["attention_prefill_work_scale"]
+    assert c.attention_prefill_floor_ns == laws.us_to_duration_ns(want["attention_prefill_floor"])
+    assert "attention_prefill_work_scale" in {r.name for r in new.provenance()
+                                              if r.set == "vllm-attention-prefill-a100-sxm"}
+    # a long prompt's attention now costs its measured work instead of the dense ramp's
+    batch = kernel.Batch([kernel.Request(8192, 0)], decode_threshold=1)
+    assert new.step_time(batch).per_resource[kernel.Resource.SM] \
+        != ref.step_time(batch).per_resource[kernel.Resource.SM]
+
+
+def test_prefill_fit_recovers_a_known_term() -> None:
+    from kernel.registry_fit.attention import nonnegative_fit, prefill_design
+    df = pl.DataFrame([{"batch_size": b, "isl": s, "num_heads": h, "num_key_value_heads": kv,
+                        "head_dim": d, "latency": 0.0}
+                       for h, kv, d in [(8, 1, 128), (32, 8, 128), (16, 16, 64)]
+                       for b in (1, 4, 16) for s in (128, 1024, 8192)])
+    x, _ = prefill_design(df, 312e12, 0.9, 90.0)
+    df = df.with_columns(pl.Series("latency", (x @ np.array([15.0, 1 / 0.5])) / 1e3))
+    x, y = prefill_design(df, 312e12, 0.9, 90.0)
+    assert nonnegative_fit(x, y) == pytest.approx([15.0, 2.0], rel=1e-6)

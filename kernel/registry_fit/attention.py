@@ -110,3 +110,79 @@ def law_error(table: OperatorTable, floor_us: float, rate_bytes_per_us: float,
     pred = floor_us + per_request_us * x[:, 1] + x[:, 2] / rate_bytes_per_us
     rel = (pred - y) / y
     return float(np.mean(np.abs(rel))), float(np.mean(rel))
+
+
+# --- prefill (context) attention (decision AC9) ----------------------------------------------
+
+PREFILL_COLUMNS = ("batch_size", "isl", "num_heads", "head_dim", "latency")
+
+
+@dataclass(frozen=True)
+class AttentionPrefillFit:
+    floor_us: float
+    work_scale: float
+    rows: int
+    shapes: int
+    mape: float  # held out by shape
+    bias: float
+
+
+def prefill_design(df: pl.DataFrame, peak_flops: float, eps_max: float, m_half: float
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Columns (1, causal work at the ramp in µs at scale 1) and the measured µs: the
+    kernel's prefill term (model.md §3.4) for ``batch_size`` prompts of ``isl`` tokens and no
+    prefix, on one rank's ``num_heads``: causal work 4·(isl²/2) a prompt, at the dense ramp
+    ``eps_max · T / (T + m_half)`` of the step's T = batch · isl tokens."""
+    b = df["batch_size"].to_numpy().astype(np.float64)
+    s = df["isl"].to_numpy().astype(np.float64)
+    work = b * 4.0 * (s * s * 0.5) * df["num_heads"].to_numpy() * df["head_dim"].to_numpy()
+    t = b * s
+    ramp = eps_max * t / (t + m_half)
+    x = np.column_stack([np.ones(df.height), work / (peak_flops * ramp) * 1e6])
+    return x, df["latency"].to_numpy() * 1e3
+
+
+def prefill_rows(table: OperatorTable) -> pl.DataFrame:
+    df = table.frame
+    missing = [c for c in PREFILL_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"{table.path}: missing column(s) {missing}; a prefill attention "
+                         f"table has {list(PREFILL_COLUMNS)}")
+    keep = df.filter(pl.col("latency") > 0)
+    if "window_size" in keep.columns:
+        keep = keep.filter(pl.col("window_size") == 0)
+    if "step" in keep.columns:
+        keep = keep.filter(pl.col("step") == 0)
+    if "kv_cache_dtype" in keep.columns:
+        keep = keep.filter(pl.col("kv_cache_dtype") == "bfloat16")
+    if keep.height == 0:
+        raise ValueError(f"{table.path}: no full-attention bf16 rows without a prefix and with "
+                         "a positive latency")
+    return keep.group_by(["num_heads", "num_key_value_heads", "head_dim", "batch_size",
+                          "isl"]).agg(pl.col("latency").min()).sort(
+        ["num_heads", "num_key_value_heads", "head_dim", "batch_size", "isl"])
+
+
+def fit_attention_prefill(table: OperatorTable, peak_flops: float, eps_max: float,
+                          m_half: float) -> AttentionPrefillFit:
+    df = prefill_rows(table)
+    x, y = prefill_design(df, peak_flops, eps_max, m_half)
+    c = nonnegative_fit(x, y)
+    shapes = df.select(SHAPE).unique().rows()
+    errs = []
+    for shape in shapes:
+        held = np.all(np.column_stack([df[n].to_numpy() == v for n, v in zip(SHAPE, shape,
+                                                                             strict=True)]), 1)
+        ch = nonnegative_fit(x[~held], y[~held])
+        errs.append((x[held] @ ch - y[held]) / y[held])
+    e = np.concatenate(errs)
+    scale = 1.0 / c[1] if c[1] > 0 else 0.0
+    return AttentionPrefillFit(float(c[0]), float(scale), df.height, len(shapes),
+                               float(np.mean(np.abs(e))), float(np.mean(e)))
+
+
+def prefill_law_error(table: OperatorTable, peak_flops: float, eps_max: float, m_half: float,
+                      floor_us: float, work_scale: float) -> tuple[float, float]:
+    x, y = prefill_design(prefill_rows(table), peak_flops, eps_max, m_half)
+    rel = (floor_us + x[:, 1] / work_scale - y) / y
+    return float(np.mean(np.abs(rel))), float(np.mean(rel))

@@ -14,7 +14,7 @@ import yaml
 from pipeline import safe_output
 
 from .allreduce import AllReduceFit
-from .attention import AttentionDecodeFit
+from .attention import AttentionDecodeFit, AttentionPrefillFit
 from .tables import OperatorTable
 
 
@@ -86,6 +86,38 @@ def attention_report(chip: str, table: OperatorTable, f: AttentionDecodeFit
             "table": table.cite(), "version": table.version, "requested": table.requested,
             "held_out_rows": f.rows, "mape": round(f.mape, 5), "bias": round(f.bias, 5),
             "worst": round(f.worst, 5)}
+
+
+def attention_prefill_set(chip: str, table: OperatorTable, f: AttentionPrefillFit
+                          ) -> dict[str, Any]:
+    """The coefficient set of one chip's fitted prefill attention term (floor and work scale,
+    at the chip's bf16 GEMM ramp: model.md §3.4)."""
+    cite = f"{table.cite()} ({table.backend} {table.version}, full-attention bf16 rows)"
+    nearest = ("" if table.exact else
+               f" Measured at {table.backend} {table.version}, the nearest version the tables "
+               f"have to the priced {table.requested}.")
+    held = (f" Fitted jointly on {f.rows} rows of {f.shapes} head shapes; held out by shape: "
+            f"{100 * f.mape:.1f}% MAPE ({100 * f.bias:+.1f}% bias).") + nearest
+
+    def entry(name: str, value: float, units: str, what: str) -> dict[str, Any]:
+        return {name: {"value": round(value, 4), "units": units, "method": "measured",
+                       "fitted": True, "scope": {"hardware": [chip]},
+                       "sources": [{"kind": "model", "cite": cite, "role": "primary"}],
+                       "rationale": what + held}}
+
+    return {"kind": "CoefficientSet", "name": f"vllm-attention-prefill-{chip}", "coefficients": [
+        entry("attention_prefill_floor", f.floor_us, "us_per_layer",
+              f"Minimum time of vLLM's prefill attention kernel on {chip}."),
+        entry("attention_prefill_work_scale", f.work_scale, "dimensionless",
+              f"Fraction of the bf16 GEMM ramp vLLM's prefill attention reaches on {chip}."),
+    ]}
+
+
+def prefill_report(chip: str, table: OperatorTable, f: AttentionPrefillFit) -> dict[str, Any]:
+    return {"chip": chip, "family": "attention_prefill", "group": f"{f.shapes}shapes",
+            "table": table.cite(), "version": table.version, "requested": table.requested,
+            "held_out_rows": f.rows, "mape": round(f.mape, 5), "bias": round(f.bias, 5),
+            "worst": None}
 
 
 def report_rows(chip: str, table: OperatorTable, fits: Iterable[AllReduceFit]

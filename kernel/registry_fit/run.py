@@ -7,14 +7,15 @@ from typing import Any
 
 from . import layer
 from .allreduce import fit_all_reduce
-from .attention import fit_attention_decode
+from .attention import fit_attention_decode, fit_attention_prefill
 from .gemm import fit_gemm
 from .tables import find_table
 
 # family -> (table directory, table name); more families add rows here.
 FAMILIES = {"all_reduce": ("comm", "custom_allreduce_perf"),
             "attention_decode": ("attention", "generation_attention_perf"),
-            "gemm": ("gemm", "gemm_perf")}
+            "gemm": ("gemm", "gemm_perf"),
+            "attention_prefill": ("attention", "context_attention_perf")}
 # GEMM dtypes scored, with the chip's catalog peak that prices each (decision AC8: GEMM is
 # fitted and scored into fit-report.csv, but no set is written).
 GEMM_DTYPES = (("bfloat16", "TFlopsPeak"), ("fp8", "TFlopsFP8"))
@@ -44,8 +45,54 @@ def fit_chip(root: str | Path, chip: str, engine: str, families: list[str] | Non
             report.append(layer.attention_report(chip, table, f))
     if families is None or "gemm" in families:
         report.extend(_gemm_scores(root, chip, engine, required=families is not None))
+    if families is None or "attention_prefill" in families:
+        prefill = _prefill(root, chip, engine, required=families is not None)
+        if prefill is not None:
+            sets.append(prefill[0])
+            report.append(prefill[1])
     return sets, report
 
+
+def _catalog_and_ramp(chip: str) -> tuple[dict[str, Any], float, float] | None:
+    """The chip's catalog entry and its bf16 GEMM ramp (eps_max, m_half) from the embedded
+    registry: the prefill term is priced at that ramp (model.md §3.4)."""
+    import yaml
+
+    from pipeline.load import Repos
+
+    repos = Repos()
+    hw = yaml.safe_load(repos.catalog_file(f"hardware/{chip}.yaml").read_text()) or {}
+    doc = yaml.safe_load((repos.registry_root() / "coefficients" /
+                          "cost-model-primitives.yaml").read_text())
+    ramp: dict[str, float] = {}
+    for e in doc["coefficients"]:
+        for name, v in e.items():
+            if chip in (v.get("scope") or {}).get("hardware", []):
+                ramp[name] = float(v["value"])
+    if "gemm_eps_max_bf16" not in ramp or "gemm_m_half_bf16" not in ramp:
+        return None
+    return hw, ramp["gemm_eps_max_bf16"], ramp["gemm_m_half_bf16"]
+
+
+def _prefill(root: str | Path, chip: str, engine: str, required: bool
+             ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    family_dir, table_name = FAMILIES["attention_prefill"]
+    try:
+        table = find_table(root, chip, family_dir, table_name, engine)
+    except ValueError:
+        if required:
+            raise
+        return None
+    found = _catalog_and_ramp(chip)
+    peak = float((found[0] if found else {}).get("TFlopsPeak") or 0.0) * 1e12
+    if found is None or peak <= 0:
+        if required:
+            raise ValueError(f"{chip}: the prefill term needs the chip's bf16 peak and GEMM "
+                             "ramp (gemm_eps_max_bf16, gemm_m_half_bf16); the embedded "
+                             "catalog and registry do not hold them")
+        return None
+    f = fit_attention_prefill(table, peak, found[1], found[2])
+    return layer.attention_prefill_set(chip, table, f), layer.prefill_report(chip, table, f)
 
 def _gemm_scores(root: str | Path, chip: str, engine: str, required: bool
                  ) -> list[dict[str, Any]]:
