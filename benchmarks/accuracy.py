@@ -30,12 +30,13 @@ def _cell(rel: np.ndarray) -> str:
 
 
 def main() -> None:
+    import kernel
     from kernel.calibration.accuracy import relative_error
     from kernel.calibration.fit import fit
     from kernel.calibration.law import TERMS, calibrated_ns
     from kernel.calibration.splitwise import price_splitwise
 
-    p = price_splitwise()
+    p = price_splitwise(repos=kernel.Repos(pricing="reference"))  # the reference's terms
     held = np.zeros(p.height, np.int64)
     for hw in p["hardware"].unique().sort().to_list():
         sel = (p["hardware"] == hw).to_numpy()

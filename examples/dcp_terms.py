@@ -7,7 +7,8 @@ from kernel.decode_terms import TERMS, decode_terms
 
 
 def with_dcp(dcp: int) -> kernel.Kernel:
-    inputs = kernel.open_inputs("glm5-h200-tp8-dcp4")
+    # the reference's pricing, as docs/decisions.md F3 splits it
+    inputs = kernel.open_inputs("glm5-h200-tp8-dcp4", kernel.Repos(pricing="reference"))
     pool = inputs.deployment.pools[0]
     pool = dataclasses.replace(pool, parallel=dataclasses.replace(pool.parallel, dcp=dcp))
     return kernel.new(dataclasses.replace(

@@ -171,7 +171,9 @@ def _read(con: duckdb.DuckDBPyConnection, key: str, pool: int, inputs: Inputs
             recurrent[kind] = (int(floor), float(rate))
     coefficients = from_row(Coefficients, r, attention_by_kind=by_kind, recurrent=recurrent)
 
-    collectives = {(c["op"], c["group"]): from_row(CollectiveKey, c)
+    collectives = {(c["op"], c["group"]): from_row(
+                       CollectiveKey, c, knot_bytes=tuple(float(b) for b in c["knot_bytes"] or ()),
+                       knot_ns=tuple(int(n) for n in c["knot_ns"] or ()))
                    for c in _rows(con, "SELECT * FROM collective_keys WHERE scenario = ? "
                                   "AND pool = ? ORDER BY key_order", args)}
 

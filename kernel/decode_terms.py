@@ -45,6 +45,9 @@ def _coll_seconds(key: CollectiveKey | None, nbytes: float) -> float:
     if key is None or key.peak_bps <= 0:
         return float("inf")
     b = nbytes * key.span if key.crosses_nodes else nbytes
+    if len(key.knot_bytes) > 1:  # vLLM's all-reduce from measured knots (decision AC1)
+        return float(laws.knot_time(b, key.knot_bytes,
+                                    [laws.duration_seconds(ns) for ns in key.knot_ns]))
     return float(laws.collective_time(b, key.transition_bps, key.peak_bps,
                                       laws.duration_seconds(key.floor_ns)))
 
@@ -65,6 +68,9 @@ def _layer_terms(r: ResolvedPool, pl: PlannedLayer, contexts: list[int]) -> dict
                 n = laws.dcp_decode_tokens(contexts, topk, pl.attn_compress_ratio, dcp, inter,
                                            pl.attn_kind in _DCP_KINDS)
             terms["kv_read"] = floor + n * per_layer_kv / rate
+            per_req = r.coefficients.attention_per_request_ns
+            if per_req > 0 and pl.attn_kind not in r.coefficients.attention_by_kind:
+                terms["kv_read"] += tokens * laws.duration_seconds(per_req)  # decision AC4
         primary = pl.attn_kv_heads * pl.attn_head_dim
         for a in pl.attentions:
             if a.role == "" or primary <= 0:

@@ -18,6 +18,7 @@ request order (e.g. ``np.add.accumulate``), not with ``np.sum``'s pairwise order
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -184,6 +185,25 @@ def collective_time(nbytes: FloatT, trans: float, peak: float, floor: float) -> 
     at_peak = nbytes / peak
     t = go_max(floor + nbytes / trans, at_peak) if trans > 0 else go_max(floor, at_peak)
     return select(nbytes <= 0, floor, t)
+
+
+def knot_time(nbytes: FloatT, knots: Sequence[float], seconds: Sequence[float]) -> FloatT:
+    """Seconds of a collective priced from measured knots (docs/decisions.md AC2): linear
+    between the knots (message bytes ascending), the first knot's time at or below it, the
+    last segment's slope past the last knot. Needs two knots or more."""
+    n = len(knots)
+    if isinstance(nbytes, np.ndarray):
+        xs = np.asarray(knots, dtype=np.float64)
+        ys = np.asarray(seconds, dtype=np.float64)
+        j = np.clip(np.searchsorted(xs, nbytes, side="right") - 1, 0, n - 2)
+        x0, y0 = xs[j], ys[j]
+        slope = (ys[j + 1] - y0) / (xs[j + 1] - x0)
+        return np.where(nbytes <= xs[0], ys[0], y0 + (nbytes - x0) * slope)
+    if nbytes <= knots[0]:
+        return seconds[0]
+    k = min(max(bisect.bisect_right(knots, nbytes) - 1, 0), n - 2)
+    x0, y0 = knots[k], seconds[k]
+    return y0 + (nbytes - x0) * ((seconds[k + 1] - y0) / (knots[k + 1] - x0))
 
 
 def floor_and_rate(nbytes: FloatT, rate: float, floor: float) -> FloatT:

@@ -47,6 +47,10 @@ class CollectiveKey:
     transition_bps: float
     crosses_nodes: bool
     span: float  # bytes multiplier when it crosses nodes (1.0 otherwise)
+    # vLLM's all-reduce as measured (docs/decisions.md AC1): message bytes ascending and the
+    # latency at each, in ns; empty where the NCCL law above prices it
+    knot_bytes: tuple[float, ...] = ()
+    knot_ns: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,9 @@ class Coefficients:
     host_launch_eager_per_layer_ns: int
     host_launch_per_kernel_ns: int
     host_replay_graph_per_step_ns: int
+    # per decode request of a full-attention layer priced by the part-wide pair (decision AC4);
+    # 0 where the coefficient sets hold none (the reference)
+    attention_per_request_ns: int = 0
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ class _Coll:
     """One (op, group) collective as priced by collectiveSeconds (model.md §5.6), or unpriced
     (+Inf)."""
 
-    __slots__ = ("crosses", "floor_s", "peak", "priced", "span", "trans")
+    __slots__ = ("crosses", "floor_s", "knots", "knot_s", "peak", "priced", "span", "trans")
 
     def __init__(self, key: CollectiveKey | None):
         self.priced = key is not None and key.peak_bps > 0
@@ -126,6 +126,11 @@ class _Coll:
         self.trans = key.transition_bps if key is not None else 0.0
         self.peak = key.peak_bps if key is not None else 0.0
         self.floor_s = laws.duration_seconds(key.floor_ns) if key is not None else 0.0
+        # vLLM's all-reduce from measured knots (decision AC1), else the NCCL law
+        measured = key is not None and len(key.knot_bytes) > 1
+        self.knots = key.knot_bytes if key is not None and measured else ()
+        self.knot_s = tuple(laws.duration_seconds(ns) for ns in key.knot_ns) \
+            if key is not None and measured else ()
 
     def seconds(self, nbytes: Any) -> Any:
         """collectiveSeconds(key, bytes·span if it crosses nodes else bytes)."""
@@ -133,6 +138,8 @@ class _Coll:
             nbytes = nbytes * self.span
         if not self.priced:
             return _INF if not isinstance(nbytes, np.ndarray) else np.full(nbytes.shape, _INF)
+        if self.knots:
+            return laws.knot_time(nbytes, self.knots, self.knot_s)
         return laws.collective_time(nbytes, self.trans, self.peak, self.floor_s)
 
 
@@ -172,6 +179,7 @@ class _Layer:
     window_idx: int
     attn_floor_s: float
     attn_rate: float
+    attn_per_req_s: float
     one_kernel: bool
     attn_floor_lt_prefill: bool
     secondaries: list[_Secondary]
@@ -366,6 +374,9 @@ def _prepare(r: ResolvedPool) -> _Prepared:
             floor_ns, rate = _kind_floor_rate(r, pl.attn_kind)
             L.attn_floor_s = laws.duration_seconds(floor_ns)
             L.attn_rate = rate
+            # decision AC4: per-request work, for the layers the part-wide pair prices
+            L.attn_per_req_s = laws.duration_seconds(c.attention_per_request_ns) \
+                if pl.attn_kind not in c.attention_by_kind else 0.0
             topk = laws.sparse_top_k(pl.attn_kind, pl.attn_index_top_k, pl.attn_window)
             shards = dcp_on and laws.dcp_shards_kv(pl.attn_kind)
             if topk > 0 or shards:
@@ -698,6 +709,8 @@ def _compose(p: _Prepared, s: BatchSummary,
             n_read = n_dec_kv if L.decode_sig < 0 else s.decode_reads[L.decode_sig]
             if rate > 0:
                 attn = laws.select(dec, L.attn_floor_s + n_read * L.kv / rate, 0.0)
+                if L.attn_per_req_s > 0:
+                    attn = laws.select(dec, attn + s.decode_requests * L.attn_per_req_s, attn)
             else:
                 kv_bytes = laws.select(dec, n_read * L.kv, 0.0)  # no measured rate: HBM fallback
             layer_causal = s.causal_flops if L.window_idx < 0 else s.windowed[L.window_idx]

@@ -48,19 +48,22 @@ class FastPath:
     __slots__ = ("attn", "capture", "eager", "head_hbm", "hosts", "table", "width")
 
     def __init__(self, p: _Prepared):
-        # Per layer: (mode, floor_s, kv, rate, weight_bytes, secondaries); mode 0: no
-        # attention, 1: a measured decode rate, 2: no rate (KV bytes read at HBM speed).
+        # Per layer: (mode, floor_s, kv, rate, weight_bytes, secondaries, per-request s);
+        # mode 0: no attention, 1: a measured decode rate, 2: no rate (KV bytes read at HBM
+        # speed).
         attn = []
         for L in p.layers:
+            preq = 0.0
             if not L.attn:
                 mode, fl, kv, rate = 0, 0.0, 0.0, 0.0
             elif L.attn_rate > 0:
                 mode, fl, kv, rate = 1, L.attn_floor_s, L.kv, L.attn_rate
+                preq = L.attn_per_req_s
             else:
                 mode, fl, kv, rate = 2, 0.0, L.kv, 0.0
             secs = tuple((a.window, a.compress, a.floor_s, a.per_tok, a.rate)
                          for a in L.secondaries) if L.attn else ()
-            attn.append((mode, fl, kv, rate, L.weight_bytes, secs))
+            attn.append((mode, fl, kv, rate, L.weight_bytes, secs, preq))
         self.attn = tuple(attn)
         self.width = p.uniform_width
         self.capture = p.capture
@@ -99,7 +102,8 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
     hbm_bps = p.hbm
     layers = []
     tot_sm = tot_nv = tot_nic = 0.0
-    for L, (mode, _fl, _kv, _rate, weight, _secs) in zip(p.layers, fast.attn, strict=True):
+    for L, (mode, _fl, _kv, _rate, weight, _secs, _preq) in zip(p.layers, fast.attn,
+                                                                 strict=True):
         flops: Any = 0.0
         dense_shaped: Any = 0.0
         if L.gemms:
@@ -142,7 +146,7 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
         tot_nv = tot_nv + cnt * on_node
         tot_nic = tot_nic + cnt * cross
         layers.append((cnt, sm - routed_sm, routed_hbm, routed, on_node, cross, base,
-                       elementwise, mode, _fl, _kv, _rate, weight, _secs))
+                       elementwise, mode, _fl, _kv, _rate, weight, _secs, _preq))
     head_sm = T * p.head_flops / tp / pr * derate
     head_hbm = p.head_dw_hbm
     tot_sm = tot_sm + head_sm
@@ -185,11 +189,13 @@ def totals(p: _Prepared, fast: FastPath, batch: Any) -> tuple[Any, ...] | None:
     n_dec = len(reqs)
     overlap = 0.0
     tot_hbm = 0.0
-    for cnt, smd, rh, routed, on, cr, base, elementwise, mode, fl, kv, rate, weight, secs \
-            in layers:
+    for cnt, smd, rh, routed, on, cr, base, elementwise, mode, fl, kv, rate, weight, secs, \
+            preq in layers:
         attn: Any = 0.0
         if mode == 1:
             attn = fl + n_kv * kv / rate
+            if preq > 0:  # decision AC4: per-request work
+                attn = attn + n_dec * preq
         for window, compress, f2, per_tok, r2 in secs or ():
             n: Any = n_kv
             if window > 0:

@@ -27,6 +27,11 @@ from .yamlio import read_documents
 
 T = TypeVar("T")
 
+# How a kernel prices (Repos.pricing): the measured layer over the scenario's sets, or the
+# reference's sets alone.
+PRICINGS = ("measured", "reference")
+MEASURED_LAYER = "vllm-0.31.0"
+
 
 @dataclass(frozen=True)
 class Repos:
@@ -40,6 +45,12 @@ class Repos:
     ``stated_caches`` (default on) holds sliding-window and hybrid models' caches as vLLM's
     hybrid allocator does (rings, padded state pages: docs/decisions.md G11–G16); off, every
     graph keeps the reference's legacy formulas (window layers held as full KV).
+
+    ``pricing`` (default ``"measured"``) layers the coefficient sets fitted from measured
+    operator tables (``layer``, default the embedded ``registry/layers/vllm-0.31.0``) over
+    every scenario's own sets, for its chip only: vLLM's tensor-parallel all-reduce priced as
+    the engine runs it (docs/decisions.md AC1–AC3). ``"reference"`` prices with the
+    scenario's sets alone, the reference's numbers bit for bit.
     """
 
     scenarios: str | os.PathLike[str] | None = None
@@ -47,6 +58,21 @@ class Repos:
     registry: str | os.PathLike[str] | None = None
     assumed_collective_widths: bool = True
     stated_caches: bool = True
+    pricing: str = "measured"
+    layer: str | os.PathLike[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.pricing not in PRICINGS:
+            raise ValueError(f"Repos(pricing={self.pricing!r}): expected one of "
+                             f"{list(PRICINGS)} ('reference' reproduces the reference's "
+                             "numbers)")
+
+    def layer_root(self) -> Path | None:
+        """The measured layer laid over the scenario's coefficient sets (None: reference)."""
+        if self.pricing == "reference":
+            return None
+        return Path(self.layer) if self.layer else data_dir() / "registry" / "layers" / \
+            MEASURED_LAYER
 
     def scenarios_root(self) -> Path:
         return Path(self.scenarios) if self.scenarios else data_dir() / "scenarios"
@@ -308,6 +334,13 @@ def open_inputs(scenario: str | os.PathLike[str], repos: Repos | None = None,
         cset, sources[f"coefficients:{set_name}"] = load_document(CoefficientSet, set_path)
         sets.append(replace(cset, name=set_name) if not cset.name else cset)
 
+    for set_path in layer_sets(repos, scen.cluster.hardware):
+        if set_path.stem in scen.coefficients:
+            continue
+        cset, sources[f"coefficients:{set_path.stem}"] = load_document(CoefficientSet, set_path)
+        sets.append(replace(cset, name=set_path.stem))
+        scen = replace(scen, coefficients=(*scen.coefficients, set_path.stem))
+
     rules = lookup(scen.engine_version)
     if rules is None:
         raise DocumentError(Problem(file, "engine_version", f"no rules pack for engine version "
@@ -316,6 +349,22 @@ def open_inputs(scenario: str | os.PathLike[str], repos: Repos | None = None,
     return Inputs(scen, dep, pool, graph, chip, fabric, devices, tuple(sets), rules, sources,
                   assumed_collective_widths=repos.assumed_collective_widths,
                   stated_caches=repos.stated_caches)
+
+
+def layer_sets(repos: Repos, chip: str) -> list[Path]:
+    """The measured layer's coefficient sets for ``chip``: ``<layer>/coefficients/
+    <family>-<chip>.yaml``, in name order (none under reference pricing or for a chip the
+    layer does not cover). A set the scenario already names is not added twice."""
+    root = repos.layer_root()
+    if root is None:
+        return []
+    where = root / "coefficients"
+    if repos.layer and not where.is_dir():
+        raise DocumentError(Problem(str(root), "", "a registry layer holds its sets under "
+                                    "coefficients/; that directory does not exist"))
+    if not _stem_ok(chip) or not where.is_dir():
+        return []
+    return sorted(p for p in where.glob(f"*-{chip}.yaml") if p.is_file())
 
 
 def load_identity(path: str | Path) -> tuple[ModelIdentity, Loaded]:

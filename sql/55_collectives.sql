@@ -121,6 +121,25 @@ WHERE name LIKE 'collective_%'
 UNION ALL
 SELECT scenario, pool, name, si_value, ns_value FROM collective_width_extension;
 
+-- vLLM's tensor-parallel all-reduce as the engine runs it (docs/decisions.md AC1, AC2): where
+-- the custom all-reduce is resolved on (pool_allreduce) and the coefficient sets in scope carry
+-- measured knots for the pool's tp width and chip (the measured layer, Repos(pricing=...)),
+-- the (all_reduce, tp) key is priced from them: message bytes ascending, latency in ns.
+CREATE OR REPLACE VIEW pool_allreduce_knots AS
+WITH k AS (
+    SELECT c.scenario, c.pool, c.ns_value,
+           CAST(regexp_extract(c.name, '_([0-9]+)B$', 1) AS DOUBLE) AS nbytes
+    FROM coefficients_lifted c
+    JOIN pool_layout l USING (scenario, pool)
+    JOIN pool_allreduce a USING (scenario, pool)
+    WHERE a.custom_all_reduce AND c.ns_value IS NOT NULL
+      AND regexp_full_match(c.name, 'collective_knot_all_reduce_' || l.tp || 'rank_'
+                                    || replace(l.chip, '-', '_') || '_[0-9]+B')
+)
+SELECT scenario, pool, list(nbytes ORDER BY nbytes) AS knot_bytes,
+       list(ns_value ORDER BY nbytes) AS knot_ns
+FROM k GROUP BY scenario, pool HAVING count(*) >= 2;
+
 CREATE OR REPLACE VIEW collective_keys AS
 WITH g AS (
     SELECT k.*,
@@ -180,8 +199,13 @@ SELECT t.scenario, t.pool, t.key_order, t.op, t."group", t.coefficient_op, t.chi
             WHEN tr.si_value IS NULL THEN 'no measured transition rate for a ' || t.ranks
                 || '-rank ' || t.coefficient_op || ' on ' || t.chip
                 || ' (collective_transition_rate_' || t.stem || ')'
-            ELSE NULL END AS refusal
+            ELSE NULL END AS refusal,
+       CASE WHEN t.op = 'all_reduce' AND t."group" = 'tp' AND NOT t.crosses_nodes
+            THEN kn.knot_bytes END AS knot_bytes,
+       CASE WHEN t.op = 'all_reduce' AND t."group" = 'tp' AND NOT t.crosses_nodes
+            THEN kn.knot_ns END AS knot_ns
 FROM stem t
+LEFT JOIN pool_allreduce_knots kn ON kn.scenario = t.scenario AND kn.pool = t.pool
 LEFT JOIN collective_coefficients f
     ON f.scenario = t.scenario AND f.pool = t.pool AND f.name = 'collective_floor_' || t.stem
 LEFT JOIN collective_coefficients pk

@@ -13,6 +13,7 @@ from kernel import build
 from kernel.cli import cli
 from pipeline import db
 from pipeline.errors import DocumentError
+from pipeline.load import Repos
 from pipeline.normalise import SCHEMAS
 from tests.resolution_support import DS3, GLM5, KIMI, inputs, query
 
@@ -55,7 +56,11 @@ def test_many_scenarios_share_catalog_rows():
     sets = con.execute("SELECT count(DISTINCT set), count(*) FROM coefficients").fetchall()[0]
     one = con.execute("SELECT count(*) FROM coefficients WHERE set = 'cost-model-collectives'"
                       ).fetchall()[0][0]
-    assert sets[0] == 6 and one == 480
+    # the scenarios' six sets, plus the measured layer's three families for each of the two
+    # chips (decisions AC1, AC4, AC9); the reference's pricing loads the six alone
+    assert sets[0] == 6 + 3 * 2 and one == 480
+    ref = db.load_scenarios([DS3, GLM5, KIMI], Repos(pricing="reference"))
+    assert ref.execute("SELECT count(DISTINCT set) FROM coefficients").fetchall()[0][0] == 6
     pools = con.execute("SELECT scenario, pool FROM resolved_pools ORDER BY 1").fetchall()
     assert pools == [(n, 0) for n in sorted([DS3, GLM5, KIMI])]
 

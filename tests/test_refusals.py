@@ -386,6 +386,8 @@ def test_pre_hopper_part():  # case 133
             entries += [replace(e, scope=replace(e.scope, hardware=(chip,)))
                         for e in cset.coefficients if "h200" in e.scope.hardware]
         entries = [replace(e, name=e.name.replace("_h200", "_" + chip)) for e in entries]
+        # one entry per name, the last (a later set wins: the measured layer's over the scenario's)
+        entries = list({e.name: e for e in entries}.values())
         return with_entries(replace(inp, chip=replace(inp.chip, name=chip),
                                     scenario=replace(inp.scenario, cluster=replace(
                                         inp.scenario.cluster, hardware=chip))), entries)

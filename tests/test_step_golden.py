@@ -39,6 +39,9 @@ NEMOTRON = "nemotron3-ultra-h100-agg"
 KIMI = "kimi-k3-h100-nospec"
 DSV4 = "deepseek-v4-pro-b200-fp4-vllm-tp8"
 SCENARIOS = BUILDABLE
+# The goldens are the reference's numbers: every kernel here is opened under the reference
+# switch (docs/decisions.md AC1); the measured default is tested in tests/test_measured_layer.py.
+REFERENCE = kernel.Repos(pricing="reference")
 
 
 def decode_batch(n: int, q: int, ctx: int) -> Batch:
@@ -49,14 +52,14 @@ def decode_batch(n: int, q: int, ctx: int) -> Batch:
 
 @cache
 def open_k(name: str) -> Kernel:
-    return kernel.open(name)
+    return kernel.open(name, REFERENCE)
 
 
 def variant(name: str, *, pool: int = 0, engine: dict[str, Any] | None = None,
             parallel: dict[str, Any] | None = None, nodes: int | None = None,
             fabric: str | None = None) -> Kernel:
     """The scenario with some engine/parallel fields (and cluster nodes/fabric) changed."""
-    inp = open_inputs(name)
+    inp = open_inputs(name, REFERENCE)
     p = inp.deployment.pools[pool]
     if engine:
         p = dataclasses.replace(p, engine=dataclasses.replace(p.engine, **engine))
@@ -237,7 +240,7 @@ def test_cases_115_116_as_the_reference_states_them_on_the_legacy_path(with_rate
     """model.md §14.3 cases 115/116 verbatim: the HBM growth equals
     (SVB(8192) − SVB(4096)) / rate (2e-9 s), on the legacy path the reference takes
     (``Repos(stated_caches=False)``); the stated path keeps the same HBM term (tests above)."""
-    k = kernel.open(NEMOTRON, kernel.Repos(stated_caches=False))
+    k = kernel.open(NEMOTRON, kernel.Repos(stated_caches=False, pricing="reference"))
     r = rpool(k)
     stated = rpool(open_k(NEMOTRON))
     assert r.caches is None and stated.caches is not None
@@ -492,15 +495,16 @@ def test_case_147_dsv4_long_context_ratio() -> None:
 
 def _pools(name: str) -> list[Kernel]:
     """Every pool of the scenario."""
-    n = len(open_inputs(name).deployment.pools)
-    return [kernel.open(name) if i == 0 else kernel.open_pool(name, None, i) for i in range(n)]
+    n = len(open_inputs(name, REFERENCE).deployment.pools)
+    return [kernel.open(name, REFERENCE) if i == 0 else kernel.open_pool(name, REFERENCE, i)
+            for i in range(n)]
 
 
 @pytest.mark.parametrize(("name", "why"), sorted(ASSUMED_WIDTHS.items()))
 def test_16_wide_scenarios_refused_with_the_assumed_extension_off(name: str, why: str) -> None:
     """Case 85 for the embedded 16-wide deployments: no 16-rank measurement, extension off."""
     with pytest.raises(kernel.RefusalError) as err:
-        kernel.open(name, kernel.Repos(assumed_collective_widths=False))
+        kernel.open(name, kernel.Repos(assumed_collective_widths=False, pricing="reference"))
     assert why in str(err.value) and "[2 4 8]" in str(err.value)
     assert "assumed extension for unmeasured widths is turned off" in str(err.value)
 
@@ -509,7 +513,7 @@ def test_16_wide_scenarios_refused_with_the_assumed_extension_off(name: str, why
 def test_16_wide_scenarios_price_on_assumed_entries(name: str) -> None:
     """With the extension on, the 16-wide keys are priced at 16 ranks from assumed entries
     that provenance and evidence list; nothing else in provenance changes."""
-    k = kernel.open(name)
+    k = kernel.open(name, REFERENCE)
     wide = {key: c for key, c in rpool(k).collectives.items() if c.width == 16}
     assert wide and all(c.ranks == 16 for c in wide.values())
     extension = [o for o in k.provenance() if o.set == "assumed-collective-widths"]

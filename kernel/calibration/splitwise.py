@@ -22,6 +22,7 @@ llama-2-70b-{a100-sxm,h100}-tp{2,4,8}.yaml`` (DGX-A100 is SXM: the catalog's ``a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -101,10 +102,11 @@ def splitwise_trace(csv: str | Path | None = None) -> tuple[pl.DataFrame, pl.Dat
     return requests, batches
 
 
-def price_splitwise(csv: str | Path | None = None, *, keep_suspect: bool = False
-                    ) -> pl.DataFrame:
+def price_splitwise(csv: str | Path | None = None, *, keep_suspect: bool = False,
+                    repos: Any = None) -> pl.DataFrame:
     """Every Splitwise step priced on its scenario, with ``measured_ns`` and the per-batch
-    labels joined on (one kernel per scenario)."""
+    labels joined on (one kernel per scenario; ``repos`` a ``kernel.Repos``, e.g. the
+    reference's pricing)."""
     import kernel
     from kernel.bulk import price
 
@@ -116,7 +118,7 @@ def price_splitwise(csv: str | Path | None = None, *, keep_suspect: bool = False
     parts = []
     for scen, sub in batches.group_by("scenario", maintain_order=True):
         ids = sub["batch_id"]
-        k = kernel.open(str(scen[0]))
+        k = kernel.open(str(scen[0]), repos)
         priced = price(k, requests.filter(pl.col("batch_id").is_in(ids.implode())))
         parts.append(priced.join(sub, on="batch_id", how="left"))
     out = pl.concat(parts).sort("batch_id")

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from pipeline.load import Repos
+from pipeline.load import PRICINGS, Repos
 
 repos_options = [
     click.option("--scenarios-root", "scenarios_root", type=click.Path(file_okay=False),
@@ -23,8 +23,22 @@ repos_options = [
                  help="Refuse a collective group of 16+ ranks the registry never measured, "
                       "instead of pricing it from assumed figures derived from the widest "
                       "measured width."),
+    click.option("--pricing", "pricing", type=click.Choice(PRICINGS), default=PRICINGS[0],
+                 show_default=True, expose_value=False,
+                 callback=lambda ctx, _param, value: ctx.meta.__setitem__(_PRICING, value),
+                 help="measured: the coefficient sets fitted from measured vLLM operator "
+                      "tables layered over the scenario's (vLLM's all-reduce as the engine "
+                      "runs it); reference: the scenario's sets alone, the reference's "
+                      "numbers bit for bit."),
+    click.option("--layer", "layer", type=click.Path(file_okay=False, exists=True),
+                 expose_value=False,
+                 callback=lambda ctx, _param, value: ctx.meta.__setitem__(_LAYER, value),
+                 help="A registry layer (as `registry fit` writes it) to price with instead of "
+                      "the embedded measured layer; needs --pricing measured."),
 ]
 _NO_ASSUMED_WIDTHS = "blis.no_assumed_widths"
+_PRICING = "blis.pricing"
+_LAYER = "blis.layer"
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -41,8 +55,13 @@ def make_repos(scenarios_root: str | None, catalog_root: str | None,
                registry_root: str | None) -> Repos:
     ctx = click.get_current_context(silent=True)
     off = bool(ctx and ctx.meta.get(_NO_ASSUMED_WIDTHS))
+    pricing = str(ctx.meta.get(_PRICING, PRICINGS[0])) if ctx else PRICINGS[0]
+    layer = ctx.meta.get(_LAYER) if ctx else None
+    if layer and pricing == "reference":
+        raise click.UsageError("--layer needs --pricing measured (the reference prices with the "
+                               "scenario's coefficient sets alone)")
     return Repos(scenarios=scenarios_root, catalog=catalog_root, registry=registry_root,
-                 assumed_collective_widths=not off)
+                 assumed_collective_widths=not off, pricing=pricing, layer=layer)
 
 
 # At most this many local worker processes (a mistyped count must not fork the machine away).

@@ -1,0 +1,144 @@
+"""Write fitted coefficient families as a registry layer: ``<dir>/coefficients/<set>.yaml``
+(one coefficient set per chip and family) and ``<dir>/fit-report.csv`` (held-out scores)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline import safe_output
+
+from .allreduce import AllReduceFit
+from .attention import AttentionDecodeFit, AttentionPrefillFit
+from .tables import OperatorTable
+
+
+def knot_name(ranks: int, chip: str, nbytes: int) -> str:
+    """The registry name of one all-reduce knot (read by sql/55_collectives.sql)."""
+    return f"collective_knot_all_reduce_{ranks}rank_{chip.replace('-', '_')}_{nbytes}B"
+
+
+def all_reduce_set(chip: str, table: OperatorTable, fits: Iterable[AllReduceFit]) -> dict[str, Any]:
+    """The coefficient set of one chip's fitted all-reduce curves."""
+    cite = f"{table.cite()} ({table.backend} {table.version}, graph-mode rows)"
+    nearest = ("" if table.exact else
+               f" Measured at {table.backend} {table.version}, the nearest version the tables "
+               f"have to the priced {table.requested}.")
+    entries = []
+    for f in fits:
+        for b, us in zip(f.knot_bytes, f.knot_us, strict=True):
+            entries.append({knot_name(f.ranks, chip, b): {
+                "value": round(float(us), 4),
+                "units": "us_per_transfer",
+                "method": "measured",
+                "fitted": True,
+                "scope": {"hardware": [chip], "tp": [f.ranks]},
+                "sources": [{"kind": "model", "cite": cite, "role": "primary"}],
+                "rationale": (
+                    f"Latency of vLLM's {f.ranks}-rank tensor-parallel all-reduce of a "
+                    f"{b}-byte bfloat16 message on {chip} (CUDA graph), made non-decreasing "
+                    f"in message size; the kernel interpolates between knots. Held out: "
+                    f"{100 * f.mape:.1f}% MAPE over {f.held_out} rows." + nearest),
+            }})
+    return {"kind": "CoefficientSet", "name": set_name(chip), "coefficients": entries}
+
+
+def set_name(chip: str) -> str:
+    return f"vllm-all-reduce-{chip}"
+
+
+def attention_decode_set(chip: str, table: OperatorTable, f: AttentionDecodeFit
+                         ) -> dict[str, Any]:
+    """The coefficient set of one chip's fitted decode attention law (floor, rate and the
+    per-request term, fitted jointly; they replace the scenario's part-wide pair)."""
+    cite = f"{table.cite()} ({table.backend} {table.version}, full-attention rows)"
+    nearest = ("" if table.exact else
+               f" Measured at {table.backend} {table.version}, the nearest version the tables "
+               f"have to the priced {table.requested}.")
+    held = (f" Fitted jointly on {f.rows} rows of {f.shapes} head shapes; held out by shape: "
+            f"{100 * f.mape:.1f}% MAPE ({100 * f.bias:+.1f}% bias).") + nearest
+
+    def entry(name: str, value: float, units: str, what: str) -> dict[str, Any]:
+        return {name: {"value": round(value, 4), "units": units, "method": "measured",
+                       "fitted": True, "scope": {"hardware": [chip]},
+                       "sources": [{"kind": "model", "cite": cite, "role": "primary"}],
+                       "rationale": what + held}}
+
+    return {"kind": "CoefficientSet", "name": f"vllm-attention-decode-{chip}", "coefficients": [
+        entry("attention_decode_floor", f.floor_us, "us_per_layer",
+              f"Request-independent time of vLLM's decode attention kernel on {chip}."),
+        entry("attention_decode_per_request", f.per_request_us, "us_per_request",
+              f"Time each decode request adds to vLLM's decode attention kernel on {chip}, "
+              "beyond its KV read (per layer)."),
+        entry("attention_decode_rate", f.rate_bytes_per_us, "bytes_per_us",
+              f"Rate at which vLLM's decode attention kernel reads KV on {chip}."),
+    ]}
+
+
+def attention_report(chip: str, table: OperatorTable, f: AttentionDecodeFit
+                     ) -> dict[str, Any]:
+    return {"chip": chip, "family": "attention_decode", "group": f"{f.shapes}shapes",
+            "table": table.cite(), "version": table.version, "requested": table.requested,
+            "held_out_rows": f.rows, "mape": round(f.mape, 5), "bias": round(f.bias, 5),
+            "worst": round(f.worst, 5)}
+
+
+def attention_prefill_set(chip: str, table: OperatorTable, f: AttentionPrefillFit
+                          ) -> dict[str, Any]:
+    """The coefficient set of one chip's fitted prefill attention term (floor and work scale,
+    at the chip's bf16 GEMM ramp: model.md §3.4)."""
+    cite = f"{table.cite()} ({table.backend} {table.version}, full-attention bf16 rows)"
+    nearest = ("" if table.exact else
+               f" Measured at {table.backend} {table.version}, the nearest version the tables "
+               f"have to the priced {table.requested}.")
+    held = (f" Fitted jointly on {f.rows} rows of {f.shapes} head shapes; held out by shape: "
+            f"{100 * f.mape:.1f}% MAPE ({100 * f.bias:+.1f}% bias).") + nearest
+
+    def entry(name: str, value: float, units: str, what: str) -> dict[str, Any]:
+        return {name: {"value": round(value, 4), "units": units, "method": "measured",
+                       "fitted": True, "scope": {"hardware": [chip]},
+                       "sources": [{"kind": "model", "cite": cite, "role": "primary"}],
+                       "rationale": what + held}}
+
+    return {"kind": "CoefficientSet", "name": f"vllm-attention-prefill-{chip}", "coefficients": [
+        entry("attention_prefill_floor", f.floor_us, "us_per_layer",
+              f"Minimum time of vLLM's prefill attention kernel on {chip}."),
+        entry("attention_prefill_work_scale", f.work_scale, "dimensionless",
+              f"Fraction of the bf16 GEMM ramp vLLM's prefill attention reaches on {chip}."),
+    ]}
+
+
+def prefill_report(chip: str, table: OperatorTable, f: AttentionPrefillFit) -> dict[str, Any]:
+    return {"chip": chip, "family": "attention_prefill", "group": f"{f.shapes}shapes",
+            "table": table.cite(), "version": table.version, "requested": table.requested,
+            "held_out_rows": f.rows, "mape": round(f.mape, 5), "bias": round(f.bias, 5),
+            "worst": None}
+
+
+def report_rows(chip: str, table: OperatorTable, fits: Iterable[AllReduceFit]
+                ) -> list[dict[str, Any]]:
+    return [{"chip": chip, "family": "all_reduce", "group": f"{f.ranks}rank",
+             "table": table.cite(), "version": table.version, "requested": table.requested,
+             "held_out_rows": f.held_out, "mape": round(f.mape, 5), "bias": round(f.bias, 5),
+             "worst": round(f.worst, 5)} for f in fits]
+
+
+def write_layer(out: str | Path, sets: list[dict[str, Any]], report: list[dict[str, Any]]) -> Path:
+    """Write each set under ``out/coefficients`` and the scores to ``out/fit-report.csv``."""
+    root = Path(out)
+    (root / "coefficients").mkdir(parents=True, exist_ok=True)
+    for s in sets:
+        text = yaml.safe_dump(s, sort_keys=False, width=120, allow_unicode=True)
+        safe_output.write_text(root / "coefficients" / f"{s['name']}.yaml", text)
+    buf = io.StringIO()
+    if report:
+        w = csv.DictWriter(buf, fieldnames=list(report[0]))
+        w.writeheader()
+        w.writerows(report)
+    safe_output.write_text(root / "fit-report.csv", buf.getvalue())
+    return root
