@@ -1,0 +1,37 @@
+"""Block keys: a request's prefix hash chain mapped onto the engine's block size.
+
+The request source gives ``prefix_hashes``: entry i identifies prompt tokens [0, (i+1)·H)
+(H = ``hash_block_tokens``). Engine block j covers [0, (j+1)·B). When B is a multiple of H,
+block j's key is entry (j+1)·B/H − 1 itself (the chain is exact). Otherwise block j takes the
+first entry covering it, mixed with j: equal entries imply equal prefixes up to the entry's end,
+so equal keys still imply an equal block prefix (a key may miss a hit vLLM would see, never
+invent one). Blocks beyond the chain get keys private to the request (negative), so only the
+request itself (after a preemption) can hit them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["block_keys"]
+
+_MIX = 0x9E3779B97F4A7C15
+_MASK = (1 << 64) - 1
+_PRIVATE_SHIFT = 24  # blocks per request below 2^24 (max_model_len / block_size)
+
+
+def block_keys(hashes: Sequence[int] | None, hash_tokens: int | None, block_size: int,
+               n_blocks: int, request: int) -> list[int]:
+    """Keys of a request's first ``n_blocks`` blocks of ``block_size`` tokens."""
+    shared: list[int] = []
+    if hashes and hash_tokens:
+        covered = len(hashes) * hash_tokens // block_size
+        upto = min(covered, n_blocks)
+        if block_size % hash_tokens == 0:
+            m = block_size // hash_tokens
+            shared = [int(hashes[(j + 1) * m - 1]) for j in range(upto)]
+        else:
+            shared = [((int(hashes[-(-(j + 1) * block_size // hash_tokens) - 1]) * _MIX + j)
+                       & _MASK) for j in range(upto)]
+    base = -((request + 1) << _PRIVATE_SHIFT)
+    return shared + [base - j for j in range(len(shared), n_blocks)]
