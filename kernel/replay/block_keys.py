@@ -34,4 +34,4 @@ def block_keys(hashes: Sequence[int] | None, hash_tokens: int | None, block_size
             shared = [((int(hashes[-(-(j + 1) * block_size // hash_tokens) - 1]) * _MIX + j)
                        & _MASK) for j in range(upto)]
     base = -((request + 1) << _PRIVATE_SHIFT)
-    return shared + [base - j for j in range(len(shared), n_blocks)]
+    return shared + list(range(base - len(shared), base - n_blocks, -1))

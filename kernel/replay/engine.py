@@ -59,25 +59,26 @@ class EngineLimits:
 
 
 class RunState:
-    """Per-request state, as Python lists (scalar reads in the step loop are list reads)."""
+    """Per-request state as numpy arrays (the step loop reads and writes them by fancy
+    indexing over the running requests) plus the few per-request Python objects."""
 
     def __init__(self, prompt: Sequence[int], output: Sequence[int],
                  hashes: Sequence[Sequence[int] | None] | None, hash_tokens: int | None):
         n = len(prompt)
-        self.prompt = list(prompt)
-        self.output = list(output)
+        self.prompt = np.asarray(prompt, np.int64)
+        self.output = np.asarray(output, np.int64)
         self.hashes = hashes
         self.hash_tokens = hash_tokens
-        self.gen = [0] * n  # tokens sampled so far
-        self.computed = [0] * n  # vLLM num_computed_tokens (after this step's schedule)
-        self.held = [0] * n  # KV blocks held
-        self.registered = [0] * n  # leading blocks already offered to the prefix cache
+        self.gen = np.zeros(n, np.int64)  # tokens sampled so far
+        self.computed = np.zeros(n, np.int64)  # vLLM num_computed_tokens (after schedule)
+        self.held = np.zeros(n, np.int64)  # KV blocks held
+        self.registered = np.zeros(n, np.int64)  # leading blocks offered to the prefix cache
+        self.finished = np.zeros(n, bool)
+        self.preemptions = np.zeros(n, np.int64)
+        self.cached_tokens = np.zeros(n, np.int64)  # prefix-hit tokens at the last admission
+        self.core = np.full(n, -1, np.int64)
         self.refs: list[list[int] | None] = [None] * n  # cached keys held, block order
         self.keys: list[list[int] | None] = [None] * n
-        self.finished = [False] * n
-        self.preemptions = [0] * n
-        self.cached_tokens = [0] * n  # prefix hit tokens at the (last) admission
-        self.core = [-1] * n
 
 
 class Core:
@@ -92,6 +93,8 @@ class Core:
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.zombies: list[int] = []  # finished in the step before, freed after this schedule
+        self.run_arr = np.zeros(0, np.int64)  # ``running`` as an array, rebuilt when dirty
+        self.dirty = False
 
     def load(self) -> int:
         """waiting + running (the DP load balancer's count), inbox included."""
@@ -111,7 +114,7 @@ class Group:
 
 
 class Rows:
-    """The steps table as compact growable int64 columns."""
+    """The steps table as growable int64 numpy columns, one engine-step record per batch."""
 
     NAMES = ("batch_id", "request", "scheduled", "computed", "prompt_len", "cached_tokens",
              "emitted")
@@ -119,8 +122,35 @@ class Rows:
                   "requests", "tokens", "running", "waiting", "kv_used", "kv_blocks")
 
     def __init__(self) -> None:
-        self.cols = {n: array("q") for n in self.NAMES}
-        self.steps = {n: array("q") for n in self.STEP_NAMES}
+        self.n = 0
+        self.buf = np.zeros((len(self.NAMES), 1024), np.int64)
+        self.step_buf = array("q")
+
+    def add(self, columns: Sequence[np.ndarray | int]) -> None:
+        k = int(np.size(columns[1]))
+        if self.n + k > self.buf.shape[1]:
+            grown = np.zeros((self.buf.shape[0], max(2 * self.buf.shape[1], self.n + k)),
+                             np.int64)
+            grown[:, :self.n] = self.buf[:, :self.n]
+            self.buf = grown
+        view = self.buf[:, self.n:self.n + k]
+        for i, col in enumerate(columns):
+            view[i] = col
+        self.n += k
+
+    @property
+    def cols(self) -> dict[str, np.ndarray]:
+        return {name: self.buf[i, :self.n] for i, name in enumerate(self.NAMES)}
+
+    @property
+    def steps(self) -> dict[str, np.ndarray]:
+        a = np.frombuffer(self.step_buf, np.int64) if len(self.step_buf) else np.zeros(0, np.int64)
+        a = a.reshape(-1, len(self.STEP_NAMES))
+        return {name: a[:, i] for i, name in enumerate(self.STEP_NAMES)}
+
+
+Plan = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_EMPTY = np.zeros(0, np.int64)
 
 
 class Simulation:
@@ -141,7 +171,7 @@ class Simulation:
         self.seq = 0
         self.batches = 0
         self.group_steps = 0
-        # requests finished at a step end: (request, end_ns), for the caller's bookkeeping
+        # called with (request, end of the step that emitted its last token)
         self.on_finish: Callable[[int, int], None] | None = None
 
     # -- events --------------------------------------------------------------------------
@@ -167,11 +197,7 @@ class Simulation:
                     self._step(g, gindex[id(g)], t, t)
             else:
                 g = self.groups[x]
-                self._step(g, x, t, g.start if self._async(g) else t)
-
-    @staticmethod
-    def _async(g: Group) -> bool:
-        return g.cores[0].limits.async_scheduling
+                self._step(g, x, t, g.start if g.cores[0].limits.async_scheduling else t)
 
     # -- one group step ------------------------------------------------------------------
     def _step(self, g: Group, gi: int, now: int, sched_time: int) -> None:
@@ -179,54 +205,40 @@ class Simulation:
         an arrival at an idle group); ``sched_time`` is when its schedule ran (async: the
         previous step's start)."""
         plans = [self._schedule(c, sched_time) for c in g.cores]
-        if all(not p[0] for p in plans):
+        if all(not p[0].size for p in plans):
             # Nothing to run with what the early schedule saw: the engine loop polls again
             # after the step in flight ends, with the finished requests gone.
             for c in g.cores:
                 self._drop_zombies(c)
             plans = [self._schedule(c, now) for c in g.cores]
-            if all(not p[0] for p in plans):
+            if all(not p[0].size for p in plans):
                 # A step whose only request preempted itself: schedule once more.
                 plans = [self._schedule(c, now) for c in g.cores]
         for c in g.cores:
             self._drop_zombies(c)
-        if all(not p[0] for p in plans):
+        if all(not p[0].size for p in plans):
             g.busy = False
             if any(c.waiting for c in g.cores):
                 raise AssertionError("an idle engine core with waiting requests")
             return
-        prices = []
-        for c, (rq, sc, cp, pl, _ch) in zip(g.cores, plans, strict=True):
-            prices.append(self.price_ns(c, np.array(sc, np.int64), np.array(cp, np.int64),
-                                        np.array(pl, np.int64)) if rq else 0)
+        prices = [self.price_ns(c, p[1], p[2], p[3]) if p[0].size else 0
+                  for c, p in zip(g.cores, plans, strict=True)]
         step = max(prices)
         end = now + step
         self.group_steps += 1
         if self.max_steps is not None and self.group_steps > self.max_steps:
             raise RuntimeError(f"the replay exceeded max_steps={self.max_steps} engine steps "
                                f"(raise ReplayOptions.max_steps or check the load)")
-        s, cols, steps = self.s, self.rows.cols, self.rows.steps
         for c, (rq, sc, cp, pl, ch), price in zip(g.cores, plans, prices, strict=True):
-            if not rq:
+            if not rq.size:
                 continue
             b = self.batches
             self.batches += 1
             emitted = self._finish_step(c, rq, end)
-            n = len(rq)
-            cols["batch_id"].extend([b] * n)
-            cols["request"].extend(rq)
-            cols["scheduled"].extend(sc)
-            cols["computed"].extend(cp)
-            cols["prompt_len"].extend(pl)
-            cols["cached_tokens"].extend(ch)
-            cols["emitted"].extend(emitted)
-            for name, v in (("batch_id", b), ("engine", c.index),
-                            ("group_step", self.group_steps), ("start", now), ("end", end),
-                            ("batch_ns", price), ("step_ns", step), ("requests", n),
-                            ("tokens", sum(sc)), ("running", len(c.running)),
-                            ("waiting", len(c.waiting) + len(c.inbox)),
-                            ("kv_used", c.kv.used()), ("kv_blocks", c.kv.num_blocks)):
-                steps[name].append(v)
+            self.rows.add((b, rq, sc, cp, pl, ch, emitted))
+            self.rows.step_buf.extend((
+                b, c.index, self.group_steps, now, end, price, step, rq.size, int(sc.sum()),
+                len(c.running), len(c.waiting) + len(c.inbox), c.kv.used(), c.kv.num_blocks))
         g.busy = True
         g.start = now
         self._push_end(end, gi)
@@ -234,47 +246,41 @@ class Simulation:
     def _drop_zombies(self, c: Core) -> None:
         if not c.zombies:
             return
-        s = self.s
         for r in c.zombies:
             c.running.remove(r)
             self._release(c, r)
-            s.keys[r] = None
+            self.s.keys[r] = None
         c.zombies.clear()
+        c.dirty = True
 
     def _release(self, c: Core, r: int) -> None:
         s = self.s
-        refs = s.refs[r] or []
-        c.kv.release(s.held[r], refs)
+        c.kv.release(int(s.held[r]), s.refs[r] or [])
         s.held[r] = 0
         s.refs[r] = None
         s.registered[r] = 0
 
-    def _finish_step(self, c: Core, rq: list[int], end: int) -> list[int]:
+    def _finish_step(self, c: Core, rq: np.ndarray, end: int) -> np.ndarray:
         """Tokens sampled at the step's end; finished requests leave (async: after the next
         schedule)."""
         s = self.s
-        prompt, gen, computed, output = s.prompt, s.gen, s.computed, s.output
-        emitted = [0] * len(rq)
-        done = []
-        for i, r in enumerate(rq):
-            if computed[r] == prompt[r] + gen[r]:
-                emitted[i] = 1
-                g = gen[r] + 1
-                gen[r] = g
-                if g == output[r]:
-                    done.append(r)
-        if done:
-            for r in done:
-                s.finished[r] = True
+        emitted = s.computed[rq] == s.prompt[rq] + s.gen[rq]
+        who = rq[emitted]
+        gen = s.gen[who] + 1
+        s.gen[who] = gen
+        done = who[gen == s.output[who]]
+        if done.size:
+            s.finished[done] = True
             if c.limits.async_scheduling:
-                c.zombies.extend(done)
+                c.zombies.extend(done.tolist())
             else:
-                for r in done:
+                for r in done.tolist():
                     c.running.remove(r)
                     self._release(c, r)
                     s.keys[r] = None
+                c.dirty = True
             if self.on_finish is not None:
-                for r in done:
+                for r in done.tolist():
                     self.on_finish(r, end)
         return emitted
 
@@ -283,8 +289,8 @@ class Simulation:
         s = self.s
         keys = s.keys[r]
         if keys is None:
-            B = self.cores[s.core[r]].limits.block_size if s.core[r] >= 0 else 1
-            n = -(-(s.prompt[r] + s.output[r]) // B)
+            B = self.cores[int(s.core[r])].limits.block_size
+            n = -(-int(s.prompt[r] + s.output[r]) // B)
             h = s.hashes[r] if s.hashes is not None else None
             keys = block_keys(h, s.hash_tokens, B, n, r)
             s.keys[r] = keys
@@ -294,120 +300,182 @@ class Simulation:
         """vLLM ``Scheduler._preempt_request``: recompute from scratch, front of waiting."""
         s = self.s
         c.running.remove(r)
+        c.dirty = True
         self._release(c, r)
         s.computed[r] = 0
         s.preemptions[r] += 1
         c.waiting.appendleft(r)
 
-    def _schedule(self, c: Core, sched_time: int
-                  ) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    def _schedule(self, c: Core, sched_time: int) -> Plan:
         """One engine core's schedule: (requests, scheduled, computed before, prompt_len,
         cached tokens) in batch order. Applies the schedule (computed, blocks)."""
         s = self.s
-        prompt, gen, computed, held, finished = s.prompt, s.gen, s.computed, s.held, s.finished
         L = c.limits
         B = L.block_size
-        thr = L.long_prefill_token_threshold
         F = L.fixed_blocks
+        thr = L.long_prefill_token_threshold
         kv = c.kv
         inbox, waiting, running = c.inbox, c.waiting, c.running
         while inbox and inbox[0][0] <= sched_time:
             waiting.append(inbox.popleft()[1])
         budget = L.max_num_batched_tokens
+        preempted = False
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (requests, n, cached)
+        # Phase A, vectorised: running requests in order, each the rest of its known tokens
+        # capped by the threshold and what the budget has left after the ones before it.
+        if running:
+            if c.dirty:
+                c.run_arr = np.array(running, np.int64)
+                c.dirty = False
+            ra = c.run_arr
+            cr = s.computed[ra]
+            want = s.prompt[ra] + s.gen[ra] - cr
+            want[s.finished[ra]] = 0  # finished in the step in flight (async): nothing more
+            if thr:
+                np.minimum(want, thr, out=want)
+            before = np.cumsum(want) - want
+            n = np.clip(budget - before, 0, want)
+            need = np.where(n > 0, (cr + n + B - 1) // B + F - s.held[ra], 0)
+            np.maximum(need, 0, out=need)
+            total = int(need.sum())
+            if total <= kv.free:
+                if total:
+                    kv.allocate(total)
+                    s.held[ra] += need
+                take = n > 0
+                parts.append((ra[take], n[take], _EMPTY))
+                budget -= int(n.sum())
+            else:  # some request cannot grow: the scalar loop with preemption from there
+                cum = np.cumsum(need)
+                first = int(np.searchsorted(cum, kv.free, side="right"))
+                fit = need[:first]
+                if first:
+                    kv.allocate(int(fit.sum()))
+                    s.held[ra[:first]] += fit
+                    take = n[:first] > 0
+                    parts.append((ra[:first][take], n[:first][take], _EMPTY))
+                    budget -= int(n[:first].sum())
+                done_a, budget, preempted = self._phase_a_scalar(c, first, budget)
+                parts.append(done_a)
+        # Phase B: waiting requests, FCFS, only if nothing was preempted.
+        if not preempted and waiting and budget > 0 and len(running) < L.max_num_seqs:
+            parts.append(self._phase_b(c, budget))
+        parts = [p for p in parts if p[0].size]
+        if not parts:
+            return _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY
+        if len(parts) == 1:
+            rq, sc, ch = parts[0]
+        else:
+            rq = np.concatenate([p[0] for p in parts])
+            sc = np.concatenate([p[1] for p in parts])
+            ch = np.concatenate([p[2] for p in parts])
+        if ch.size != rq.size:
+            ch = np.zeros(rq.size, np.int64)
+        # vLLM _update_after_schedule: computed grows now; full blocks join the prefix cache.
+        cp = s.computed[rq]
+        s.computed[rq] = cp + sc
+        pl = s.prompt[rq]
+        if L.prefix_caching:
+            full = np.minimum(cp + sc, pl + s.gen[rq]) // B
+            grow = np.flatnonzero(full > s.registered[rq])
+            for j in grow.tolist():
+                self._register(c, int(rq[j]), int(full[j]))
+        return rq, sc, cp, pl, ch
+
+    def _register(self, c: Core, r: int, full: int) -> None:
+        s = self.s
+        keys = self._keys(r)
+        mine = s.refs[r]
+        if mine is None:
+            mine = s.refs[r] = []
+        mine.extend(c.kv.register(keys[int(s.registered[r]):full]))
+        s.registered[r] = full
+
+    def _phase_a_scalar(self, c: Core, i: int, budget: int
+                        ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], int, bool]:
+        """Phase A from running[i] on, one request at a time, preempting the newest running
+        request while the current one's blocks do not fit (vLLM ``Scheduler.schedule``)."""
+        s = self.s
+        L = c.limits
+        B, F, thr = L.block_size, L.fixed_blocks, L.long_prefill_token_threshold
+        kv, running, finished = c.kv, c.running, s.finished
         rq: list[int] = []
         sc: list[int] = []
-        cp: list[int] = []
-        ch: list[int] = []
         preempted = False
-        i = 0
-        # Phase A: running requests in order.
         while i < len(running) and budget > 0:
             r = running[i]
             if finished[r]:
                 i += 1
                 continue
-            cr = computed[r]
-            n = prompt[r] + gen[r] - cr
+            cr = int(s.computed[r])
+            n = int(s.prompt[r] + s.gen[r]) - cr
             if thr and n > thr:
                 n = thr
-            if n > budget:
-                n = budget
+            n = min(n, budget)
             if n <= 0:
                 i += 1
                 continue
-            need = (cr + n + B - 1) // B + F - held[r]
-            if need > kv.free:
-                stop = False
-                while need > kv.free:
-                    victim = next(v for v in reversed(running) if not finished[v])
-                    self._preempt(c, victim)
-                    preempted = True
-                    if victim == r:
-                        stop = True
-                        break
-                if stop:
+            need = max((cr + n + B - 1) // B + F - int(s.held[r]), 0)
+            stop = False
+            while need > kv.free:
+                victim = next(v for v in reversed(running) if not finished[v])
+                self._preempt(c, victim)
+                preempted = True
+                if victim == r:
+                    stop = True
                     break
-            if need > 0:
+            if stop:
+                break
+            if need:
                 kv.allocate(need)
-                held[r] += need
+                s.held[r] += need
             rq.append(r)
             sc.append(n)
-            cp.append(cr)
-            ch.append(0)
             budget -= n
             i += 1
-        # Phase B: waiting requests, FCFS, only if nothing was preempted.
-        if not preempted:
-            while waiting and budget > 0 and len(running) < L.max_num_seqs:
-                r = waiting[0]
-                num_tokens = prompt[r] + gen[r]
-                full = (num_tokens + B - 1) // B + F
-                hit = 0
-                hit_keys: list[int] = []
-                if L.prefix_caching:
-                    keys = self._keys(r)
-                    hit = kv.longest_hit(keys, (num_tokens - 1) // B)
-                    hit_keys = keys[:hit]
-                if full - hit + (kv.evictable_among(hit_keys) if hit else 0) > kv.free:
-                    break  # head-of-line blocking: nothing behind it is admitted
-                waiting.popleft()
-                cr = hit * B
-                n = num_tokens - cr
-                if thr and n > thr:
-                    n = thr
-                if n > budget:
-                    n = budget
-                if hit:
-                    kv.touch(hit_keys)
-                s.refs[r] = list(hit_keys)
-                s.registered[r] = hit
-                need = (cr + n + B - 1) // B + F - hit
-                kv.allocate(need)
-                held[r] = hit + need
-                computed[r] = cr
-                s.cached_tokens[r] = cr
-                running.append(r)
-                rq.append(r)
-                sc.append(n)
-                cp.append(cr)
-                ch.append(cr)
-                budget -= n
-        # vLLM _update_after_schedule: computed grows now; full blocks join the prefix cache.
-        pl = [prompt[r] for r in rq]
-        for r, n in zip(rq, sc, strict=True):
-            computed[r] += n
-        if L.prefix_caching:
-            refs, registered = s.refs, s.registered
-            for r in rq:
-                full = min(computed[r], prompt[r] + gen[r]) // B
-                j = registered[r]
-                if full > j:
-                    keys = self._keys(r)
-                    mine = refs[r]
-                    assert mine is not None
-                    while j < full:
-                        if kv.register(keys[j]):
-                            mine.append(keys[j])
-                        j += 1
-                    registered[r] = j
-        return rq, sc, cp, pl, ch
+        return (np.array(rq, np.int64), np.array(sc, np.int64), _EMPTY), budget, preempted
+
+    def _phase_b(self, c: Core, budget: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Admit waiting requests in FCFS order while the token budget lasts, running stays
+        under max_num_seqs and the head's whole current sequence fits (else stop)."""
+        s = self.s
+        L = c.limits
+        B, F, thr = L.block_size, L.fixed_blocks, L.long_prefill_token_threshold
+        kv, waiting, running = c.kv, c.waiting, c.running
+        rq: list[int] = []
+        sc: list[int] = []
+        ch: list[int] = []
+        while waiting and budget > 0 and len(running) < L.max_num_seqs:
+            r = waiting[0]
+            num_tokens = int(s.prompt[r] + s.gen[r])
+            full = (num_tokens + B - 1) // B + F
+            hit = 0
+            hit_keys: list[int] = []
+            if L.prefix_caching:
+                keys = self._keys(r)
+                hit = kv.longest_hit(keys, (num_tokens - 1) // B)
+                hit_keys = keys[:hit]
+            if full - hit + (kv.evictable_among(hit_keys) if hit else 0) > kv.free:
+                break  # head-of-line blocking: nothing behind it is admitted this step
+            waiting.popleft()
+            cr = hit * B
+            n = num_tokens - cr
+            if thr and n > thr:
+                n = thr
+            n = min(n, budget)
+            if hit:
+                kv.touch(hit_keys)
+            s.refs[r] = list(hit_keys)
+            s.registered[r] = hit
+            need = (cr + n + B - 1) // B + F - hit
+            kv.allocate(need)
+            s.held[r] = hit + need
+            s.computed[r] = cr
+            s.cached_tokens[r] = cr
+            running.append(r)
+            c.dirty = True
+            rq.append(r)
+            sc.append(n)
+            ch.append(cr)
+            budget -= n
+        return (np.array(rq, np.int64), np.array(sc, np.int64), np.array(ch, np.int64))

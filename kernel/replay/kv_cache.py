@@ -78,29 +78,38 @@ class KVBlocks:
         self.free -= n
         evict = len(self.lru) - self.free
         if evict > 0:
-            cached, lru = self.cached, self.lru
+            cached, pop = self.cached, self.lru.popitem
             for _ in range(evict):
-                key, _none = lru.popitem(last=False)
-                del cached[key]
+                del cached[pop(False)[0]]
             self.evictions += evict
 
-    def register(self, key: int) -> bool:
-        """A request's just-filled block under ``key``; False when the key is already cached
-        (the request's copy stays private and is freed unhashed)."""
-        if not self.caching or key in self.cached:
-            return False
-        self.cached[key] = 1
-        return True
+    def register(self, keys: list[int]) -> list[int]:
+        """A request's just-filled blocks under ``keys``; returns the keys now cached for it
+        (a key already cached stays with its first owner: the request's copy is private and
+        is freed unhashed, as vLLM keeps one block per hash)."""
+        if not self.caching:
+            return []
+        cached = self.cached
+        new = [key for key in keys if key not in cached]
+        if len(new) != len(set(new)):  # a key twice in one request: keep the first
+            new = list(dict.fromkeys(new))
+        cached.update(dict.fromkeys(new, 1))
+        return new
 
     def release(self, held: int, refs: list[int]) -> None:
         """A finished or preempted request gives back ``held`` blocks, ``refs`` of them
         cached (in block order): private blocks to the front, cached ones to the back of the
         LRU, tail block first."""
         self.free += held - len(refs)
-        cached, lru = self.cached, self.lru
+        if not refs:
+            return
+        cached = self.cached
+        last: list[int] = []
         for key in reversed(refs):
             ref = cached[key] - 1
             cached[key] = ref
             if ref == 0:
-                lru[key] = None
-                self.free += 1
+                last.append(key)
+        if last:
+            self.lru.update(dict.fromkeys(last))
+            self.free += len(last)

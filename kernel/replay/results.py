@@ -68,10 +68,8 @@ def build_result(k: Kernel, options: ReplayOptions, table: pa.Table, ids: list[A
                  reason: list[str | None], *, otok: int, completion_ns: int,
                  slo: dict[str, float] | None, lockstep: bool) -> ReplayResult:
     n = table.num_rows
-    rows = {name: np.frombuffer(col, np.int64) if len(col) else np.zeros(0, np.int64)
-            for name, col in sim.rows.cols.items()}
-    steps = {name: np.frombuffer(col, np.int64) if len(col) else np.zeros(0, np.int64)
-             for name, col in sim.rows.steps.items()}
+    rows = sim.rows.cols
+    steps = sim.rows.steps
     batch = rows["batch_id"]
     start = steps["start"][batch]
     end = steps["end"][batch]
