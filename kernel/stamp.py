@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 PREFIX = "blis."
 KINDS = ("priced", "rejects", "sweep-partition", "sweep-rejects", "sweep-summary", "export")
+# a serving replay's outputs (kernel/replay/output.py)
+KINDS += ("replay-requests", "replay-steps", "replay-engine-steps", "replay-summary",
+          "replay-rejects")
 
 
 class StampError(ValueError):

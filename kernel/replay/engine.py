@@ -75,6 +75,7 @@ class RunState:
         self.registered = np.zeros(n, np.int64)  # leading blocks offered to the prefix cache
         self.finished = np.zeros(n, bool)
         self.preemptions = np.zeros(n, np.int64)
+        self.lost = np.zeros(n, np.int64)  # computed tokens thrown away by preemptions
         self.cached_tokens = np.zeros(n, np.int64)  # prefix-hit tokens at the last admission
         self.core = np.full(n, -1, np.int64)
         self.refs: list[list[int] | None] = [None] * n  # cached keys held, block order
@@ -302,6 +303,7 @@ class Simulation:
         c.running.remove(r)
         c.dirty = True
         self._release(c, r)
+        s.lost[r] += s.computed[r]
         s.computed[r] = 0
         s.preemptions[r] += 1
         c.waiting.appendleft(r)

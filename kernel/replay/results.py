@@ -147,6 +147,7 @@ def build_result(k: Kernel, options: ReplayOptions, table: pa.Table, ids: list[A
         "output_tokens": pa.array(output, pa.int64()),
         "cached_tokens": pa.array(np.asarray(state.cached_tokens, np.int64), pa.int64()),
         "preemptions": pa.array(np.asarray(state.preemptions, np.int64), pa.int64()),
+        "recomputed_tokens": pa.array(np.asarray(state.lost, np.int64), pa.int64()),
         "engine": nullable(engine, pa.int64(), done),
         "pool": pa.array([pool] * n, pa.string()),
         "status": pa.array(status.tolist(), pa.string()),
