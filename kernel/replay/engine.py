@@ -235,11 +235,12 @@ class Simulation:
                 continue
             b = self.batches
             self.batches += 1
-            emitted = self._finish_step(c, rq, end)
-            self.rows.add((b, rq, sc, cp, pl, ch, emitted))
+            # occupancy while the step runs, before its finished requests leave
             self.rows.step_buf.extend((
                 b, c.index, self.group_steps, now, end, price, step, rq.size, int(sc.sum()),
                 len(c.running), len(c.waiting) + len(c.inbox), c.kv.used(), c.kv.num_blocks))
+            emitted = self._finish_step(c, rq, end)
+            self.rows.add((b, rq, sc, cp, pl, ch, emitted))
         g.busy = True
         g.start = now
         self._push_end(end, gi)
@@ -322,7 +323,8 @@ class Simulation:
             waiting.append(inbox.popleft()[1])
         budget = L.max_num_batched_tokens
         preempted = False
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (requests, n, cached)
+        # (requests, tokens, prefix-hit tokens or None for none)
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
         # Phase A, vectorised: running requests in order, each the rest of its known tokens
         # capped by the threshold and what the budget has left after the ones before it.
         if running:
@@ -345,7 +347,7 @@ class Simulation:
                     kv.allocate(total)
                     s.held[ra] += need
                 take = n > 0
-                parts.append((ra[take], n[take], _EMPTY))
+                parts.append((ra[take], n[take], None))
                 budget -= int(n.sum())
             else:  # some request cannot grow: the scalar loop with preemption from there
                 cum = np.cumsum(need)
@@ -355,7 +357,7 @@ class Simulation:
                     kv.allocate(int(fit.sum()))
                     s.held[ra[:first]] += fit
                     take = n[:first] > 0
-                    parts.append((ra[:first][take], n[:first][take], _EMPTY))
+                    parts.append((ra[:first][take], n[:first][take], None))
                     budget -= int(n[:first].sum())
                 done_a, budget, preempted = self._phase_a_scalar(c, first, budget)
                 parts.append(done_a)
@@ -366,13 +368,13 @@ class Simulation:
         if not parts:
             return _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY
         if len(parts) == 1:
-            rq, sc, ch = parts[0]
+            rq, sc, hits = parts[0]
+            ch = hits if hits is not None else np.zeros(rq.size, np.int64)
         else:
             rq = np.concatenate([p[0] for p in parts])
             sc = np.concatenate([p[1] for p in parts])
-            ch = np.concatenate([p[2] for p in parts])
-        if ch.size != rq.size:
-            ch = np.zeros(rq.size, np.int64)
+            ch = np.concatenate([p[2] if p[2] is not None else np.zeros(p[0].size, np.int64)
+                                 for p in parts])
         # vLLM _update_after_schedule: computed grows now; full blocks join the prefix cache.
         cp = s.computed[rq]
         s.computed[rq] = cp + sc
@@ -394,7 +396,7 @@ class Simulation:
         s.registered[r] = full
 
     def _phase_a_scalar(self, c: Core, i: int, budget: int
-                        ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], int, bool]:
+                        ) -> tuple[tuple[np.ndarray, np.ndarray, None], int, bool]:
         """Phase A from running[i] on, one request at a time, preempting the newest running
         request while the current one's blocks do not fit (vLLM ``Scheduler.schedule``)."""
         s = self.s
@@ -435,7 +437,7 @@ class Simulation:
             sc.append(n)
             budget -= n
             i += 1
-        return (np.array(rq, np.int64), np.array(sc, np.int64), _EMPTY), budget, preempted
+        return (np.array(rq, np.int64), np.array(sc, np.int64), None), budget, preempted
 
     def _phase_b(self, c: Core, budget: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Admit waiting requests in FCFS order while the token budget lasts, running stays

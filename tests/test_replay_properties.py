@@ -1,0 +1,170 @@
+"""Invariants of the replay on random request sets and engine settings (hypothesis), and the
+steps table re-priced by ``price`` in bulk, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kernel.replay import ReplayOptions, replay
+from tests.replay_support import kernel_for, request_set
+
+
+@st.composite
+def workloads(draw):
+    n = draw(st.integers(1, 14))
+    rows = []
+    t = 0
+    groups = draw(st.integers(1, 3))
+    for i in range(n):
+        t += draw(st.integers(0, 40_000_000))
+        p = draw(st.integers(1, 300))
+        g = draw(st.integers(0, groups - 1))
+        shared = draw(st.integers(0, p // 16))
+        hashes = [1000 * g + j for j in range(shared)] + [10**6 + 100 * i + j
+                                                           for j in range(p // 16 - shared)]
+        rows.append({"request_id": f"r{i}", "arrival_ns": t, "prompt_tokens": p,
+                     "output_tokens": draw(st.integers(1, 24)), "prefix_hashes": hashes})
+    opts = ReplayOptions(
+        max_num_seqs=draw(st.integers(1, 6)),
+        max_num_batched_tokens=draw(st.sampled_from([16, 40, 64, 256, 2048])),
+        long_prefill_token_threshold=draw(st.sampled_from([0, 0, 8, 50])),
+        num_blocks=draw(st.integers(21, 60)),  # 21 blocks hold the longest request (324)
+        enable_prefix_caching=draw(st.booleans()),
+        async_scheduling=draw(st.booleans()),
+        dp=draw(st.sampled_from([1, 1, 2])),
+        lockstep=draw(st.booleans()),
+        router=draw(st.sampled_from(["least_loaded", "round_robin"])),
+        estimate=draw(st.sampled_from(["overlap", "no_overlap"])),
+    )
+    return rows, opts
+
+
+@pytest.fixture(scope="module")
+def k():
+    return kernel_for()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_replay_invariants(workloads_):
+    rows, opts = workloads_
+    k = kernel_for()
+    res = replay(k, request_set(rows, hash_block_tokens=16), opts)
+    req = res.requests.to_pylist()
+    # every request finishes (none is too long for these settings)
+    assert [r["status"] for r in req] == ["finished"] * len(rows)
+    steps = res.steps.to_pylist()
+    sched: dict[str, int] = {}
+    for s in steps:
+        sched[s["request_id"]] = sched.get(s["request_id"], 0) + s["scheduled"]
+    for r in req:
+        # tokens computed = prompt + output - 1 + recomputed after preemption, where the
+        # tokens a prefix hit supplies count as computed without being scheduled
+        hit = sum(s["cached_tokens"] for s in steps if s["request_id"] == r["request_id"])
+        assert sched[r["request_id"]] + hit == (r["prompt_tokens"] + r["output_tokens"] - 1
+                                                + r["recomputed_tokens"])
+        assert r["arrival_ns"] <= r["ready_ns"] <= r["admitted_ns"] < r["first_token_ns"]
+        assert r["first_token_ns"] <= r["finish_ns"]
+        assert r["ttft_ns"] > 0 and r["e2e_ns"] >= r["ttft_ns"]
+    es = res.engine_steps.to_pylist()
+    limits = opts
+    last_end: dict[int, int] = {}
+    for e in es:
+        assert 0 < e["requests"] <= limits.max_num_seqs
+        assert e["tokens"] <= limits.max_num_batched_tokens
+        assert e["kv_used"] <= e["kv_blocks"] == limits.num_blocks
+        assert e["end"] - e["start"] == e["step_ns"] >= e["batch_ns"]
+        # time never goes backwards on one engine core
+        assert e["start"] >= last_end.get(e["engine"], 0)
+        last_end[e["engine"]] = e["end"]
+    # each request's rows are in time order, and a step never schedules a request twice
+    seen: dict[tuple[int, str], int] = {}
+    for s in steps:
+        key = (s["batch_id"], s["request_id"])
+        assert key not in seen
+        seen[key] = 1
+    # the same input gives the same output
+    again = replay(k, request_set(rows, hash_block_tokens=16), opts)
+    assert again.requests.equals(res.requests)
+    assert again.steps.equals(res.steps)
+
+
+def test_steps_reprice_bit_for_bit(k):
+    rng = np.random.default_rng(11)
+    n = 300
+    t = pa.table({"arrival_ns": np.cumsum(rng.exponential(2e7, n)).astype(np.int64),
+                  "prompt_tokens": rng.integers(1, 6000, n),
+                  "output_tokens": rng.integers(1, 80, n)})
+    for estimate in ("no_overlap", "overlap"):
+        res = replay(k, t, ReplayOptions(estimate=estimate, max_num_batched_tokens=2048))
+        priced = k.price(res.steps).sort("batch_id")
+        es = res.engine_steps.sort_by("batch_id")
+        assert priced["batch_id"].to_list() == es.column("batch_id").to_pylist()
+        assert priced[f"{estimate}_ns"].to_list() == es.column("batch_ns").to_pylist()
+        assert priced["limits"].to_list() == [""] * priced.height  # no step breaks a limit
+
+
+def test_bad_requests_are_reported_with_their_reason(k):
+    rows = [{"request_id": "ok", "arrival_ns": 0, "prompt_tokens": 10, "output_tokens": 3},
+            {"request_id": "long", "arrival_ns": 1, "prompt_tokens": 32000,
+             "output_tokens": 1000},
+            {"request_id": "zero", "arrival_ns": 2, "prompt_tokens": 10, "output_tokens": 0},
+            {"request_id": "orphan", "arrival_ns": None, "prompt_tokens": 10,
+             "output_tokens": 3, "think_ns": 5, "session_id": "nobody"}]
+    res = replay(k, request_set(rows))
+    by = {r["request_id"]: r for r in res.requests.to_pylist()}
+    assert by["ok"]["status"] == "finished" and by["ok"]["reason"] is None
+    assert "max_model_len 32768" in by["long"]["reason"]
+    assert "output_tokens (0)" in by["zero"]["reason"]
+    assert "session 'nobody'" in by["orphan"]["reason"]
+    assert res.rejects.column("request_id").to_pylist() == ["long", "zero", "orphan"]
+    assert res.requests.num_rows == 4  # nothing dropped
+    tiny = replay(k, request_set(rows[:1] + [{"arrival_ns": 3, "prompt_tokens": 100,
+                                              "output_tokens": 100}]),
+                  ReplayOptions(num_blocks=10))
+    assert "needs 13 KV blocks" in tiny.requests.column("reason").to_pylist()[1]
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(ValueError, match="estimate must be one of"):
+        ReplayOptions(estimate="fast")
+    with pytest.raises(ValueError, match="router must be one of"):
+        ReplayOptions(router="random")
+    with pytest.raises(ValueError, match="max_num_seqs must be a positive integer"):
+        ReplayOptions(max_num_seqs=0)
+    with pytest.raises(ValueError, match="calibration"):
+        replay(kernel_for(), request_set([{"arrival_ns": 0, "prompt_tokens": 5,
+                                           "output_tokens": 1}]),
+               ReplayOptions(estimate="calibrated"))
+    with pytest.raises(ValueError, match="slo: unknown key"):
+        replay(kernel_for(), request_set([{"arrival_ns": 0, "prompt_tokens": 5,
+                                           "output_tokens": 1}]), slo={"latency": 1.0})
+
+
+def test_closed_loop_sessions_follow_their_previous_request(k):
+    # A session's next request arrives think_ns after the previous one's last token (plus
+    # the completion overhead) reaches the user.
+    rows = [{"request_id": "s1", "arrival_ns": 0, "prompt_tokens": 50, "output_tokens": 4,
+             "session_id": "u"},
+            {"request_id": "s2", "arrival_ns": None, "prompt_tokens": 60, "output_tokens": 3,
+             "session_id": "u", "think_ns": 2_000_000}]
+    res = replay(k, request_set(rows))
+    a, b = res.requests.to_pylist()
+    assert b["arrival_ns"] == a["finish_ns"] + 2_000_000
+    assert b["status"] == "finished"
+
+
+def test_goodput_against_slos(k):
+    rows = [{"arrival_ns": i * 1000, "prompt_tokens": 2000, "output_tokens": 10}
+            for i in range(20)]
+    res = replay(k, request_set(rows), slo={"ttft": 10.0})
+    assert res.summary["goodput_requests"] == 20
+    ttfts = sorted(res.requests.column("ttft_ns").to_pylist())
+    cut = (ttfts[9] + ttfts[10]) / 2 / 1e9
+    res = replay(k, request_set(rows), slo={"ttft": cut})
+    assert res.summary["goodput_requests"] == 10
+    assert res.summary["slo_attainment"] == 0.5
