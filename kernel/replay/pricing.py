@@ -29,7 +29,7 @@ def price_step(k: Kernel, scheduled: np.ndarray, computed: np.ndarray, prompt_le
     """The kernel's estimate for one engine step whose rows are the three arrays, in order."""
     fast = getattr(k, "step_time_arrays", None)
     if fast is not None:
-        return fast(scheduled, computed, prompt_len,  # type: ignore[no-any-return]
+        return fast(scheduled, computed, prompt_len,
                     decode_threshold=decode_threshold)
     # The arrays hold non-negative int64 counts made by the engine: Requests need no re-check.
     reqs = tuple(_tuple_new(Request, (s, c, p, 0)) for s, c, p in
