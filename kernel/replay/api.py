@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from ..types import Placement
 from .engine import Core, EngineLimits, Group, RunState, Simulation
 from .pricing import ESTIMATES, price_step, step_ns
 from .router import ROUTERS, make_router
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from ..kernel import Kernel
     from .results import ReplayResult
 
-__all__ = ["ReplayOptions", "engine_limits", "replay"]
+__all__ = ["ReplayOptions", "engine_limits", "open_pools", "replay"]
 
 
 @dataclass(frozen=True)
@@ -118,15 +119,66 @@ def _ints(table: pa.Table, name: str, default: int | None = None) -> np.ndarray:
     return np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
 
 
-def replay(k: Kernel, requests: Any, options: ReplayOptions | None = None, *,
+def open_pools(scenario: str, repos: Any = None) -> list[Kernel]:
+    """A kernel for every pool of the scenario's deployment, in pool order (what
+    :func:`replay` takes for a disaggregated prefill/decode deployment)."""
+    from pipeline.load import open_inputs
+
+    from ..build import new
+
+    first = open_inputs(scenario, repos, 0)
+    return [new(first), *(new(open_inputs(scenario, repos, i))
+                          for i in range(1, len(first.deployment.pools)))]
+
+
+def _kernels(k: Any) -> list[Kernel]:
+    """One kernel (a colocated pool) or the [prefill, decode] kernels of a P/D deployment."""
+    from ..kernel import Kernel
+
+    if isinstance(k, Kernel):
+        return [k]
+    ks = list(k)
+    if len(ks) == 1 and isinstance(ks[0], Kernel):
+        return ks
+    roles = [str(getattr(x.resolved_pool, "role", "")) for x in ks]
+    if len(ks) != 2 or roles != ["prefill", "decode"]:
+        raise ValueError(f"replay takes one kernel, or the prefill and decode kernels of a "
+                         f"disaggregated deployment in that order (open_pools); got pools "
+                         f"with roles {roles}")
+    return ks
+
+
+def _placements(k: Kernel, node_offset: int) -> list[Placement]:
+    """Where each engine core of a pool sits: its first GPU's node (and rack)."""
+    lay = k.resolved_pool.layout
+    per_core = max(lay.tp, 1) * max(lay.pp, 1) * max(lay.pcp, 1)
+    gpn = max(lay.gpus_per_node, 1)
+    out = []
+    for i in range(max(lay.dp, 1)):
+        gpu = i * per_core
+        node = node_offset + gpu // gpn
+        rack = (node * gpn) // lay.gpus_per_rack if lay.gpus_per_rack else 0
+        out.append(Placement(node=node, rack=rack, pool=str(k.resolved_pool.role)))
+    return out
+
+
+def replay(k: Any, requests: Any, options: ReplayOptions | None = None, *,
            slo: dict[str, float] | None = None) -> ReplayResult:
-    """Replay ``requests`` on the deployment ``k`` prices (REPLAY_CONTRACT.md §2)."""
+    """Replay ``requests`` on the deployment ``k`` prices (REPLAY_CONTRACT.md §2).
+
+    ``k``: a :class:`kernel.Kernel` (one pool; its DP engine cores behind the router), or the
+    [prefill, decode] kernels of a disaggregated deployment (:func:`open_pools`): each request
+    is prefilled on the prefill pool (one token, as vLLM's disaggregated proxy asks), its
+    prompt KV handed off (:mod:`kernel.replay.transfers`), then decoded on the decode pool."""
     from .results import build_result
+    from .transfers import LinkShare
 
     options = options or ReplayOptions()
+    kernels = _kernels(k)
+    pd = len(kernels) == 2
     table, hash_tokens = _table(requests)
     n = table.num_rows
-    limits, dp, lockstep = engine_limits(k, options)
+    pools = [engine_limits(kp, options) for kp in kernels]
     arrival = _ints(table, "arrival_ns")
     prompt = _ints(table, "prompt_tokens")
     output = _ints(table, "output_tokens")
@@ -139,19 +191,9 @@ def replay(k: Kernel, requests: Any, options: ReplayOptions | None = None, *,
               if "prefix_hashes" in table.column_names and hash_tokens else None)
 
     reason: list[str | None] = [None] * n
-    B = limits.block_size
     for i in range(n):  # checks per request (pure Python over n, once)
-        p, o = int(prompt[i]), int(output[i])
-        if p <= 0 or o <= 0:
-            reason[i] = f"prompt_tokens ({p}) and output_tokens ({o}) must be > 0"
-        elif limits.max_model_len and p + o > limits.max_model_len:
-            reason[i] = (f"prompt_tokens + output_tokens = {p + o} exceeds max_model_len "
-                         f"{limits.max_model_len}")
-        elif -(-(p + o) // B) + limits.fixed_blocks > limits.num_blocks:
-            reason[i] = (f"needs {-(-(p + o) // B) + limits.fixed_blocks} KV blocks at its "
-                         f"full length; an engine core has {limits.num_blocks}")
-        elif arrival[i] < 0 and think[i] < 0:
-            reason[i] = "no arrival_ns and no think_ns: the request never arrives"
+        reason[i] = _reject_reason(int(prompt[i]), int(output[i]), int(arrival[i]),
+                                   int(think[i]), [p[0] for p in pools], pd)
 
     # Closed loop: a request with think_ns follows the previous request of its session.
     follower: dict[int, int] = {}
@@ -172,21 +214,31 @@ def replay(k: Kernel, requests: Any, options: ReplayOptions | None = None, *,
         if sid is not None:
             last_of[sid] = i
 
-    state = RunState(prompt.tolist(), output.tolist(), hashes, hash_tokens)
-    cores = [Core(i, _pool_name(k), limits) for i in range(dp)]
-    groups = [Group(cores)] if lockstep else [Group([c]) for c in cores]
+    if pd:  # the prefill pool samples one token; the decode pool gets the prompt's KV
+        states = [RunState(prompt.tolist(), np.ones(n, np.int64).tolist(), hashes,
+                           hash_tokens),
+                  RunState(prompt.tolist(), output.tolist(), hashes, hash_tokens)]
+        states[1].remote[:] = prompt - 1
+    else:
+        states = [RunState(prompt.tolist(), output.tolist(), hashes, hash_tokens)]
+    groups: list[Group] = []
+    for pi, (kp, (limits, dp, lockstep)) in enumerate(zip(kernels, pools, strict=True)):
+        cores = [Core(i, _pool_name(kp), limits, states[pi], pi) for i in range(dp)]
+        groups.extend([Group(cores)] if lockstep else [Group([c]) for c in cores])
     estimate = options.estimate
 
-    def price_ns(_core: Core, s: np.ndarray, c: np.ndarray, p: np.ndarray) -> int:
-        return step_ns(price_step(k, s, c, p), estimate)
+    def price_ns(core: Core, s: np.ndarray, c: np.ndarray, p: np.ndarray) -> int:
+        return step_ns(price_step(kernels[core.pool_index], s, c, p), estimate)
 
-    sim = Simulation(state, groups, price_ns, make_router(options.router),
+    sim = Simulation(groups, price_ns, [make_router(options.router) for _ in kernels],
                      max_steps=options.max_steps)
-    otok = int(k.output_token_overhead())
-    done_ns = int(k.completion_overhead())
+    client = kernels[-1]  # the pool whose tokens reach the user
+    otok = int(client.output_token_overhead())
+    done_ns = int(client.completion_overhead())
     arrival_eff = arrival.copy()
     ready = np.full(n, -1, np.int64)
-    admission = {}
+    handoff = np.full((n, 2), -1, np.int64)  # P/D: handoff start and end
+    admission: dict[int, int] = {}
 
     def arrive(i: int, t: int) -> None:
         arrival_eff[i] = t
@@ -195,27 +247,71 @@ def replay(k: Kernel, requests: Any, options: ReplayOptions | None = None, *,
             return
         p = int(prompt[i])
         if p not in admission:
-            admission[p] = int(k.admission_overhead(p))
+            admission[p] = int(kernels[0].admission_overhead(p))
         ready[i] = t + admission[p]
-        sim.push_ready(int(ready[i]), i)
+        sim.push_ready(int(ready[i]), i, 0)
 
     def finished_at(i: int, visible_ns: int) -> None:
         nxt = follower.get(i)
         if nxt is not None:
             arrive(nxt, visible_ns + int(think[nxt]))
 
-    def on_finish(i: int, end_ns: int) -> None:
+    node_offset = 0
+    places = []
+    for kp in kernels:
+        places.append(_placements(kp, node_offset))
+        node_offset += max(int(kp.deployment().nodes or 0), 1)
+    decode_router = make_router(options.router)
+
+    def handed_off(i: int, t: int) -> None:
+        handoff[i, 1] = t
+        sim.push_ready(t, i, 1)
+
+    links = LinkShare(sim.push_timer, handed_off)
+
+    def on_finish(c: Core, i: int, end_ns: int) -> None:
+        if pd and c.pool_index == 0:  # prefill done: hand the prompt's KV to a decode core
+            dst = decode_router(sim.pool_cores[1], i)
+            handoff[i, 0] = end_ns
+            demand = kernels[0].pd_transfer_demand(int(prompt[i]), places[0][c.index],
+                                                   places[1][dst.index])
+            pinned[i] = dst
+            links.start(i, end_ns, demand)
+            return
         finished_at(i, end_ns + int(output[i]) * otok + done_ns)
 
+    pinned: dict[int, Core] = {}
+    if pd:  # the decode request goes to the core its KV was sent to
+        routes = list(sim.routes)
+        routes[1] = lambda cores, i: pinned.pop(i)
+        sim.routes = routes
     sim.on_finish = on_finish
+    sim.on_timer = links.wake
     for i in first_rows:
         arrive(i, int(arrival[i]))
     sim.run()
-    return build_result(k, options, table, ids, sim, state, arrival_eff, ready, reason,
-                        otok=otok, completion_ns=done_ns, slo=slo, lockstep=lockstep)
+    return build_result(kernels, options, table, ids, sim, states, arrival_eff, ready, reason,
+                        otok=otok, completion_ns=done_ns, slo=slo,
+                        lockstep=[p[2] for p in pools], handoff=handoff if pd else None)
+
+
+def _reject_reason(p: int, o: int, arrival: int, think: int, limits: list[EngineLimits],
+                   pd: bool) -> str | None:
+    if p <= 0 or o <= 0:
+        return f"prompt_tokens ({p}) and output_tokens ({o}) must be > 0"
+    for lim in limits:
+        if lim.max_model_len and p + o > lim.max_model_len:
+            return (f"prompt_tokens + output_tokens = {p + o} exceeds max_model_len "
+                    f"{lim.max_model_len}")
+        need = -(-(p + o) // lim.block_size) + lim.fixed_blocks
+        if need > lim.num_blocks:
+            return f"needs {need} KV blocks at its full length; an engine core has " \
+                   f"{lim.num_blocks}"
+    if arrival < 0 and think < 0:
+        return "no arrival_ns and no think_ns: the request never arrives"
+    return None
 
 
 def _pool_name(k: Kernel) -> str:
     role = getattr(k.resolved_pool, "role", "") or ""
     return str(role) or "colocated"
-

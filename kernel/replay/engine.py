@@ -40,7 +40,9 @@ from .kv_cache import KVBlocks
 
 __all__ = ["Core", "EngineLimits", "Group", "RunState", "Simulation"]
 
-READY, STEP_END = 0, 1  # event kinds: at one instant arrivals are polled before a schedule
+# Event kinds, in their order at one instant: arrivals, timers, then schedules (an idle
+# group's first step and step ends), so a step sees every request ready at its instant.
+READY, TIMER, KICK, STEP_END = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ class RunState:
         self.finished = np.zeros(n, bool)
         self.preemptions = np.zeros(n, np.int64)
         self.lost = np.zeros(n, np.int64)  # computed tokens thrown away by preemptions
+        # tokens whose KV arrives from elsewhere at the first admission (a P/D handoff)
+        self.remote = np.zeros(n, np.int64)
         self.cached_tokens = np.zeros(n, np.int64)  # prefix-hit tokens at the last admission
         self.core = np.full(n, -1, np.int64)
         self.refs: list[list[int] | None] = [None] * n  # cached keys held, block order
@@ -85,9 +89,12 @@ class RunState:
 class Core:
     """One engine core: waiting queue, running list and its KV blocks."""
 
-    def __init__(self, index: int, pool: str, limits: EngineLimits):
+    def __init__(self, index: int, pool: str, limits: EngineLimits, state: RunState,
+                 pool_index: int = 0):
         self.index = index
         self.pool = pool
+        self.pool_index = pool_index
+        self.state = state
         self.limits = limits
         self.kv = KVBlocks(limits.num_blocks, limits.block_size, limits.prefix_caching)
         self.inbox: deque[tuple[int, int]] = deque()  # (ready_ns, request) not yet polled
@@ -118,8 +125,8 @@ class Rows:
     """The steps table as growable int64 numpy columns, one engine-step record per batch."""
 
     NAMES = ("batch_id", "request", "scheduled", "computed", "prompt_len", "cached_tokens",
-             "emitted")
-    STEP_NAMES = ("batch_id", "engine", "group_step", "start", "end", "batch_ns", "step_ns",
+             "emitted", "pool")
+    STEP_NAMES = ("batch_id", "pool", "engine", "group_step", "start", "end", "batch_ns", "step_ns",
                   "requests", "tokens", "running", "waiting", "kv_used", "kv_blocks")
 
     def __init__(self) -> None:
@@ -157,28 +164,38 @@ _EMPTY = np.zeros(0, np.int64)
 class Simulation:
     """Every group on one event clock; :meth:`run` until every request is done."""
 
-    def __init__(self, state: RunState, groups: list[Group],
+    def __init__(self, groups: list[Group],
                  price_ns: Callable[[Core, np.ndarray, np.ndarray, np.ndarray], int],
-                 route: Callable[[list[Core], int], Core], *, max_steps: int | None = None):
-        self.s = state
+                 routes: Sequence[Callable[[list[Core], int], Core]], *,
+                 max_steps: int | None = None):
         self.groups = groups
         self.cores = [c for g in groups for c in g.cores]
+        npools = len(routes)
+        self.pool_cores = [[c for c in self.cores if c.pool_index == i] for i in range(npools)]
         self.group_of = {id(c): g for g in groups for c in g.cores}
         self.price_ns = price_ns
-        self.route = route
+        self.routes = routes
         self.max_steps = max_steps
         self.rows = Rows()
         self.events: list[tuple[int, int, int, int]] = []
         self.seq = 0
         self.batches = 0
         self.group_steps = 0
-        # called with (request, end of the step that emitted its last token)
-        self.on_finish: Callable[[int, int], None] | None = None
+        # called with (core, request, end of the step that sampled its last token)
+        self.on_finish: Callable[[Core, int, int], None] | None = None
+        # called with (timer token, time) for timers pushed by push_timer
+        self.on_timer: Callable[[int, int], None] | None = None
 
     # -- events --------------------------------------------------------------------------
-    def push_ready(self, ready_ns: int, request: int) -> None:
+    def push_ready(self, ready_ns: int, request: int, pool: int = 0) -> None:
+        """``request`` joins pool ``pool`` (its router picks the core) at ``ready_ns``."""
         self.seq += 1
-        heapq.heappush(self.events, (ready_ns, READY, self.seq, request))
+        heapq.heappush(self.events, (ready_ns, READY, self.seq,
+                                     request * len(self.routes) + pool))
+
+    def push_timer(self, at_ns: int, token: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (at_ns, TIMER, self.seq, token))
 
     def _push_end(self, end_ns: int, gi: int) -> None:
         self.seq += 1
@@ -190,12 +207,20 @@ class Simulation:
         while events:
             t, kind, _seq, x = heapq.heappop(events)
             if kind == READY:
-                core = self.route(self.cores, x)
-                self.s.core[x] = core.index
-                core.inbox.append((t, x))
+                r, pool = divmod(x, len(self.routes))
+                core = self.routes[pool](self.pool_cores[pool], r)
+                core.state.core[r] = core.index
+                core.inbox.append((t, r))
                 g = self.group_of[id(core)]
-                if not g.busy:
-                    self._step(g, gindex[id(g)], t, t)
+                if not g.busy:  # an idle group steps once everything at this instant is in
+                    g.busy = True
+                    self.seq += 1
+                    heapq.heappush(events, (t, KICK, self.seq, gindex[id(g)]))
+            elif kind == TIMER:
+                if self.on_timer is not None:
+                    self.on_timer(x, t)
+            elif kind == KICK:
+                self._step(self.groups[x], x, t, t)
             else:
                 g = self.groups[x]
                 self._step(g, x, t, g.start if g.cores[0].limits.async_scheduling else t)
@@ -237,10 +262,10 @@ class Simulation:
             self.batches += 1
             # occupancy while the step runs, before its finished requests leave
             self.rows.step_buf.extend((
-                b, c.index, self.group_steps, now, end, price, step, rq.size, int(sc.sum()),
+                b, c.pool_index, c.index, self.group_steps, now, end, price, step, rq.size, int(sc.sum()),
                 len(c.running), len(c.waiting) + len(c.inbox), c.kv.used(), c.kv.num_blocks))
             emitted = self._finish_step(c, rq, end)
-            self.rows.add((b, rq, sc, cp, pl, ch, emitted))
+            self.rows.add((b, rq, sc, cp, pl, ch, emitted, c.pool_index))
         g.busy = True
         g.start = now
         self._push_end(end, gi)
@@ -251,12 +276,12 @@ class Simulation:
         for r in c.zombies:
             c.running.remove(r)
             self._release(c, r)
-            self.s.keys[r] = None
+            c.state.keys[r] = None
         c.zombies.clear()
         c.dirty = True
 
     def _release(self, c: Core, r: int) -> None:
-        s = self.s
+        s = c.state
         c.kv.release(int(s.held[r]), s.refs[r] or [])
         s.held[r] = 0
         s.refs[r] = None
@@ -265,7 +290,7 @@ class Simulation:
     def _finish_step(self, c: Core, rq: np.ndarray, end: int) -> np.ndarray:
         """Tokens sampled at the step's end; finished requests leave (async: after the next
         schedule)."""
-        s = self.s
+        s = c.state
         emitted = s.computed[rq] == s.prompt[rq] + s.gen[rq]
         who = rq[emitted]
         gen = s.gen[who] + 1
@@ -283,15 +308,16 @@ class Simulation:
                 c.dirty = True
             if self.on_finish is not None:
                 for r in done.tolist():
-                    self.on_finish(r, end)
+                    self.on_finish(c, r, end)
         return emitted
 
     # -- the scheduler -------------------------------------------------------------------
-    def _keys(self, r: int) -> list[int]:
-        s = self.s
+    @staticmethod
+    def _keys(c: Core, r: int) -> list[int]:
+        s = c.state
         keys = s.keys[r]
         if keys is None:
-            B = self.cores[int(s.core[r])].limits.block_size
+            B = c.limits.block_size
             n = -(-int(s.prompt[r] + s.output[r]) // B)
             h = s.hashes[r] if s.hashes is not None else None
             keys = block_keys(h, s.hash_tokens, B, n, r)
@@ -300,7 +326,7 @@ class Simulation:
 
     def _preempt(self, c: Core, r: int) -> None:
         """vLLM ``Scheduler._preempt_request``: recompute from scratch, front of waiting."""
-        s = self.s
+        s = c.state
         c.running.remove(r)
         c.dirty = True
         self._release(c, r)
@@ -312,7 +338,7 @@ class Simulation:
     def _schedule(self, c: Core, sched_time: int) -> Plan:
         """One engine core's schedule: (requests, scheduled, computed before, prompt_len,
         cached tokens) in batch order. Applies the schedule (computed, blocks)."""
-        s = self.s
+        s = c.state
         L = c.limits
         B = L.block_size
         F = L.fixed_blocks
@@ -387,8 +413,8 @@ class Simulation:
         return rq, sc, cp, pl, ch
 
     def _register(self, c: Core, r: int, full: int) -> None:
-        s = self.s
-        keys = self._keys(r)
+        s = c.state
+        keys = self._keys(c, r)
         mine = s.refs[r]
         if mine is None:
             mine = s.refs[r] = []
@@ -399,7 +425,7 @@ class Simulation:
                         ) -> tuple[tuple[np.ndarray, np.ndarray, None], int, bool]:
         """Phase A from running[i] on, one request at a time, preempting the newest running
         request while the current one's blocks do not fit (vLLM ``Scheduler.schedule``)."""
-        s = self.s
+        s = c.state
         L = c.limits
         B, F, thr = L.block_size, L.fixed_blocks, L.long_prefill_token_threshold
         kv, running, finished = c.kv, c.running, s.finished
@@ -442,7 +468,7 @@ class Simulation:
     def _phase_b(self, c: Core, budget: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Admit waiting requests in FCFS order while the token budget lasts, running stays
         under max_num_seqs and the head's whole current sequence fits (else stop)."""
-        s = self.s
+        s = c.state
         L = c.limits
         B, F, thr = L.block_size, L.fixed_blocks, L.long_prefill_token_threshold
         kv, waiting, running = c.kv, c.waiting, c.running
@@ -456,13 +482,17 @@ class Simulation:
             hit = 0
             hit_keys: list[int] = []
             if L.prefix_caching:
-                keys = self._keys(r)
+                keys = self._keys(c, r)
                 hit = kv.longest_hit(keys, (num_tokens - 1) // B)
                 hit_keys = keys[:hit]
             if full - hit + (kv.evictable_among(hit_keys) if hit else 0) > kv.free:
                 break  # head-of-line blocking: nothing behind it is admitted this step
             waiting.popleft()
             cr = hit * B
+            remote = int(s.remote[r])
+            if remote > cr:  # KV loaded from the prefill pool: computed, not scheduled
+                cr = remote
+                s.remote[r] = 0
             n = num_tokens - cr
             if thr and n > thr:
                 n = thr
@@ -475,11 +505,11 @@ class Simulation:
             kv.allocate(need)
             s.held[r] = hit + need
             s.computed[r] = cr
-            s.cached_tokens[r] = cr
+            s.cached_tokens[r] = hit * B
             running.append(r)
             c.dirty = True
             rq.append(r)
             sc.append(n)
-            ch.append(cr)
+            ch.append(hit * B)
             budget -= n
         return (np.array(rq, np.int64), np.array(sc, np.int64), np.array(ch, np.int64))

@@ -63,11 +63,14 @@ def _stats(x: np.ndarray, prefix: str) -> dict[str, float | None]:
             **{f"{prefix}_p{q}": float(np.percentile(x, q)) for q in (50, 90, 99)}}
 
 
-def build_result(k: Kernel, options: ReplayOptions, table: pa.Table, ids: list[Any],
-                 sim: Simulation, state: RunState, arrival: np.ndarray, ready: np.ndarray,
-                 reason: list[str | None], *, otok: int, completion_ns: int,
-                 slo: dict[str, float] | None, lockstep: bool) -> ReplayResult:
+def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
+                 ids: list[Any], sim: Simulation, states: list[RunState],
+                 arrival: np.ndarray, ready: np.ndarray, reason: list[str | None], *,
+                 otok: int, completion_ns: int, slo: dict[str, float] | None,
+                 lockstep: list[bool], handoff: np.ndarray | None = None) -> ReplayResult:
     n = table.num_rows
+    client = len(states) - 1  # the pool whose tokens reach the user (decode in P/D)
+    state = states[client]
     rows = sim.rows.cols
     steps = sim.rows.steps
     batch = rows["batch_id"]
@@ -76,7 +79,7 @@ def build_result(k: Kernel, options: ReplayOptions, table: pa.Table, ids: list[A
     req = rows["request"]
 
     # Token times: stable by request, emission order kept (rows are in time order).
-    em = np.flatnonzero(rows["emitted"])
+    em = np.flatnonzero(rows["emitted"].astype(bool) & (rows["pool"] == client))
     order = np.argsort(req[em], kind="stable")
     tr = req[em][order]
     tend = end[em][order]
@@ -123,7 +126,12 @@ def build_result(k: Kernel, options: ReplayOptions, table: pa.Table, ids: list[A
         return pa.array(x, typ, mask=~mask)
 
     engine = np.asarray(state.core, np.int64)
-    pool = sim.cores[0].pool if sim.cores else ""
+    names = [next((c.pool for c in sim.cores if c.pool_index == i), "")
+             for i in range(len(states))]
+    pool = names[client]
+    no = np.full(n, -1, np.int64)
+    h0, h1 = (handoff[:, 0], handoff[:, 1]) if handoff is not None else (no, no)
+    first_engine = np.asarray(states[0].core, np.int64)
     status = np.where(done, "finished", "rejected")
     requests = pa.table({
         "request_id": pa.array([str(x) for x in ids], pa.string()),
@@ -145,11 +153,14 @@ def build_result(k: Kernel, options: ReplayOptions, table: pa.Table, ids: list[A
         "queue_ns": nullable(queue, pa.int64(), done),
         "prompt_tokens": pa.array(prompt, pa.int64()),
         "output_tokens": pa.array(output, pa.int64()),
-        "cached_tokens": pa.array(np.asarray(state.cached_tokens, np.int64), pa.int64()),
-        "preemptions": pa.array(np.asarray(state.preemptions, np.int64), pa.int64()),
-        "recomputed_tokens": pa.array(np.asarray(state.lost, np.int64), pa.int64()),
+        "cached_tokens": pa.array(sum(s.cached_tokens for s in states), pa.int64()),
+        "preemptions": pa.array(sum(s.preemptions for s in states), pa.int64()),
+        "recomputed_tokens": pa.array(sum(s.lost for s in states), pa.int64()),
         "engine": nullable(engine, pa.int64(), done),
         "pool": pa.array([pool] * n, pa.string()),
+        "prefill_engine": nullable(first_engine, pa.int64(), done & (handoff is not None)),
+        "handoff_start_ns": nullable(h0, pa.int64(), done & (h0 >= 0)),
+        "handoff_end_ns": nullable(h1, pa.int64(), done & (h1 >= 0)),
         "status": pa.array(status.tolist(), pa.string()),
         "reason": pa.array(reason, pa.string()),
     })
@@ -169,7 +180,7 @@ def build_result(k: Kernel, options: ReplayOptions, table: pa.Table, ids: list[A
         "decode_threshold": pa.array(np.ones(batch.size, np.int64), pa.int64()),
         "request_id": id_arr.take(pa.array(req)) if req.size else pa.array([], pa.string()),
         "engine": pa.array(steps["engine"][batch], pa.int64()),
-        "pool": pa.array([pool] * batch.size, pa.string()),
+        "pool": pa.array(names, pa.string()).take(pa.array(rows["pool"])),
         "step_start_ns": pa.array(start, pa.int64()),
         "step_end_ns": pa.array(end, pa.int64()),
         "batch_ns": pa.array(steps["batch_ns"][batch], pa.int64()),
@@ -179,8 +190,14 @@ def build_result(k: Kernel, options: ReplayOptions, table: pa.Table, ids: list[A
     engine_steps = pa.table({name: pa.array(v, pa.int64()) for name, v in steps.items()})
     summary = summarise(requests, engine_steps, itl, slo)
     summary["engine_cores"] = len(sim.cores)
+    summary["pools"] = names
     summary["lockstep"] = lockstep
-    summary["kv_blocks_per_core"] = sim.cores[0].limits.num_blocks if sim.cores else 0
+    summary["kv_blocks_per_core"] = [next(c.limits.num_blocks for c in sim.cores
+                                          if c.pool_index == i) for i in range(len(states))]
+    if handoff is not None:
+        took = (handoff[:, 1] - handoff[:, 0])[handoff[:, 1] >= 0]
+        summary.update({k_: (v / NS if v is not None else None)
+                        for k_, v in _stats(took.astype(np.float64), "handoff_s").items()})
     summary["prefix_cache_evictions"] = sum(c.kv.evictions for c in sim.cores)
     summary["options"] = options.to_dict()
     return ReplayResult(requests=requests, steps=steps_table, summary=summary,
