@@ -93,7 +93,8 @@ def register(group: click.Group) -> None:
     @click.option("--async-scheduling/--no-async-scheduling", default=True, show_default=True,
                   help="vLLM's async scheduling (one-step lag; on by default in v0.31).")
     @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
-                  help="Pool index of the deployment.")
+                  help="Pool index (a prefill+decode deployment replays both pools unless "
+                       "a pool other than 0 is named).")
     @click.option("--dp", type=click.IntRange(1), help="Engine cores (default: the "
                                                         "deployment's DP width).")
     @click.option("--max-num-seqs", type=click.IntRange(1))
@@ -117,10 +118,16 @@ def register(group: click.Group) -> None:
         """Replay REQUESTS (a request file or a load spec) on SCENARIO."""
         import kernel
         from kernel.replay import ReplayOptions, replay, write_replay
+        from pipeline.load import open_inputs
 
         slos = parse_slo(slo)
-        k = kernel.open(scenario, make_repos(scenarios_root, catalog_root, registry_root),
-                        pool, calibration=calibration)
+        repos = make_repos(scenarios_root, catalog_root, registry_root)
+        k = kernel.open(scenario, repos, pool, calibration=calibration)
+        target: Any = k
+        roles = ([p.role for p in open_inputs(scenario, repos, 0).deployment.pools]
+                 if pool == 0 else [])
+        if roles == ["prefill", "decode"]:  # disaggregated: both pools, P/D replay
+            target = [k, kernel.open(scenario, repos, 1, calibration=calibration)]
         reqs = load_requests(requests, arrival_unit, seed,
                              int(k.resolved_pool.max_model_len) or None)
         opts = ReplayOptions(estimate=estimate, router=router,
@@ -129,7 +136,7 @@ def register(group: click.Group) -> None:
                              max_num_batched_tokens=max_num_batched_tokens,
                              long_prefill_token_threshold=long_prefill_token_threshold,
                              enable_prefix_caching=prefix_caching)
-        result = replay(k, reqs, opts, slo=slos)
+        result = replay(target, reqs, opts, slo=slos)
         paths = write_replay(result, out_dir, k, source=requests)
         s = result.summary
         click.echo(f"replayed {s['requests']:,} requests ({s['finished']:,} finished, "
