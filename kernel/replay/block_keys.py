@@ -5,8 +5,9 @@ The request source gives ``prefix_hashes``: entry i identifies prompt tokens [0,
 block j's key is entry (j+1)·B/H − 1 itself (the chain is exact). Otherwise block j takes the
 first entry covering it, mixed with j: equal entries imply equal prefixes up to the entry's end,
 so equal keys still imply an equal block prefix (a key may miss a hit vLLM would see, never
-invent one). Blocks beyond the chain get keys private to the request (negative), so only the
-request itself (after a preemption) can hit them.
+invent one). Blocks beyond the chain have no key here: only the request itself (after a
+preemption) can hit them, and the KV pool keeps them as one segment per request
+(:mod:`kernel.replay.kv_cache`).
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ __all__ = ["block_keys"]
 
 _MIX = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
-_PRIVATE_SHIFT = 24  # blocks per request below 2^24 (max_model_len / block_size)
 
 
 def block_keys(hashes: Sequence[int] | None, hash_tokens: int | None, block_size: int,
-               n_blocks: int, request: int) -> list[int]:
-    """Keys of a request's first ``n_blocks`` blocks of ``block_size`` tokens."""
+               n_blocks: int) -> list[int]:
+    """Keys of a request's leading blocks (at most ``n_blocks``) of ``block_size`` tokens
+    that its hash chain identifies."""
     shared: list[int] = []
     if hashes and hash_tokens:
         covered = len(hashes) * hash_tokens // block_size
@@ -33,5 +34,4 @@ def block_keys(hashes: Sequence[int] | None, hash_tokens: int | None, block_size
         else:
             shared = [((int(hashes[-(-(j + 1) * block_size // hash_tokens) - 1]) * _MIX + j)
                        & _MASK) for j in range(upto)]
-    base = -((request + 1) << _PRIVATE_SHIFT)
-    return shared + list(range(base - len(shared), base - n_blocks, -1))
+    return shared

@@ -282,7 +282,7 @@ class Simulation:
 
     def _release(self, c: Core, r: int) -> None:
         s = c.state
-        c.kv.release(int(s.held[r]), s.refs[r] or [])
+        c.kv.release(int(s.held[r]), s.refs[r] or [], r)
         s.held[r] = 0
         s.refs[r] = None
         s.registered[r] = 0
@@ -320,7 +320,7 @@ class Simulation:
             B = c.limits.block_size
             n = -(-int(s.prompt[r] + s.output[r]) // B)
             h = s.hashes[r] if s.hashes is not None else None
-            keys = block_keys(h, s.hash_tokens, B, n, r)
+            keys = block_keys(h, s.hash_tokens, B, n)
             s.keys[r] = keys
         return keys
 
@@ -413,12 +413,17 @@ class Simulation:
         return rq, sc, cp, pl, ch
 
     def _register(self, c: Core, r: int, full: int) -> None:
+        """The request's leading ``full`` blocks are full: offer the new ones to the cache."""
         s = c.state
         keys = self._keys(c, r)
-        mine = s.refs[r]
-        if mine is None:
-            mine = s.refs[r] = []
-        mine.extend(c.kv.register(keys[int(s.registered[r]):full]))
+        reg = int(s.registered[r])
+        shared = len(keys)
+        if reg < shared:
+            mine = s.refs[r]
+            if mine is None:
+                mine = s.refs[r] = []
+            mine.extend(c.kv.register(keys[reg:min(full, shared)]))
+        c.kv.register_private(r, full - max(reg, shared))
         s.registered[r] = full
 
     def _phase_a_scalar(self, c: Core, i: int, budget: int
@@ -479,13 +484,14 @@ class Simulation:
             r = waiting[0]
             num_tokens = int(s.prompt[r] + s.gen[r])
             full = (num_tokens + B - 1) // B + F
-            hit = 0
+            hit = private = 0
             hit_keys: list[int] = []
             if L.prefix_caching:
                 keys = self._keys(c, r)
-                hit = kv.longest_hit(keys, (num_tokens - 1) // B)
-                hit_keys = keys[:hit]
-            if full - hit + (kv.evictable_among(hit_keys) if hit else 0) > kv.free:
+                shared, private = kv.longest_hit(keys, (num_tokens - 1) // B, r)
+                hit = shared + private
+                hit_keys = keys[:shared]
+            if full - hit + (kv.evictable_among(hit_keys, r, private) if hit else 0) > kv.free:
                 break  # head-of-line blocking: nothing behind it is admitted this step
             waiting.popleft()
             cr = hit * B
@@ -498,7 +504,7 @@ class Simulation:
                 n = thr
             n = min(n, budget)
             if hit:
-                kv.touch(hit_keys)
+                kv.touch(hit_keys, r, private)
             s.refs[r] = list(hit_keys)
             s.registered[r] = hit
             need = (cr + n + B - 1) // B + F - hit

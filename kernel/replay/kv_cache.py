@@ -10,11 +10,14 @@ Only counts and hashes matter to timing, so blocks have no identity here:
   ``single_type_kv_cache_manager.py: SingleTypeKVCacheManager.free``). So the queue is always
   [unhashed blocks..., hashed blocks in LRU order] and allocation evicts cached blocks only
   once the unhashed ones are used up: ``lru`` is that hashed suffix, front first;
-* ``cached`` maps a block key to its reference count (how many running requests hold it).
+* ``cached`` maps a shared block key (a request's chained prefix hash for that block) to its
+  reference count (how many running requests hold it).
 
-A block key is the request's chained hash for that block (equal keys mean equal token prefixes
-up to the block's end) or, for blocks without a known hash, a key private to the request (so
-a preempted request can still hit its own blocks when it resumes).
+Blocks beyond a request's known hashes (the rest of its prompt, its outputs) are hashed in
+vLLM too, but only that request can ever hit them (after a preemption). They are kept as one
+*segment* per request, ``segment[r]`` leading blocks after its shared ones, which sits in the
+LRU as one entry (key ``-(r + 1)``) and loses blocks from its tail when evicted, as vLLM's
+tail-first order does: the same queue, without a Python operation per block.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ __all__ = ["KVBlocks"]
 class KVBlocks:
     """The block pool of one engine core (``num_blocks`` usable blocks of ``block_size``)."""
 
-    __slots__ = ("block_size", "cached", "caching", "evictions", "free", "lru", "num_blocks")
+    __slots__ = ("_lru_count", "block_size", "cached", "caching", "evictions", "free", "lru",
+                 "num_blocks", "segment")
 
     def __init__(self, num_blocks: int, block_size: int, caching: bool):
         if num_blocks <= 0 or block_size <= 0:
@@ -38,30 +42,45 @@ class KVBlocks:
         self.caching = caching
         self.free = num_blocks
         self.cached: dict[int, int] = {}
+        self.segment: dict[int, int] = {}  # request -> its cached private blocks
         self.lru: OrderedDict[int, None] = OrderedDict()
+        self._lru_count = 0  # blocks in the LRU: a shared key counts 1, a segment its size
         self.evictions = 0
 
     def used(self) -> int:
         return self.num_blocks - self.free
 
-    def longest_hit(self, keys: list[int], max_blocks: int) -> int:
-        """Leading blocks of ``keys`` found cached (vLLM ``find_longest_cache_hit``)."""
+    def longest_hit(self, keys: list[int], max_blocks: int, r: int) -> tuple[int, int]:
+        """(shared, private) leading blocks found cached (vLLM ``find_longest_cache_hit``):
+        the request's shared keys, then, when all of them hit, its own segment."""
         if not self.caching:
-            return 0
+            return 0, 0
         cached = self.cached
         n = 0
         for key in keys[:max_blocks]:
             if key not in cached:
                 break
             n += 1
-        return n
+        seg = self.segment.get(r, 0)
+        if not seg:
+            return n, 0
+        if n < len(keys):  # the segment is unreachable (never the case with tail-first
+            self._drop_segment(r)  # eviction, kept for safety): forget its hashes
+            return n, 0
+        return n, min(seg, max_blocks - n)
 
-    def evictable_among(self, keys: list[int]) -> int:
-        """How many of these cached keys nobody holds (a hit on them consumes a free block)."""
+    def _drop_segment(self, r: int) -> None:
+        """A waiting request's segment (in the LRU) loses its hashes: anonymous free blocks."""
+        seg = self.segment.pop(r, 0)
+        if self.lru.pop(-(r + 1), 0) is None:
+            self._lru_count -= seg
+
+    def evictable_among(self, keys: list[int], r: int, private: int) -> int:
+        """Blocks of a hit nobody holds (a hit on them consumes a free block)."""
         cached = self.cached
-        return sum(1 for key in keys if cached[key] == 0)
+        return sum(1 for key in keys if cached[key] == 0) + private
 
-    def touch(self, keys: list[int]) -> None:
+    def touch(self, keys: list[int], r: int, private: int) -> None:
         """A request now holds these cached blocks (vLLM ``BlockPool.touch``)."""
         cached, lru = self.cached, self.lru
         for key in keys:
@@ -69,24 +88,51 @@ class KVBlocks:
             if ref == 0:
                 del lru[key]
                 self.free -= 1
+                self._lru_count -= 1
             cached[key] = ref + 1
+        if private:
+            seg = self.segment[r]
+            del lru[-(r + 1)]
+            self._lru_count -= seg
+            self.free -= private
+            if private < seg:  # only `private` of them are hit; the rest lose their hashes
+                self.segment[r] = private
 
     def allocate(self, n: int) -> None:
         """Take ``n`` blocks from the front of the free queue, evicting cached ones as needed."""
         if n > self.free:
             raise AssertionError(f"allocate({n}) with {self.free} free blocks")
         self.free -= n
-        evict = len(self.lru) - self.free
+        evict = self._lru_count - self.free  # the unhashed blocks ran out: evict the rest
         if evict > 0:
-            cached, pop = self.cached, self.lru.popitem
-            for _ in range(evict):
-                del cached[pop(False)[0]]
-            self.evictions += evict
+            self._evict(evict)
+
+    def _evict(self, n: int) -> None:
+        cached, segment, lru = self.cached, self.segment, self.lru
+        self.evictions += n
+        while n > 0:
+            key, _none = lru.popitem(last=False)
+            if key >= 0:
+                del cached[key]
+                n -= 1
+                self._lru_count -= 1
+                continue
+            r = -key - 1
+            seg = segment[r]
+            take = min(seg, n)
+            n -= take
+            self._lru_count -= take
+            if take == seg:
+                del segment[r]
+            else:  # the segment's tail went; its head stays at the front
+                segment[r] = seg - take
+                lru[key] = None
+                lru.move_to_end(key, last=False)
 
     def register(self, keys: list[int]) -> list[int]:
-        """A request's just-filled blocks under ``keys``; returns the keys now cached for it
-        (a key already cached stays with its first owner: the request's copy is private and
-        is freed unhashed, as vLLM keeps one block per hash)."""
+        """A request's just-filled shared blocks under ``keys``; returns the keys now cached
+        for it (a key already cached stays with its first owner: the request's copy is
+        private and is freed unhashed, as vLLM keeps one block per hash)."""
         if not self.caching:
             return []
         cached = self.cached
@@ -96,11 +142,21 @@ class KVBlocks:
         cached.update(dict.fromkeys(new, 1))
         return new
 
-    def release(self, held: int, refs: list[int]) -> None:
-        """A finished or preempted request gives back ``held`` blocks, ``refs`` of them
-        cached (in block order): private blocks to the front, cached ones to the back of the
-        LRU, tail block first."""
-        self.free += held - len(refs)
+    def register_private(self, r: int, n: int) -> None:
+        """``n`` more of the request's own blocks are full and hashed."""
+        if self.caching and n > 0:
+            self.segment[r] = self.segment.get(r, 0) + n
+
+    def release(self, held: int, refs: list[int], r: int) -> None:
+        """A finished or preempted request gives back ``held`` blocks: its unhashed ones to
+        the front of the free queue, its segment then its shared ``refs`` (block order) to
+        the back, tail first."""
+        seg = self.segment.get(r, 0)
+        self.free += held - len(refs) - seg
+        if seg:
+            self.lru[-(r + 1)] = None
+            self.free += seg
+            self._lru_count += seg
         if not refs:
             return
         cached = self.cached
@@ -113,3 +169,4 @@ class KVBlocks:
         if last:
             self.lru.update(dict.fromkeys(last))
             self.free += len(last)
+            self._lru_count += len(last)

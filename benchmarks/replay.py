@@ -1,0 +1,92 @@
+"""Replay speed: steps/s, requests/s, pricing vs bookkeeping, peak memory, growth with N.
+
+    python benchmarks/replay.py [--scenario S ...] [--requests 10000,100000] [--users 64]
+
+The load is closed loop: ``--users`` sessions, each a chain of requests with no think time,
+so about that many requests are running at every step (the issue's "about 64 running").
+Prompt 100-2000 tokens, output 10-300 (uniform, seeded). Pricing time is the time inside the
+replay's one pricing function (kernel/replay/pricing.py); bookkeeping is the rest of the
+replay (scheduler, KV, router, results). Prints one line per run; figures are ratios within
+one run, so compare them, not absolute times, across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+
+import numpy as np
+import pyarrow as pa
+
+
+def closed_loop(n: int, users: int, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    session = np.arange(n) % users
+    first = np.arange(n) < users
+    arrival = np.where(first, rng.integers(0, 10**8, n), -1)
+    return pa.table({
+        "request_id": pa.array(np.arange(n).astype(str)),
+        "arrival_ns": pa.array(arrival, pa.int64(), mask=~first),
+        "prompt_tokens": pa.array(rng.integers(100, 2001, n), pa.int64()),
+        "output_tokens": pa.array(rng.integers(10, 301, n), pa.int64()),
+        "session_id": pa.array(session.astype(str)),
+        "think_ns": pa.array(np.zeros(n, np.int64), pa.int64(), mask=first),
+        "stage": pa.array(np.zeros(n, np.int32)),
+    })
+
+
+def run(scenario: str, n: int, users: int) -> dict[str, float]:
+    import kernel
+    import kernel.replay.api as api
+
+    k = kernel.open(scenario)
+    spent = [0.0]
+    orig = api.price_step
+
+    def timed(*a, **kw):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        try:
+            return orig(*a, **kw)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    api.price_step = timed
+    table = closed_loop(n, users)
+    t0 = time.perf_counter()
+    res = api.replay(k, table, api.ReplayOptions(dp=1))
+    wall = time.perf_counter() - t0
+    api.price_step = orig
+    steps = res.summary["engine_steps"]
+    return {"wall_s": wall, "pricing_s": spent[0], "steps": steps,
+            "running": res.summary["batch_requests_mean"],
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scenario", action="append",
+                    default=None, help="repeatable (default: a dense and an MoE scenario)")
+    ap.add_argument("--requests", default="10000,100000")
+    ap.add_argument("--users", type=int, default=64)
+    a = ap.parse_args()
+    scenarios = a.scenario or ["llama-3.1-8b-h100-tp1", "qwen3-30b-a3b-h100-tp2"]
+    print(f"cores: {os.cpu_count()}")
+    for s in scenarios:
+        base = None
+        for n in (int(x) for x in a.requests.split(",")):
+            f = run(s, n, a.users)
+            book = f["wall_s"] - f["pricing_s"]
+            per = book / max(f["steps"], 1) * 1e6
+            growth = "" if base is None else f" time/request vs first {f['wall_s'] / n / base:.2f}x"
+            base = base or f["wall_s"] / n
+            print(f"{s} n={n:,} steps={f['steps']:,} mean batch {f['running']:.1f} "
+                  f"wall {f['wall_s']:.1f}s ({f['steps'] / f['wall_s']:,.0f} steps/s, "
+                  f"{n / f['wall_s']:,.0f} req/s) pricing {f['pricing_s']:.1f}s "
+                  f"bookkeeping {book:.1f}s = {book / f['pricing_s']:.2f}x pricing "
+                  f"({per:.0f} us/step) peak RSS {f['peak_rss_mib']:,.0f} MiB{growth}")
+
+
+if __name__ == "__main__":
+    main()
