@@ -168,3 +168,21 @@ def test_goodput_against_slos(k):
     res = replay(k, request_set(rows), slo={"ttft": cut})
     assert res.summary["goodput_requests"] == 10
     assert res.summary["slo_attainment"] == 0.5
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 10**12)), max_size=60),
+       st.booleans())
+def test_per_request_percentiles_match_numpy(pairs, fractional):
+    from kernel.replay.results import _group_percentile
+
+    groups = np.array([g for g, _ in pairs], np.int64)
+    values = np.array([v + (0.5 if fractional else 0) for _, v in pairs], np.float64)
+    p50, p99 = _group_percentile(values, groups, 7, (0.5, 0.99))
+    for g in range(7):
+        mine = values[groups == g]
+        if mine.size == 0:
+            assert p50[g] == -1 and p99[g] == -1
+        else:
+            assert p50[g] == pytest.approx(np.percentile(mine, 50))
+            assert p99[g] == pytest.approx(np.percentile(mine, 99))

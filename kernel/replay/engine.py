@@ -71,7 +71,8 @@ class RunState:
         self.output = np.asarray(output, np.int64)
         self.hashes = hashes
         self.hash_tokens = hash_tokens
-        self.gen = np.zeros(n, np.int64)  # tokens sampled so far
+        self.known = self.prompt.copy()  # prompt + tokens sampled so far (vLLM num_tokens)
+        self.target = self.prompt + self.output  # known when the request is done
         self.computed = np.zeros(n, np.int64)  # vLLM num_computed_tokens (after schedule)
         self.held = np.zeros(n, np.int64)  # KV blocks held
         self.registered = np.zeros(n, np.int64)  # leading blocks offered to the prefix cache
@@ -157,7 +158,9 @@ class Rows:
         return {name: a[:, i] for i, name in enumerate(self.STEP_NAMES)}
 
 
-Plan = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+# (requests, scheduled, computed before, prompt_len, cached tokens, computed after, known)
+Plan = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+             np.ndarray]
 _EMPTY = np.zeros(0, np.int64)
 
 
@@ -255,7 +258,8 @@ class Simulation:
         if self.max_steps is not None and self.group_steps > self.max_steps:
             raise RuntimeError(f"the replay exceeded max_steps={self.max_steps} engine steps "
                                f"(raise ReplayOptions.max_steps or check the load)")
-        for c, (rq, sc, cp, pl, ch), price in zip(g.cores, plans, prices, strict=True):
+        for c, (rq, sc, cp, pl, ch, after, kn), price in zip(g.cores, plans, prices,
+                                                             strict=True):
             if not rq.size:
                 continue
             b = self.batches
@@ -264,7 +268,7 @@ class Simulation:
             self.rows.step_buf.extend((
                 b, c.pool_index, c.index, self.group_steps, now, end, price, step, rq.size, int(sc.sum()),
                 len(c.running), len(c.waiting) + len(c.inbox), c.kv.used(), c.kv.num_blocks))
-            emitted = self._finish_step(c, rq, end)
+            emitted = self._finish_step(c, rq, after, kn, end)
             self.rows.add((b, rq, sc, cp, pl, ch, emitted, c.pool_index))
         g.busy = True
         g.start = now
@@ -287,15 +291,17 @@ class Simulation:
         s.refs[r] = None
         s.registered[r] = 0
 
-    def _finish_step(self, c: Core, rq: np.ndarray, end: int) -> np.ndarray:
-        """Tokens sampled at the step's end; finished requests leave (async: after the next
-        schedule)."""
+    def _finish_step(self, c: Core, rq: np.ndarray, after: np.ndarray, known: np.ndarray,
+                     end: int) -> np.ndarray:
+        """Tokens sampled at the step's end (a request whose scheduled tokens reached all it
+        knew); finished requests leave (async: after the next schedule)."""
         s = c.state
-        emitted = s.computed[rq] == s.prompt[rq] + s.gen[rq]
+        emitted = after == known
         who = rq[emitted]
-        gen = s.gen[who] + 1
-        s.gen[who] = gen
-        done = who[gen == s.output[who]]
+        if not who.size:
+            return emitted
+        s.known[who] += 1
+        done = who[known[emitted] + 1 == s.target[who]]
         if done.size:
             s.finished[done] = True
             if c.limits.async_scheduling:
@@ -318,7 +324,7 @@ class Simulation:
         keys = s.keys[r]
         if keys is None:
             B = c.limits.block_size
-            n = -(-int(s.prompt[r] + s.output[r]) // B)
+            n = -(-int(s.target[r]) // B)
             h = s.hashes[r] if s.hashes is not None else None
             keys = block_keys(h, s.hash_tokens, B, n)
             s.keys[r] = keys
@@ -353,28 +359,41 @@ class Simulation:
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
         # Phase A, vectorised: running requests in order, each the rest of its known tokens
         # capped by the threshold and what the budget has left after the ones before it.
+        fast = None  # Phase A alone, every running request scheduled: (cr, kn)
         if running:
             if c.dirty:
                 c.run_arr = np.array(running, np.int64)
                 c.dirty = False
             ra = c.run_arr
             cr = s.computed[ra]
-            want = s.prompt[ra] + s.gen[ra] - cr
-            want[s.finished[ra]] = 0  # finished in the step in flight (async): nothing more
+            kn = s.known[ra]
+            want = kn - cr
+            partial = bool(c.zombies)
+            if partial:
+                want[s.finished[ra]] = 0  # finished in the step in flight (async)
             if thr:
                 np.minimum(want, thr, out=want)
-            before = np.cumsum(want) - want
-            n = np.clip(budget - before, 0, want)
-            need = np.where(n > 0, (cr + n + B - 1) // B + F - s.held[ra], 0)
-            np.maximum(need, 0, out=need)
+            asked = int(want.sum())
+            if asked <= budget:
+                n = want
+            else:
+                partial = True
+                n = np.minimum(np.maximum(budget - (np.cumsum(want) - want), 0), want)
+            need = (cr + n + (B - 1)) // B + (F - s.held[ra])  # >= 0 where n > 0
+            if partial:
+                need[n == 0] = 0
             total = int(need.sum())
             if total <= kv.free:
                 if total:
                     kv.allocate(total)
                     s.held[ra] += need
-                take = n > 0
-                parts.append((ra[take], n[take], None))
-                budget -= int(n.sum())
+                if partial:
+                    take = n > 0
+                    parts.append((ra[take], n[take], None))
+                else:
+                    parts.append((ra, n, None))
+                    fast = (cr, kn)
+                budget -= min(asked, budget)
             else:  # some request cannot grow: the scalar loop with preemption from there
                 cum = np.cumsum(need)
                 first = int(np.searchsorted(cum, kv.free, side="right"))
@@ -392,25 +411,31 @@ class Simulation:
             parts.append(self._phase_b(c, budget))
         parts = [p for p in parts if p[0].size]
         if not parts:
-            return _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY
+            return _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY
         if len(parts) == 1:
             rq, sc, hits = parts[0]
             ch = hits if hits is not None else np.zeros(rq.size, np.int64)
         else:
+            fast = None
             rq = np.concatenate([p[0] for p in parts])
             sc = np.concatenate([p[1] for p in parts])
             ch = np.concatenate([p[2] if p[2] is not None else np.zeros(p[0].size, np.int64)
                                  for p in parts])
         # vLLM _update_after_schedule: computed grows now; full blocks join the prefix cache.
-        cp = s.computed[rq]
-        s.computed[rq] = cp + sc
+        if fast is not None:
+            cp, kn = fast
+        else:
+            cp = s.computed[rq]
+            kn = s.known[rq]
+        after = cp + sc
+        s.computed[rq] = after
         pl = s.prompt[rq]
         if L.prefix_caching:
-            full = np.minimum(cp + sc, pl + s.gen[rq]) // B
+            full = np.minimum(after, kn) // B
             grow = np.flatnonzero(full > s.registered[rq])
             for j in grow.tolist():
                 self._register(c, int(rq[j]), int(full[j]))
-        return rq, sc, cp, pl, ch
+        return rq, sc, cp, pl, ch, after, kn
 
     def _register(self, c: Core, r: int, full: int) -> None:
         """The request's leading ``full`` blocks are full: offer the new ones to the cache."""
@@ -443,7 +468,7 @@ class Simulation:
                 i += 1
                 continue
             cr = int(s.computed[r])
-            n = int(s.prompt[r] + s.gen[r]) - cr
+            n = int(s.known[r]) - cr
             if thr and n > thr:
                 n = thr
             n = min(n, budget)
@@ -482,7 +507,7 @@ class Simulation:
         ch: list[int] = []
         while waiting and budget > 0 and len(running) < L.max_num_seqs:
             r = waiting[0]
-            num_tokens = int(s.prompt[r] + s.gen[r])
+            num_tokens = int(s.known[r])
             full = (num_tokens + B - 1) // B + F
             hit = private = 0
             hit_keys: list[int] = []
