@@ -3,6 +3,8 @@ steps table re-priced by ``price`` in bulk, bit for bit."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -91,6 +93,12 @@ def test_replay_invariants(workloads_):
     again = replay(k, request_set(rows, hash_block_tokens=16), opts)
     assert again.requests.equals(res.requests)
     assert again.steps.equals(res.steps)
+    # without the steps table, every request's figures are the same
+    lean = replay(k, request_set(rows, hash_block_tokens=16),
+                  dataclasses.replace(opts, keep_steps=False))
+    assert lean.requests.equals(res.requests)
+    assert lean.steps.num_rows == 0 and lean.steps.schema.equals(res.steps.schema)
+    assert lean.engine_steps.equals(res.engine_steps)
 
 
 def test_steps_reprice_bit_for_bit(k):

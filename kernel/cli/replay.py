@@ -43,12 +43,24 @@ def parse_slo(text: str | None) -> dict[str, float] | None:
 def load_requests(source: str, arrival_unit: str, seed: int, max_model_len: int | None
                   ) -> Any:
     """A RequestSet from a file (read_requests) or a load spec (generate)."""
-    try:
-        from kernel.replay import generate, read_requests  # type: ignore[attr-defined]
-    except ImportError:  # the request sources are not merged: parquet/CSV in the contract
-        return _contract_table(source, arrival_unit)
+    import importlib
+
+    def find(module: str, name: str) -> Any:
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            return None
+
+    read = find("kernel.replay", "read_requests") or find("kernel.replay.formats",
+                                                          "read_requests")
+    generate = find("kernel.replay", "generate") or find("kernel.replay.loads", "generate")
     if Path(source).exists():
-        return read_requests(source, arrival_unit=arrival_unit, max_model_len=max_model_len)
+        if read is None:  # the request sources are not merged: parquet/CSV in the contract
+            return _contract_table(source, arrival_unit)
+        return read(source, arrival_unit=arrival_unit, max_model_len=max_model_len)
+    if generate is None:
+        raise click.BadParameter(f"{source}: no such file (a load spec needs the request "
+                                 f"sources of kernel.replay)", param_hint="REQUESTS")
     return generate(source, seed=seed)
 
 
@@ -58,9 +70,6 @@ def _contract_table(source: str, arrival_unit: str) -> Any:
     import pyarrow.parquet as pq
 
     path = Path(source)
-    if not path.exists():
-        raise click.BadParameter(f"{source}: no such file (a load spec needs the request "
-                                 f"sources of kernel.replay)", param_hint="REQUESTS")
     table = pacsv.read_csv(path) if path.suffix.lower() in (".csv", ".tsv") else pq.read_table(
         path)
     if "arrival_ns" not in table.column_names:
@@ -137,6 +146,10 @@ def register(group: click.Group) -> None:
                              long_prefill_token_threshold=long_prefill_token_threshold,
                              enable_prefix_caching=prefix_caching)
         result = replay(target, reqs, opts, slo=slos)
+        rejected_in = getattr(reqs, "rejects", None)
+        if rejected_in is not None and rejected_in.num_rows:
+            click.echo(f"{rejected_in.num_rows:,} input rows rejected by the reader "
+                       f"(kernel.replay.read_requests; see its rejects)", err=True)
         paths = write_replay(result, out_dir, k, source=requests)
         s = result.summary
         click.echo(f"replayed {s['requests']:,} requests ({s['finished']:,} finished, "

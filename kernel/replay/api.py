@@ -42,6 +42,7 @@ class ReplayOptions:
     num_blocks: int | None = None  # KV blocks per engine core (None: the kernel's capacity)
     dp: int | None = None  # engine cores (None: the deployment's data-parallel width)
     lockstep: bool | None = None  # DP ranks step together (None: when the model is MoE)
+    keep_steps: bool = True  # False: no steps table (only what request latencies need)
 
     def __post_init__(self) -> None:
         if self.estimate not in ESTIMATES:
@@ -231,7 +232,7 @@ def replay(k: Any, requests: Any, options: ReplayOptions | None = None, *,
         return step_ns(price_step(kernels[core.pool_index], s, c, p), estimate)
 
     sim = Simulation(groups, price_ns, [make_router(options.router) for _ in kernels],
-                     max_steps=options.max_steps)
+                     max_steps=options.max_steps, keep_steps=options.keep_steps)
     client = kernels[-1]  # the pool whose tokens reach the user
     otok = int(client.output_token_overhead())
     done_ns = int(client.completion_overhead())

@@ -72,6 +72,7 @@ class RunState:
         self.hashes = hashes
         self.hash_tokens = hash_tokens
         self.known = self.prompt.copy()  # prompt + tokens sampled so far (vLLM num_tokens)
+        self.admitted = np.full(n, -1, np.int64)  # start of the request's first step
         self.target = self.prompt + self.output  # known when the request is done
         self.computed = np.zeros(n, np.int64)  # vLLM num_computed_tokens (after schedule)
         self.held = np.zeros(n, np.int64)  # KV blocks held
@@ -123,23 +124,41 @@ class Group:
 
 
 class Rows:
-    """The steps table as growable int64 numpy columns, one engine-step record per batch."""
+    """The steps table as growable numpy columns, and one engine-step record per batch.
+
+    ``keep_steps=False`` keeps only the (batch, request) of each token the user receives, which
+    is all the request latencies need (a 1M-request replay without its steps table)."""
 
     NAMES = ("batch_id", "request", "scheduled", "computed", "prompt_len", "cached_tokens",
              "emitted", "pool")
-    STEP_NAMES = ("batch_id", "pool", "engine", "group_step", "start", "end", "batch_ns", "step_ns",
-                  "requests", "tokens", "running", "waiting", "kv_used", "kv_blocks")
+    LEAN = ("batch_id", "request")
+    STEP_NAMES = ("batch_id", "pool", "engine", "group_step", "start", "end", "batch_ns",
+                  "step_ns", "requests", "tokens", "running", "waiting", "kv_used",
+                  "kv_blocks")
 
-    def __init__(self) -> None:
+    def __init__(self, keep_steps: bool = True, client_pool: int = 0) -> None:
+        self.keep = keep_steps
+        self.client_pool = client_pool
+        self.names = self.NAMES if keep_steps else self.LEAN
         self.n = 0
-        self.buf = np.zeros((len(self.NAMES), 1024), np.int64)
+        # int64 for the full table; int32 (checked) for the lean one
+        self.buf = np.zeros((len(self.names), 1024), np.int64 if keep_steps else np.int32)
         self.step_buf = array("q")
 
     def add(self, columns: Sequence[np.ndarray | int]) -> None:
+        if not self.keep:
+            b, rq, emitted, pool = columns[0], columns[1], columns[6], columns[7]
+            if pool != self.client_pool:
+                return
+            rq = np.asarray(rq)[np.asarray(emitted, bool)]
+            if int(b) >= 1 << 31 or (rq.size and int(rq.max()) >= 1 << 31):
+                raise OverflowError("keep_steps=False holds batch ids and request indices "
+                                    "below 2^31")
+            columns = (b, rq)
         k = int(np.size(columns[1]))
         if self.n + k > self.buf.shape[1]:
-            grown = np.zeros((self.buf.shape[0], max(2 * self.buf.shape[1], self.n + k)),
-                             np.int64)
+            grown = np.zeros((self.buf.shape[0], max(self.buf.shape[1] * 3 // 2, self.n + k)),
+                             self.buf.dtype)
             grown[:, :self.n] = self.buf[:, :self.n]
             self.buf = grown
         view = self.buf[:, self.n:self.n + k]
@@ -149,7 +168,7 @@ class Rows:
 
     @property
     def cols(self) -> dict[str, np.ndarray]:
-        return {name: self.buf[i, :self.n] for i, name in enumerate(self.NAMES)}
+        return {name: self.buf[i, :self.n] for i, name in enumerate(self.names)}
 
     @property
     def steps(self) -> dict[str, np.ndarray]:
@@ -170,7 +189,7 @@ class Simulation:
     def __init__(self, groups: list[Group],
                  price_ns: Callable[[Core, np.ndarray, np.ndarray, np.ndarray], int],
                  routes: Sequence[Callable[[list[Core], int], Core]], *,
-                 max_steps: int | None = None):
+                 max_steps: int | None = None, keep_steps: bool = True):
         self.groups = groups
         self.cores = [c for g in groups for c in g.cores]
         npools = len(routes)
@@ -179,7 +198,7 @@ class Simulation:
         self.price_ns = price_ns
         self.routes = routes
         self.max_steps = max_steps
-        self.rows = Rows()
+        self.rows = Rows(keep_steps, npools - 1)
         self.events: list[tuple[int, int, int, int]] = []
         self.seq = 0
         self.batches = 0
@@ -268,6 +287,9 @@ class Simulation:
             self.rows.step_buf.extend((
                 b, c.pool_index, c.index, self.group_steps, now, end, price, step, rq.size, int(sc.sum()),
                 len(c.running), len(c.waiting) + len(c.inbox), c.kv.used(), c.kv.num_blocks))
+            first = c.state.admitted[rq] < 0
+            if first.any():
+                c.state.admitted[rq[first]] = now
             emitted = self._finish_step(c, rq, after, kn, end)
             self.rows.add((b, rq, sc, cp, pl, ch, emitted, c.pool_index))
         g.busy = True

@@ -95,7 +95,9 @@ class KVBlocks:
             del lru[-(r + 1)]
             self._lru_count -= seg
             self.free -= private
-            if private < seg:  # only `private` of them are hit; the rest lose their hashes
+            if private < seg:  # never from the engine (a resumed request knows a token
+                # past its full blocks, so its whole segment is within the hit limit); if it
+                # happened, the blocks not hit would lose their hashes here
                 self.segment[r] = private
 
     def allocate(self, n: int) -> None:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from .engine import Rows
+
 if TYPE_CHECKING:
     from ..kernel import Kernel
     from .api import ReplayOptions
@@ -78,18 +80,22 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
     n = table.num_rows
     client = len(states) - 1  # the pool whose tokens reach the user (decode in P/D)
     state = states[client]
+    keep = sim.rows.keep
     rows = sim.rows.cols
     steps = sim.rows.steps
-    batch = rows["batch_id"]
-    start = steps["start"][batch]
-    end = steps["end"][batch]
-    req = rows["request"]
+    batch = rows["batch_id"].astype(np.int64)
+    req = rows["request"].astype(np.int64)
 
     # Token times: stable by request, emission order kept (rows are in time order).
-    em = np.flatnonzero(rows["emitted"].astype(bool) & (rows["pool"] == client))
-    order = np.argsort(req[em], kind="stable")
-    tr = req[em][order]
-    tend = end[em][order]
+    if keep:
+        em = np.flatnonzero(rows["emitted"].astype(bool) & (rows["pool"] == client))
+        em_req, em_batch = req[em], batch[em]
+    else:  # only the user's tokens were kept
+        em_req, em_batch = req, batch
+    order = np.argsort(em_req, kind="stable")
+    tr = em_req[order]
+    tend = steps["end"][em_batch[order]]
+    del order
     first_of = np.flatnonzero(np.r_[True, tr[1:] != tr[:-1]]) if tr.size else np.zeros(0, int)
     ordinal = np.arange(tr.size) - np.repeat(first_of, np.diff(np.r_[first_of, tr.size]))
     visible = tend + (ordinal + 1) * otok
@@ -106,12 +112,7 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
     itl_req = tr[1:][same[1:]] if tr.size else np.zeros(0, np.int64)
     itl_p50, itl_p99 = _group_percentile(itl.astype(np.float64), itl_req, n, (0.5, 0.99))
 
-    admitted = np.full(n, -1, np.int64)
-    if req.size:
-        o = np.argsort(req, kind="stable")
-        rs = req[o]
-        heads = np.flatnonzero(np.r_[True, rs[1:] != rs[:-1]])
-        admitted[rs[heads]] = start[o][heads]
+    admitted = states[0].admitted
 
     output = np.asarray(state.output, np.int64)
     prompt = np.asarray(state.prompt, np.int64)
@@ -177,6 +178,11 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
         "reason": pa.array([reason[i] for i in rejected], pa.string()),
     })
     id_arr = requests.column("request_id").combine_chunks()
+    if not keep:  # no steps table kept: the same columns, no rows
+        batch = req = np.zeros(0, np.int64)
+        rows = {name: np.zeros(0, np.int64) for name in Rows.NAMES}
+    start = steps["start"][batch]
+    end = steps["end"][batch]
     steps_table = pa.table({
         "batch_id": pa.array(batch, pa.int64()),
         "scheduled": pa.array(rows["scheduled"], pa.int64()),
