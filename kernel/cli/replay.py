@@ -58,6 +58,9 @@ def load_requests(source: str, arrival_unit: str, seed: int, max_model_len: int 
         if read is None:  # the request sources are not merged: parquet/CSV in the contract
             return _contract_table(source, arrival_unit)
         return read(source, arrival_unit=arrival_unit, max_model_len=max_model_len)
+    if "=" not in source:
+        raise click.BadParameter(f"{source}: no such file, and not a load spec (key=value "
+                                 f"pairs such as rate=8,duration=60)", param_hint="REQUESTS")
     if generate is None:
         raise click.BadParameter(f"{source}: no such file (a load spec needs the request "
                                  f"sources of kernel.replay)", param_hint="REQUESTS")
