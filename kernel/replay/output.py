@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline import safe_output
+
 from .. import stamp as _stamp
 
 if TYPE_CHECKING:
@@ -52,10 +54,12 @@ def write_replay(result: ReplayResult, out_dir: str | os.PathLike[str], k: Kerne
         st = base.as_kind(kind).with_counts(rows=table.num_rows,
                                             requests=result.requests.num_rows)
         path = out / f"{name}.parquet"
-        pq.write_table(_stamp.stamped(table, st), path)
+        with safe_output.atomic(path) as tmp:  # never a half-written file under its name
+            pq.write_table(_stamp.stamped(table, st), tmp)
         paths[name] = path
     js = out / "summary.json"
-    js.write_text(json.dumps({"summary": summary, "stamp": base.as_kind("replay-summary")
-                              .to_metadata()}, indent=2, sort_keys=True) + "\n")
+    with safe_output.atomic(js) as tmp:
+        Path(tmp).write_text(json.dumps({"summary": summary, "stamp": base.as_kind(
+            "replay-summary").to_metadata()}, indent=2, sort_keys=True) + "\n")
     paths["summary_json"] = js
     return paths
