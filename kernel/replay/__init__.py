@@ -4,7 +4,7 @@
 :func:`replay` runs them through the vLLM scheduler of :mod:`kernel.replay.engine` and prices
 every step (:class:`ReplayResult`; :func:`write_replay` writes it; docs/replay.md)."""
 
-from .api import ReplayOptions, replay
+from .api import ReplayOptions, open_pools, replay
 from .formats import FORMATS, detect_format, read_requests, write_requests
 from .inference_perf import inference_perf_spec
 from .loads import ARRIVALS, LoadSpec, SharedPrefix, Stage, generate, parse_load
@@ -14,5 +14,5 @@ from .results import ReplayResult
 
 __all__ = ["ARRIVALS", "FORMATS", "REJECT_SCHEMA", "REQUEST_SCHEMA", "LoadSpec", "ReplayOptions",
            "ReplayResult", "RequestSet", "SharedPrefix", "Stage", "detect_format", "generate",
-           "inference_perf_spec", "parse_load", "read_requests", "replay", "scale_rate",
+           "inference_perf_spec", "open_pools", "parse_load", "read_requests", "replay", "scale_rate",
            "summarise", "write_replay", "write_requests"]
