@@ -139,3 +139,21 @@ def test_kv_blocks_agree_with_the_literal_block_pool(script):
             kv.release(held, refs, r)
             grown[r] = max(grown[r], held)  # a resumed request is at least this long
         assert kv.free == ref.free(), (op, r)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=12), st.sampled_from([1, 8, 16, 24, 512]),
+       st.sampled_from([16, 32, 256]), st.integers(0, 300))
+def test_block_keys_follow_the_chain(hashes, hash_tokens, block_size, n_blocks):
+    # Engine block j (tokens [0, (j+1)B)) takes the first chain entry covering it: the entry
+    # itself when B is a multiple of H (the chain is exact), else that entry mixed with j
+    # (mod 2^64); only blocks the chain covers get a key.
+    from kernel.replay.block_keys import block_keys
+
+    mix, mask = 0x9E3779B97F4A7C15, (1 << 64) - 1
+    upto = min(len(hashes) * hash_tokens // block_size, n_blocks)
+    want = []
+    for j in range(upto):
+        entry = hashes[-(-(j + 1) * block_size // hash_tokens) - 1]
+        want.append(entry if block_size % hash_tokens == 0 else (entry * mix + j) & mask)
+    assert block_keys(hashes, hash_tokens, block_size, n_blocks) == want

@@ -14,24 +14,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 __all__ = ["block_keys"]
 
 _MIX = 0x9E3779B97F4A7C15
-_MASK = (1 << 64) - 1
 
 
 def block_keys(hashes: Sequence[int] | None, hash_tokens: int | None, block_size: int,
                n_blocks: int) -> list[int]:
     """Keys of a request's leading blocks (at most ``n_blocks``) of ``block_size`` tokens
     that its hash chain identifies."""
-    shared: list[int] = []
-    if hashes and hash_tokens:
-        covered = len(hashes) * hash_tokens // block_size
-        upto = min(covered, n_blocks)
-        if block_size % hash_tokens == 0:
-            m = block_size // hash_tokens
-            shared = [int(hashes[(j + 1) * m - 1]) for j in range(upto)]
-        else:
-            shared = [((int(hashes[-(-(j + 1) * block_size // hash_tokens) - 1]) * _MIX + j)
-                       & _MASK) for j in range(upto)]
-    return shared
+    if not hashes or not hash_tokens:
+        return []
+    upto = min(len(hashes) * hash_tokens // block_size, n_blocks)
+    if upto <= 0:
+        return []
+    h = np.asarray(hashes, np.uint64)
+    j = np.arange(upto, dtype=np.int64)
+    if block_size % hash_tokens == 0:
+        return h[(j + 1) * (block_size // hash_tokens) - 1].tolist()
+    first = -(-(j + 1) * block_size // hash_tokens) - 1  # the first entry covering block j
+    # uint64 arithmetic wraps modulo 2^64, as (h * MIX + j) & (2^64 - 1) would
+    return (h[first] * np.uint64(_MIX) + j.astype(np.uint64)).tolist()

@@ -111,19 +111,19 @@ class KVBlocks:
 
     def _evict(self, n: int) -> None:
         cached, segment, lru = self.cached, self.segment, self.lru
+        pop = lru.popitem
         self.evictions += n
+        self._lru_count -= n
         while n > 0:
-            key, _none = lru.popitem(last=False)
+            key = pop(False)[0]
             if key >= 0:
                 del cached[key]
                 n -= 1
-                self._lru_count -= 1
                 continue
             r = -key - 1
             seg = segment[r]
             take = min(seg, n)
             n -= take
-            self._lru_count -= take
             if take == seg:
                 del segment[r]
             else:  # the segment's tail went; its head stays at the front
@@ -163,11 +163,12 @@ class KVBlocks:
             return
         cached = self.cached
         last: list[int] = []
+        add = last.append
         for key in reversed(refs):
             ref = cached[key] - 1
             cached[key] = ref
-            if ref == 0:
-                last.append(key)
+            if not ref:
+                add(key)
         if last:
             self.lru.update(dict.fromkeys(last))
             self.free += len(last)
