@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel.replay import ReplayOptions, replay
+from kernel.replay.api import engine_limits
 from tests.replay_support import kernel_for, request_set
 
 
@@ -30,11 +31,14 @@ def workloads(draw):
                                                            for j in range(p // 16 - shared)]
         rows.append({"request_id": f"r{i}", "arrival_ns": t, "prompt_tokens": p,
                      "output_tokens": draw(st.integers(1, 24)), "prefix_hashes": hashes})
+    scenario = draw(st.sampled_from(SCENARIOS))
+    fixed = engine_limits(kernel_for(scenario), ReplayOptions())[0].fixed_blocks
     opts = ReplayOptions(
         max_num_seqs=draw(st.integers(1, 6)),
         max_num_batched_tokens=draw(st.sampled_from([16, 40, 64, 256, 2048])),
         long_prefill_token_threshold=draw(st.sampled_from([0, 0, 8, 50])),
-        num_blocks=draw(st.integers(21, 60)),  # 21 blocks hold the longest request (324)
+        # 21 blocks (+ what admission reserves) hold the longest request (324 tokens)
+        num_blocks=fixed + draw(st.integers(21, 60)),
         enable_prefix_caching=draw(st.booleans()),
         async_scheduling=draw(st.booleans()),
         dp=draw(st.sampled_from([1, 1, 2])),
@@ -42,7 +46,11 @@ def workloads(draw):
         router=draw(st.sampled_from(["least_loaded", "round_robin"])),
         estimate=draw(st.sampled_from(["overlap", "no_overlap"])),
     )
-    return rows, opts
+    return rows, opts, scenario
+
+
+# dense; MoE (lockstep when dp > 1); sliding-window rings reserved per request (gpt-oss)
+SCENARIOS = ("llama-3.1-8b-h100-tp1", "qwen3-30b-a3b-h100-tp2", "gpt-oss-120b-h200-fp4-vllm-tp8")
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +61,8 @@ def k():
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
 def test_replay_invariants(workloads_):
-    rows, opts = workloads_
-    k = kernel_for()
+    rows, opts, scenario = workloads_
+    k = kernel_for(scenario)
     res = replay(k, request_set(rows, hash_block_tokens=16), opts)
     req = res.requests.to_pylist()
     # every request finishes (none is too long for these settings)
@@ -74,11 +82,13 @@ def test_replay_invariants(workloads_):
         assert r["ttft_ns"] > 0 and r["e2e_ns"] >= r["ttft_ns"]
     es = res.engine_steps.to_pylist()
     limits = opts
+    fixed_blocks = engine_limits(k, opts)[0].fixed_blocks
     last_end: dict[int, int] = {}
     for e in es:
         assert 0 < e["requests"] <= limits.max_num_seqs
         assert e["tokens"] <= limits.max_num_batched_tokens
         assert e["kv_used"] <= e["kv_blocks"] == limits.num_blocks
+        assert e["kv_used"] >= e["requests"] * fixed_blocks
         assert e["end"] - e["start"] == e["step_ns"] >= e["batch_ns"]
         # time never goes backwards on one engine core
         assert e["start"] >= last_end.get(e["engine"], 0)
@@ -194,3 +204,24 @@ def test_per_request_percentiles_match_numpy(pairs, fractional):
         else:
             assert p50[g] == pytest.approx(np.percentile(mine, 50))
             assert p99[g] == pytest.approx(np.percentile(mine, 99))
+
+
+def test_calibrated_estimate_drives_the_clock():
+    # estimate="calibrated" advances each step by the kernel's calibrated price (here a law
+    # doubling every term of every phase plus 1 µs), and the stamp-able options say so.
+    k = kernel_for()
+    terms = ("sm", "hbm", "nvlink", "nic", "host")
+    doc = {"kind": "Calibration", "version": 1, "name": "x2", "model": "llama-3.1-8b-instruct",
+           "chip": "h100",
+           "phases": {p: {"multipliers": dict.fromkeys(terms, 2.0), "constant_ns": 1000.0}
+                      for p in ("prefill", "decode", "mixed")}}
+    kc = k.with_calibration(doc, force=True)
+    rows = [{"arrival_ns": i * 3_000_000, "prompt_tokens": 200 + 50 * i, "output_tokens": 5}
+            for i in range(8)]
+    res = replay(kc, request_set(rows), ReplayOptions(estimate="calibrated"))
+    plain = replay(k, request_set(rows))
+    assert res.summary["options"]["estimate"] == "calibrated"
+    priced = kc.price(res.steps).sort("batch_id")
+    assert priced["calibrated_ns"].to_list() == res.engine_steps.sort_by("batch_id").column(
+        "batch_ns").to_pylist()
+    assert res.summary["e2e_s_mean"] > plain.summary["e2e_s_mean"]
