@@ -124,7 +124,8 @@ class Group:
 
 
 class Rows:
-    """The steps table as growable numpy columns, and one engine-step record per batch.
+    """The steps table, kept as each step's own arrays (joined once at the end: no copy per
+    step), and one engine-step record per batch.
 
     ``keep_steps=False`` keeps only the (batch, request) of each token the user receives, which
     is all the request latencies need (a 1M-request replay without its steps table)."""
@@ -132,6 +133,7 @@ class Rows:
     NAMES = ("batch_id", "request", "scheduled", "computed", "prompt_len", "cached_tokens",
              "emitted", "pool")
     LEAN = ("batch_id", "request")
+    PER_ROW = ("request", "scheduled", "computed", "prompt_len", "cached_tokens", "emitted")
     STEP_NAMES = ("batch_id", "pool", "engine", "group_step", "start", "end", "batch_ns",
                   "step_ns", "requests", "tokens", "running", "waiting", "kv_used",
                   "kv_blocks")
@@ -140,35 +142,45 @@ class Rows:
         self.keep = keep_steps
         self.client_pool = client_pool
         self.names = self.NAMES if keep_steps else self.LEAN
-        self.n = 0
-        # int64 for the full table; int32 (checked) for the lean one
-        self.buf = np.zeros((len(self.names), 1024), np.int64 if keep_steps else np.int32)
+        self.parts: list[list[np.ndarray]] = [[] for _ in self.PER_ROW]
+        self.batch: list[int] = []  # per part: batch id, pool, rows
+        self.pool: list[int] = []
+        self.count: list[int] = []
         self.step_buf = array("q")
+        self._cols: dict[str, np.ndarray] | None = None
 
-    def add(self, columns: Sequence[np.ndarray | int]) -> None:
-        if not self.keep:
-            b, rq, emitted, pool = columns[0], columns[1], columns[6], columns[7]
-            if pool != self.client_pool:
-                return
-            rq = np.asarray(rq)[np.asarray(emitted, bool)]
-            if int(b) >= 1 << 31 or (rq.size and int(rq.max()) >= 1 << 31):
-                raise OverflowError("keep_steps=False holds batch ids and request indices "
-                                    "below 2^31")
-            columns = (b, rq)
-        k = int(np.size(columns[1]))
-        if self.n + k > self.buf.shape[1]:
-            grown = np.zeros((self.buf.shape[0], max(self.buf.shape[1] * 3 // 2, self.n + k)),
-                             self.buf.dtype)
-            grown[:, :self.n] = self.buf[:, :self.n]
-            self.buf = grown
-        view = self.buf[:, self.n:self.n + k]
-        for i, col in enumerate(columns):
-            view[i] = col
-        self.n += k
+    def add(self, b: int, rq: np.ndarray, sc: np.ndarray, cp: np.ndarray, pl: np.ndarray,
+            ch: np.ndarray, emitted: np.ndarray, pool: int) -> None:
+        """One batch's rows. The arrays are kept as they are: the engine never writes into an
+        array after handing it here."""
+        if self.keep:
+            for part, col in zip(self.parts, (rq, sc, cp, pl, ch, emitted), strict=True):
+                part.append(col)
+            n = rq.size
+        elif pool == self.client_pool:
+            got = rq[emitted]
+            self.parts[0].append(got)
+            n = got.size
+        else:
+            return
+        self.batch.append(b)
+        self.pool.append(pool)
+        self.count.append(n)
+        self._cols = None
 
     @property
     def cols(self) -> dict[str, np.ndarray]:
-        return {name: self.buf[i, :self.n] for i, name in enumerate(self.names)}
+        if self._cols is None:
+            counts = np.asarray(self.count, np.int64)
+            out = {"batch_id": np.repeat(np.asarray(self.batch, np.int64), counts)}
+            for name, part in zip(self.PER_ROW, self.parts, strict=True):
+                if name == "request" or self.keep:
+                    out[name] = (np.concatenate(part).astype(np.int64, copy=False) if part
+                                 else np.zeros(0, np.int64))
+            if self.keep:
+                out["pool"] = np.repeat(np.asarray(self.pool, np.int64), counts)
+            self._cols = out
+        return self._cols
 
     @property
     def steps(self) -> dict[str, np.ndarray]:
@@ -291,7 +303,7 @@ class Simulation:
             if first.any():
                 c.state.admitted[rq[first]] = now
             emitted = self._finish_step(c, rq, after, kn, end)
-            self.rows.add((b, rq, sc, cp, pl, ch, emitted, c.pool_index))
+            self.rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index)
         g.busy = True
         g.start = now
         self._push_end(end, gi)
