@@ -175,8 +175,8 @@ class Rows:
             out = {"batch_id": np.repeat(np.asarray(self.batch, np.int64), counts)}
             for name, part in zip(self.PER_ROW, self.parts, strict=True):
                 if name == "request" or self.keep:
-                    out[name] = (np.concatenate(part).astype(np.int64, copy=False) if part
-                                 else np.zeros(0, np.int64))
+                    out[name] = (np.concatenate(part) if part else
+                                 np.zeros(0, bool if name == "emitted" else np.int64))
             if self.keep:
                 out["pool"] = np.repeat(np.asarray(self.pool, np.int64), counts)
             self._cols = out

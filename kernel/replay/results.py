@@ -83,12 +83,12 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
     keep = sim.rows.keep
     rows = sim.rows.cols
     steps = sim.rows.steps
-    batch = rows["batch_id"].astype(np.int64)
-    req = rows["request"].astype(np.int64)
+    batch = rows["batch_id"]
+    req = rows["request"]
 
     # Token times: stable by request, emission order kept (rows are in time order).
     if keep:
-        em = np.flatnonzero(rows["emitted"].astype(bool) & (rows["pool"] == client))
+        em = np.flatnonzero(rows["emitted"] & (rows["pool"] == client))
         em_req, em_batch = req[em], batch[em]
     else:  # only the user's tokens were kept
         em_req, em_batch = req, batch
@@ -181,8 +181,12 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
     if not keep:  # no steps table kept: the same columns, no rows
         batch = req = np.zeros(0, np.int64)
         rows = {name: np.zeros(0, np.int64) for name in Rows.NAMES}
-    start = steps["start"][batch]
-    end = steps["end"][batch]
+    # rows are grouped by batch in batch order: a per-batch value is repeated over its rows
+    per = steps["requests"] if keep else np.zeros(steps["requests"].size, np.int64)
+
+    def spread(name: str) -> np.ndarray:
+        return np.repeat(steps[name], per)
+
     steps_table = pa.table({
         "batch_id": pa.array(batch, pa.int64()),
         "scheduled": pa.array(rows["scheduled"], pa.int64()),
@@ -191,12 +195,12 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
         "cached_tokens": pa.array(rows["cached_tokens"], pa.int64()),
         "decode_threshold": pa.array(np.ones(batch.size, np.int64), pa.int64()),
         "request_id": id_arr.take(pa.array(req)) if req.size else pa.array([], pa.string()),
-        "engine": pa.array(steps["engine"][batch], pa.int64()),
+        "engine": pa.array(spread("engine"), pa.int64()),
         "pool": pa.array(names, pa.string()).take(pa.array(rows["pool"])),
-        "step_start_ns": pa.array(start, pa.int64()),
-        "step_end_ns": pa.array(end, pa.int64()),
-        "batch_ns": pa.array(steps["batch_ns"][batch], pa.int64()),
-        "step_ns": pa.array(steps["step_ns"][batch], pa.int64()),
+        "step_start_ns": pa.array(spread("start"), pa.int64()),
+        "step_end_ns": pa.array(spread("end"), pa.int64()),
+        "batch_ns": pa.array(spread("batch_ns"), pa.int64()),
+        "step_ns": pa.array(spread("step_ns"), pa.int64()),
         "emitted": pa.array(rows["emitted"].astype(np.int8), pa.int8()),
     })
     engine_steps = pa.table({name: pa.array(v, pa.int64()) for name, v in steps.items()})
