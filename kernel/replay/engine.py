@@ -77,6 +77,7 @@ class RunState:
         self.computed = np.zeros(n, np.int64)  # vLLM num_computed_tokens (after schedule)
         self.held = np.zeros(n, np.int64)  # KV blocks held
         self.registered = np.zeros(n, np.int64)  # leading blocks offered to the prefix cache
+        self.n_shared = np.zeros(n, np.int64)  # blocks its hash chain names (once keys built)
         self.finished = np.zeros(n, bool)
         self.preemptions = np.zeros(n, np.int64)
         self.lost = np.zeros(n, np.int64)  # computed tokens thrown away by preemptions
@@ -264,16 +265,16 @@ class Simulation:
         """Schedule and launch the group's next step at ``now`` (the previous step's end, or
         an arrival at an idle group); ``sched_time`` is when its schedule ran (async: the
         previous step's start)."""
-        plans = [self._schedule(c, sched_time) for c in g.cores]
+        plans = [self._schedule(c, sched_time, now) for c in g.cores]
         if all(not p[0].size for p in plans):
             # Nothing to run with what the early schedule saw: the engine loop polls again
             # after the step in flight ends, with the finished requests gone.
             for c in g.cores:
                 self._drop_zombies(c)
-            plans = [self._schedule(c, now) for c in g.cores]
+            plans = [self._schedule(c, now, now) for c in g.cores]
             if all(not p[0].size for p in plans):
                 # A step whose only request preempted itself: schedule once more.
-                plans = [self._schedule(c, now) for c in g.cores]
+                plans = [self._schedule(c, now, now) for c in g.cores]
         for c in g.cores:
             self._drop_zombies(c)
         if all(not p[0].size for p in plans):
@@ -299,9 +300,6 @@ class Simulation:
             self.rows.step_buf.extend((
                 b, c.pool_index, c.index, self.group_steps, now, end, price, step, rq.size, int(sc.sum()),
                 len(c.running), len(c.waiting) + len(c.inbox), c.kv.used(), c.kv.num_blocks))
-            first = c.state.admitted[rq] < 0
-            if first.any():
-                c.state.admitted[rq[first]] = now
             emitted = self._finish_step(c, rq, after, kn, end)
             self.rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index)
         g.busy = True
@@ -330,12 +328,18 @@ class Simulation:
         """Tokens sampled at the step's end (a request whose scheduled tokens reached all it
         knew); finished requests leave (async: after the next schedule)."""
         s = c.state
-        emitted = after == known
-        who = rq[emitted]
-        if not who.size:
-            return emitted
-        s.known[who] += 1
-        done = who[known[emitted] + 1 == s.target[who]]
+        if after is known:  # every request got all it knew: each samples a token
+            emitted = np.ones(rq.size, bool)
+            who = rq
+            s.known[who] = known + 1
+            done = who[known + 1 == s.target[who]]
+        else:
+            emitted = after == known
+            who = rq[emitted]
+            if not who.size:
+                return emitted
+            s.known[who] += 1
+            done = who[known[emitted] + 1 == s.target[who]]
         if done.size:
             s.finished[done] = True
             if c.limits.async_scheduling:
@@ -362,6 +366,7 @@ class Simulation:
             h = s.hashes[r] if s.hashes is not None else None
             keys = block_keys(h, s.hash_tokens, B, n)
             s.keys[r] = keys
+            s.n_shared[r] = len(keys)
         return keys
 
     def _preempt(self, c: Core, r: int) -> None:
@@ -375,9 +380,10 @@ class Simulation:
         s.preemptions[r] += 1
         c.waiting.appendleft(r)
 
-    def _schedule(self, c: Core, sched_time: int) -> Plan:
-        """One engine core's schedule: (requests, scheduled, computed before, prompt_len,
-        cached tokens) in batch order. Applies the schedule (computed, blocks)."""
+    def _schedule(self, c: Core, sched_time: int, start: int) -> Plan:
+        """One engine core's schedule, made at ``sched_time`` for a step starting at
+        ``start``: (requests, scheduled, computed before, prompt_len, cached tokens, computed
+        after, known tokens) in batch order. Applies the schedule (computed, blocks)."""
         s = c.state
         L = c.limits
         B = L.block_size
@@ -405,15 +411,18 @@ class Simulation:
             partial = bool(c.zombies)
             if partial:
                 want[s.finished[ra]] = 0  # finished in the step in flight (async)
-            if thr:
+            whole = not partial  # every running request gets all it knows (so samples)
+            if thr and int(want.max()) > thr:
                 np.minimum(want, thr, out=want)
+                whole = False
             asked = int(want.sum())
             if asked <= budget:
                 n = want
             else:
-                partial = True
+                partial = whole = False
                 n = np.minimum(np.maximum(budget - (np.cumsum(want) - want), 0), want)
-            need = (cr + n + (B - 1)) // B + (F - s.held[ra])  # >= 0 where n > 0
+            # blocks for computed + scheduled tokens (kn when whole), >= 0 where n > 0
+            need = ((kn if whole else cr + n) + (B - 1)) // B + (F - s.held[ra])
             if partial:
                 need[n == 0] = 0
             total = int(need.sum())
@@ -426,7 +435,7 @@ class Simulation:
                     parts.append((ra[take], n[take], None))
                 else:
                     parts.append((ra, n, None))
-                    fast = (cr, kn)
+                    fast = (cr, kn, whole)
                 budget -= min(asked, budget)
             else:  # some request cannot grow: the scalar loop with preemption from there
                 cum = np.cumsum(need)
@@ -442,7 +451,7 @@ class Simulation:
                 parts.append(done_a)
         # Phase B: waiting requests, FCFS, only if nothing was preempted.
         if not preempted and waiting and budget > 0 and len(running) < L.max_num_seqs:
-            parts.append(self._phase_b(c, budget))
+            parts.append(self._phase_b(c, budget, start))
         parts = [p for p in parts if p[0].size]
         if not parts:
             return _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY
@@ -457,25 +466,35 @@ class Simulation:
                                  for p in parts])
         # vLLM _update_after_schedule: computed grows now; full blocks join the prefix cache.
         if fast is not None:
-            cp, kn = fast
+            cp, kn, whole = fast
         else:
             cp = s.computed[rq]
             kn = s.known[rq]
-        after = cp + sc
+            whole = False
+        after = kn if whole else cp + sc
         s.computed[rq] = after
         pl = s.prompt[rq]
         if L.prefix_caching:
-            full = np.minimum(after, kn) // B
-            grow = np.flatnonzero(full > s.registered[rq])
-            for j in grow.tolist():
-                self._register(c, int(rq[j]), int(full[j]))
+            full = (after if whole else np.minimum(after, kn)) // B
+            reg = s.registered[rq]
+            grow = np.flatnonzero(full > reg)
+            if grow.size:
+                rg, fg, before = rq[grow], full[grow], reg[grow]
+                s.registered[rg] = fg
+                own = before >= s.n_shared[rg]  # past its shared keys: its own segment grows
+                segment = c.kv.segment
+                for r, d in zip(rg[own].tolist(), (fg - before)[own].tolist(), strict=True):
+                    segment[r] = segment.get(r, 0) + d
+                for r, f, b in zip(rg[~own].tolist(), fg[~own].tolist(),
+                                   before[~own].tolist(), strict=True):
+                    self._register(c, r, f, b)
         return rq, sc, cp, pl, ch, after, kn
 
-    def _register(self, c: Core, r: int, full: int) -> None:
-        """The request's leading ``full`` blocks are full: offer the new ones to the cache."""
+    def _register(self, c: Core, r: int, full: int, reg: int) -> None:
+        """The request's leading ``full`` blocks are full (``reg`` were before): offer the new
+        ones to the cache (its shared keys, then its own segment)."""
         s = c.state
         keys = self._keys(c, r)
-        reg = int(s.registered[r])
         shared = len(keys)
         if reg < shared:
             mine = s.refs[r]
@@ -483,7 +502,6 @@ class Simulation:
                 mine = s.refs[r] = []
             mine.extend(c.kv.register(keys[reg:min(full, shared)]))
         c.kv.register_private(r, full - max(reg, shared))
-        s.registered[r] = full
 
     def _phase_a_scalar(self, c: Core, i: int, budget: int
                         ) -> tuple[tuple[np.ndarray, np.ndarray, None], int, bool]:
@@ -529,7 +547,8 @@ class Simulation:
             i += 1
         return (np.array(rq, np.int64), np.array(sc, np.int64), None), budget, preempted
 
-    def _phase_b(self, c: Core, budget: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _phase_b(self, c: Core, budget: int, start: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Admit waiting requests in FCFS order while the token budget lasts, running stays
         under max_num_seqs and the head's whole current sequence fits (else stop)."""
         s = c.state
@@ -571,6 +590,8 @@ class Simulation:
             s.held[r] = hit + need
             s.computed[r] = cr
             s.cached_tokens[r] = hit * B
+            if s.admitted[r] < 0:
+                s.admitted[r] = start
             running.append(r)
             c.dirty = True
             rq.append(r)
