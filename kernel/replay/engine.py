@@ -477,7 +477,7 @@ class Simulation:
         if L.prefix_caching:
             full = (after if whole else np.minimum(after, kn)) // B
             reg = s.registered[rq]
-            grow = np.flatnonzero(full > reg)
+            grow = (full > reg).nonzero()[0]
             if grow.size:
                 rg, fg, before = rq[grow], full[grow], reg[grow]
                 s.registered[rg] = fg
