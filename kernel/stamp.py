@@ -29,7 +29,11 @@ if TYPE_CHECKING:
     from .kernel import Kernel
 
 PREFIX = "blis."
-KINDS = ("priced", "rejects", "sweep-partition", "sweep-rejects", "sweep-summary", "export")
+KINDS: tuple[str, ...] = ("priced", "rejects", "sweep-partition", "sweep-rejects",
+                          "sweep-summary", "export")
+# a serving replay's outputs (kernel/replay/output.py)
+KINDS += ("replay-requests", "replay-steps", "replay-engine-steps", "replay-summary",
+          "replay-rejects")
 
 
 class StampError(ValueError):

@@ -227,6 +227,20 @@ CASES = [
     case("requests-load-yaml-bomb", "requests --load {d}/bomb.yaml", 1, "aliases"),
     case("requests-negative-seed", "requests --load rate=1,duration=1 --seed -1", 2, "range"),
     case("requests-seed-when-reading", "requests {d}/t.parquet --seed 3", 2, "does not apply"),
+    # -- replay (issue 29) -------------------------------------------------------------------
+    case("replay-missing-file", f"replay {{d}}/missing.jsonl --scenario {S} -o {{d}}/o", 2,
+         "no such file"),
+    case("replay-trace-not-requests", f"replay {{d}}/t.parquet --scenario {S} -o {{d}}/o", 1,
+         "needs column"),
+    case("replay-bad-slo", f"replay rate=1,duration=1 --scenario {S} -o {{d}}/o --slo "
+         "ttft=fast", 2, "KEY=DURATION"),
+    case("replay-unknown-slo", f"replay rate=1,duration=1 --scenario {S} -o {{d}}/o --slo "
+         "p99=1s", 2, "unknown SLO"),
+    case("replay-calibrated-without-calibration", f"replay rate=1,duration=1 --scenario {S} "
+         "-o {d}/o --estimate calibrated", 1, "needs a kernel opened with a calibration"),
+    case("replay-output-is-a-file", f"replay rate=1,duration=1 --scenario {S} -o "
+         "{d}/t.parquet", 2, "is a file"),
+    case("replay-half-stage", f"replay rate=5 --scenario {S} -o {{d}}/o", 1, "go together"),
     case("validate-name-too-long", f"validate {LONG}", 1, "too long"),
     case("validate-unknown-name", "validate no-such-scenario", 2, "no such file"),
 ]

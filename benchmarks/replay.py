@@ -1,0 +1,115 @@
+"""Replay speed: steps/s, requests/s, pricing vs bookkeeping, peak memory, growth with N.
+
+    python benchmarks/replay.py [--scenario S ...] [--requests 10000,100000] [--users 64]
+
+The load is closed loop: ``--users`` sessions, each a chain of requests with no think time,
+so about that many requests are running at every step (the issue's "about 64 running").
+Prompt 100-2000 tokens, output 10-300 (uniform, seeded). Times are this process's CPU time
+(the machine may be shared). Pricing time is the CPU time inside the
+replay's one pricing function (kernel/replay/pricing.py); bookkeeping is the rest of the
+replay (scheduler, KV, router, results). Prints one line per run; figures are ratios within
+one run, so compare them, not absolute times, across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+
+import numpy as np
+import pyarrow as pa
+
+
+def closed_loop(n: int, users: int, seed: int = 0, output: tuple[int, int] = (10, 300)
+                ) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    session = np.arange(n) % users
+    first = np.arange(n) < users
+    arrival = np.where(first, rng.integers(0, 10**8, n), -1)
+    return pa.table({
+        "request_id": pa.array(np.arange(n).astype(str)),
+        "arrival_ns": pa.array(arrival, pa.int64(), mask=~first),
+        "prompt_tokens": pa.array(rng.integers(100, 2001, n), pa.int64()),
+        "output_tokens": pa.array(rng.integers(output[0], output[1] + 1, n), pa.int64()),
+        "session_id": pa.array(session.astype(str)),
+        "think_ns": pa.array(np.zeros(n, np.int64), pa.int64(), mask=first),
+        "stage": pa.array(np.zeros(n, np.int32)),
+    })
+
+
+def run(scenario: str, n: int, users: int, keep_steps: bool = True,
+        output: tuple[int, int] = (10, 300), source: object = None) -> dict[str, float]:
+    import kernel
+    import kernel.replay.api as api
+
+    k = kernel.open(scenario)
+    spent = [0.0]
+    orig = api.price_step
+
+    def timed(*a, **kw):  # type: ignore[no-untyped-def]
+        t0 = time.process_time()
+        try:
+            return orig(*a, **kw)
+        finally:
+            spent[0] += time.process_time() - t0
+
+    api.price_step = timed
+    table = source if source is not None else closed_loop(n, users, output=output)
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = api.replay(k, table, api.ReplayOptions(dp=1, keep_steps=keep_steps))
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    api.price_step = orig
+    steps = res.summary["engine_steps"]
+    return {"wall_s": wall, "cpu_s": cpu, "pricing_s": spent[0], "steps": steps,
+            "running": res.summary["batch_requests_mean"],
+            "hit_rate": res.summary["prefix_hit_rate"],
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scenario", action="append",
+                    default=None, help="repeatable (default: a dense and an MoE scenario)")
+    ap.add_argument("--requests", default="10000,100000")
+    ap.add_argument("--users", type=int, default=64)
+    ap.add_argument("--output", default="10:300", help="output tokens LO:HI (uniform)")
+    ap.add_argument("--no-steps", action="store_true",
+                    help="keep_steps=False: no steps table (large replays)")
+    ap.add_argument("--trace", action="append", default=[],
+                    help="also replay this request file (read_requests; repeatable)")
+    a = ap.parse_args()
+    lo, hi = (int(x) for x in a.output.split(":"))
+    scenarios = a.scenario or ["llama-3.1-8b-h100-tp1", "qwen3-30b-a3b-h100-tp2"]
+    print(f"cores: {os.cpu_count()}")
+    for s in scenarios:
+        base = None
+        for n in (int(x) for x in a.requests.split(",")):
+            f = run(s, n, a.users, not a.no_steps, (lo, hi))
+            book = f["cpu_s"] - f["pricing_s"]
+            per = book / max(f["steps"], 1) * 1e6
+            growth = "" if base is None else f" cpu/request vs first {f['cpu_s'] / n / base:.2f}x"
+            base = base or f["cpu_s"] / n
+            print(f"{s} n={n:,} steps={f['steps']:,} mean batch {f['running']:.1f} "
+                  f"wall {f['wall_s']:.1f}s cpu {f['cpu_s']:.1f}s "
+                  f"({f['steps'] / f['cpu_s']:,.0f} steps/s, {n / f['cpu_s']:,.0f} req/s of cpu) "
+                  f"pricing {f['pricing_s']:.1f}s "
+                  f"bookkeeping {book:.1f}s = {book / f['pricing_s']:.2f}x pricing "
+                  f"({per:.0f} us/step) peak RSS {f['peak_rss_mib']:,.0f} MiB{growth}")
+        for path in a.trace:
+            from kernel.replay import read_requests  # type: ignore[attr-defined]
+
+            rs = read_requests(path)
+            f = run(s, rs.table.num_rows, a.users, not a.no_steps, source=rs)
+            book = f["cpu_s"] - f["pricing_s"]
+            print(f"{s} trace {path}: {rs.table.num_rows:,} requests, {f['steps']:,} steps, "
+                  f"cpu {f['cpu_s']:.1f}s ({f['steps'] / f['cpu_s']:,.0f} steps/s, "
+                  f"{rs.table.num_rows / f['cpu_s']:,.0f} req/s), bookkeeping "
+                  f"{book / f['pricing_s']:.2f}x pricing, prefix hit rate "
+                  f"{f['hit_rate']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,318 @@
+"""``replay(k, requests)``: a request set through the vLLM scheduler, priced by the kernel.
+
+The options, the engine limits read from the kernel, the request columns read from the
+contract's REQUEST_SCHEMA, and the event loop's wiring; the scheduler is
+:mod:`kernel.replay.engine`, the outputs :mod:`kernel.replay.results`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..types import Placement
+from .engine import Core, EngineLimits, Group, RunState, Simulation
+from .pricing import ESTIMATES, price_step, step_ns
+from .router import ROUTERS, make_router
+
+if TYPE_CHECKING:
+    from ..kernel import Kernel
+    from .results import ReplayResult
+
+__all__ = ["ReplayOptions", "engine_limits", "open_pools", "replay"]
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How to replay. Engine limits default to the kernel's resolved engine block."""
+
+    estimate: str = "no_overlap"  # the step clock: "overlap" | "no_overlap" | "calibrated"
+    router: str = "least_loaded"  # "round_robin" | "least_loaded"
+    async_scheduling: bool = True  # vLLM v0.31 default (vllm/config/vllm.py)
+    seed: int = 0  # nothing in the engine draws at random; kept for the contract and stamps
+    max_steps: int | None = None  # a bound on engine steps; exceeding it is an error
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    long_prefill_token_threshold: int = 0  # vLLM default: 0 = off
+    enable_prefix_caching: bool | None = None  # None: the deployment's setting (vLLM: on)
+    num_blocks: int | None = None  # KV blocks per engine core (None: the kernel's capacity)
+    dp: int | None = None  # engine cores (None: the deployment's data-parallel width)
+    lockstep: bool | None = None  # DP ranks step together (None: when the model is MoE)
+    keep_steps: bool = True  # False: no steps table (only what request latencies need)
+
+    def __post_init__(self) -> None:
+        if self.estimate not in ESTIMATES:
+            raise ValueError(f"estimate must be one of {', '.join(ESTIMATES)}, "
+                             f"not {self.estimate!r}")
+        if self.router not in ROUTERS:
+            raise ValueError(f"router must be one of {', '.join(ROUTERS)}, not {self.router!r}")
+        for name in ("max_steps", "max_num_seqs", "max_num_batched_tokens", "num_blocks", "dp"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise ValueError(f"ReplayOptions.{name} must be a positive integer or None, "
+                                 f"got {v!r}")
+        t = self.long_prefill_token_threshold
+        if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+            raise ValueError(f"ReplayOptions.long_prefill_token_threshold must be an integer "
+                             f">= 0 (0 = off), got {t!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def engine_limits(k: Kernel, options: ReplayOptions) -> tuple[EngineLimits, int, bool]:
+    """(per-core limits, engine cores, lockstep) from the kernel and the overrides.
+
+    KV: the kernel's KV capacity in pages (``k.kv_capacity()``) less vLLM's null block; a
+    request holds ceil(context / block tokens) pages for its tokens (block_size × DCP shards,
+    ``k.limits.block_tokens``) plus the pages of what admission reserves whatever the length
+    (``k.sequence_admission_bytes()``: window rings and recurrent state where the graph states
+    them)."""
+    r = k.resolved_pool
+    cap = k.kv_capacity()
+    lim = k.limits
+    page = max(int(cap.page_bytes), 1)
+    fixed = -(-int(k.sequence_admission_bytes()) // page)
+    blocks = options.num_blocks if options.num_blocks is not None else int(cap.num_blocks) - 1
+    if blocks <= 0:
+        raise ValueError(f"scenario {r.scenario!r} pool {r.pool_index}: the KV cache holds no "
+                         f"block ({cap.num_blocks} blocks of {cap.page_bytes} bytes in "
+                         f"{cap.budget_bytes} bytes); nothing can be replayed")
+    stated = k.deployment().engine.enable_prefix_caching
+    caching = (options.enable_prefix_caching if options.enable_prefix_caching is not None
+               else (True if stated is None else bool(stated)))
+    limits = EngineLimits(
+        max_num_seqs=options.max_num_seqs or int(r.max_num_seqs),
+        max_num_batched_tokens=options.max_num_batched_tokens or int(r.max_num_batched_tokens),
+        long_prefill_token_threshold=options.long_prefill_token_threshold,
+        block_size=int(lim.block_tokens), num_blocks=blocks, fixed_blocks=fixed,
+        max_model_len=int(r.max_model_len), prefix_caching=caching,
+        async_scheduling=options.async_scheduling)
+    dp = options.dp or max(int(r.layout.dp), 1)
+    lockstep = options.lockstep if options.lockstep is not None else r.total_experts > 0
+    return limits, dp, bool(lockstep)
+
+
+def _table(requests: Any) -> tuple[pa.Table, int | None]:
+    if isinstance(requests, pa.Table):
+        return requests, None
+    table = getattr(requests, "table", None)
+    if not isinstance(table, pa.Table):
+        raise TypeError(f"requests must be a RequestSet (with .table and .hash_block_tokens) "
+                        f"or a pyarrow Table in REQUEST_SCHEMA, got {type(requests).__name__}")
+    return table, getattr(requests, "hash_block_tokens", None)
+
+
+def _ints(table: pa.Table, name: str, default: int | None = None) -> np.ndarray:
+    """An int64 column (nulls → -1), or the default everywhere when the column is absent."""
+    if name not in table.column_names:
+        if default is None:
+            raise ValueError(f"requests: the column {name!r} is required (REQUEST_SCHEMA)")
+        return np.full(table.num_rows, default, np.int64)
+    col = table.column(name)
+    if not (pa.types.is_integer(col.type) or pa.types.is_null(col.type)):
+        raise ValueError(f"requests: column {name!r} must be an integer column, "
+                         f"got {col.type}")
+    return np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
+
+
+def open_pools(scenario: str, repos: Any = None) -> list[Kernel]:
+    """A kernel for every pool of the scenario's deployment, in pool order (what
+    :func:`replay` takes for a disaggregated prefill/decode deployment)."""
+    from pipeline.load import open_inputs
+
+    from ..build import new
+
+    first = open_inputs(scenario, repos, 0)
+    return [new(first), *(new(open_inputs(scenario, repos, i))
+                          for i in range(1, len(first.deployment.pools)))]
+
+
+def _kernels(k: Any) -> list[Kernel]:
+    """One kernel (a colocated pool) or the [prefill, decode] kernels of a P/D deployment."""
+    from ..kernel import Kernel
+
+    if isinstance(k, Kernel):
+        return [k]
+    ks = list(k)
+    if len(ks) == 1 and isinstance(ks[0], Kernel):
+        return ks
+    roles = [str(getattr(x.resolved_pool, "role", "")) for x in ks]
+    if len(ks) != 2 or roles != ["prefill", "decode"]:
+        raise ValueError(f"replay takes one kernel, or the prefill and decode kernels of a "
+                         f"disaggregated deployment in that order (open_pools); got pools "
+                         f"with roles {roles}")
+    return ks
+
+
+def _placements(k: Kernel, node_offset: int) -> list[Placement]:
+    """Where each engine core of a pool sits: its first GPU's node (and rack)."""
+    lay = k.resolved_pool.layout
+    per_core = max(lay.tp, 1) * max(lay.pp, 1) * max(lay.pcp, 1)
+    gpn = max(lay.gpus_per_node, 1)
+    out = []
+    for i in range(max(lay.dp, 1)):
+        gpu = i * per_core
+        node = node_offset + gpu // gpn
+        rack = (node * gpn) // lay.gpus_per_rack if lay.gpus_per_rack else 0
+        out.append(Placement(node=node, rack=rack, pool=str(k.resolved_pool.role)))
+    return out
+
+
+def replay(k: Any, requests: Any, options: ReplayOptions | None = None, *,
+           slo: dict[str, float] | None = None) -> ReplayResult:
+    """Replay ``requests`` on the deployment ``k`` prices (REPLAY_CONTRACT.md §2).
+
+    ``k``: a :class:`kernel.Kernel` (one pool; its DP engine cores behind the router), or the
+    [prefill, decode] kernels of a disaggregated deployment (:func:`open_pools`): each request
+    is prefilled on the prefill pool (one token, as vLLM's disaggregated proxy asks), its
+    prompt KV handed off (:mod:`kernel.replay.transfers`), then decoded on the decode pool."""
+    from .results import build_result
+    from .transfers import LinkShare
+
+    options = options or ReplayOptions()
+    kernels = _kernels(k)
+    pd = len(kernels) == 2
+    table, hash_tokens = _table(requests)
+    n = table.num_rows
+    pools = [engine_limits(kp, options) for kp in kernels]
+    arrival = _ints(table, "arrival_ns")
+    prompt = _ints(table, "prompt_tokens")
+    output = _ints(table, "output_tokens")
+    think = _ints(table, "think_ns", -1)
+    ids = (table.column("request_id").to_pylist() if "request_id" in table.column_names
+           else [str(i) for i in range(n)])
+    sessions = (table.column("session_id").to_pylist() if "session_id" in table.column_names
+                else [None] * n)
+    hashes = (table.column("prefix_hashes").to_pylist()
+              if "prefix_hashes" in table.column_names and hash_tokens else None)
+
+    reason: list[str | None] = [None] * n
+    for i in range(n):  # checks per request (pure Python over n, once)
+        reason[i] = _reject_reason(int(prompt[i]), int(output[i]), int(arrival[i]),
+                                   int(think[i]), [p[0] for p in pools], pd)
+
+    # Closed loop: a request with think_ns follows the previous request of its session.
+    follower: dict[int, int] = {}
+    last_of: dict[Any, int] = {}
+    first_rows: list[int] = []
+    for i in range(n):
+        sid = sessions[i]
+        if arrival[i] < 0 and think[i] >= 0:
+            prev = last_of.get(sid) if sid is not None else None
+            if prev is None:
+                if reason[i] is None:
+                    reason[i] = (f"think_ns set but no earlier request of session {sid!r} "
+                                 f"to follow")
+            else:
+                follower[prev] = i
+        elif reason[i] is None or arrival[i] >= 0:
+            first_rows.append(i)
+        if sid is not None:
+            last_of[sid] = i
+
+    if pd:  # the prefill pool samples one token; the decode pool gets the prompt's KV
+        states = [RunState(prompt.tolist(), np.ones(n, np.int64).tolist(), hashes,
+                           hash_tokens),
+                  RunState(prompt.tolist(), output.tolist(), hashes, hash_tokens)]
+        states[1].remote[:] = prompt - 1
+    else:
+        states = [RunState(prompt.tolist(), output.tolist(), hashes, hash_tokens)]
+    groups: list[Group] = []
+    for pi, (kp, (limits, dp, lockstep)) in enumerate(zip(kernels, pools, strict=True)):
+        cores = [Core(i, _pool_name(kp), limits, states[pi], pi) for i in range(dp)]
+        groups.extend([Group(cores)] if lockstep else [Group([c]) for c in cores])
+    estimate = options.estimate
+
+    def price_ns(core: Core, s: np.ndarray, c: np.ndarray, p: np.ndarray) -> int:
+        return step_ns(price_step(kernels[core.pool_index], s, c, p), estimate)
+
+    sim = Simulation(groups, price_ns, [make_router(options.router) for _ in kernels],
+                     max_steps=options.max_steps, keep_steps=options.keep_steps)
+    client = kernels[-1]  # the pool whose tokens reach the user
+    otok = int(client.output_token_overhead())
+    done_ns = int(client.completion_overhead())
+    arrival_eff = arrival.copy()
+    ready = np.full(n, -1, np.int64)
+    handoff = np.full((n, 2), -1, np.int64)  # P/D: handoff start and end
+    admission: dict[int, int] = {}
+
+    def arrive(i: int, t: int) -> None:
+        arrival_eff[i] = t
+        if reason[i] is not None:
+            finished_at(i, t)  # a rejected request ends its session turn at once
+            return
+        p = int(prompt[i])
+        if p not in admission:
+            admission[p] = int(kernels[0].admission_overhead(p))
+        ready[i] = t + admission[p]
+        sim.push_ready(int(ready[i]), i, 0)
+
+    def finished_at(i: int, visible_ns: int) -> None:
+        nxt = follower.get(i)
+        if nxt is not None:
+            arrive(nxt, visible_ns + int(think[nxt]))
+
+    node_offset = 0
+    places = []
+    for kp in kernels:
+        places.append(_placements(kp, node_offset))
+        node_offset += max(int(kp.deployment().nodes or 0), 1)
+    decode_router = make_router(options.router)
+
+    def handed_off(i: int, t: int) -> None:
+        handoff[i, 1] = t
+        sim.push_ready(t, i, 1)
+
+    links = LinkShare(sim.push_timer, handed_off)
+
+    def on_finish(c: Core, i: int, end_ns: int) -> None:
+        if pd and c.pool_index == 0:  # prefill done: hand the prompt's KV to a decode core
+            dst = decode_router(sim.pool_cores[1], i)
+            handoff[i, 0] = end_ns
+            demand = kernels[0].pd_transfer_demand(int(prompt[i]), places[0][c.index],
+                                                   places[1][dst.index])
+            pinned[i] = dst
+            links.start(i, end_ns, demand)
+            return
+        finished_at(i, end_ns + int(output[i]) * otok + done_ns)
+
+    pinned: dict[int, Core] = {}
+    if pd:  # the decode request goes to the core its KV was sent to
+        routes = list(sim.routes)
+        routes[1] = lambda cores, i: pinned.pop(i)
+        sim.routes = routes
+    sim.on_finish = on_finish
+    sim.on_timer = links.wake
+    for i in first_rows:
+        arrive(i, int(arrival[i]))
+    sim.run()
+    return build_result(kernels, options, table, ids, sim, states, arrival_eff, ready, reason,
+                        otok=otok, completion_ns=done_ns, slo=slo,
+                        lockstep=[p[2] for p in pools], handoff=handoff if pd else None)
+
+
+def _reject_reason(p: int, o: int, arrival: int, think: int, limits: list[EngineLimits],
+                   pd: bool) -> str | None:
+    if p <= 0 or o <= 0:
+        return f"prompt_tokens ({p}) and output_tokens ({o}) must be > 0"
+    for lim in limits:
+        if lim.max_model_len and p + o > lim.max_model_len:
+            return (f"prompt_tokens + output_tokens = {p + o} exceeds max_model_len "
+                    f"{lim.max_model_len}")
+        need = -(-(p + o) // lim.block_size) + lim.fixed_blocks
+        if need > lim.num_blocks:
+            return f"needs {need} KV blocks at its full length; an engine core has " \
+                   f"{lim.num_blocks}"
+    if arrival < 0 and think < 0:
+        return "no arrival_ns and no think_ns: the request never arrives"
+    return None
+
+
+def _pool_name(k: Kernel) -> str:
+    role = getattr(k.resolved_pool, "role", "") or ""
+    return str(role) or "colocated"

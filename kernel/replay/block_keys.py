@@ -1,0 +1,39 @@
+"""Block keys: a request's prefix hash chain mapped onto the engine's block size.
+
+The request source gives ``prefix_hashes``: entry i identifies prompt tokens [0, (i+1)·H)
+(H = ``hash_block_tokens``). Engine block j covers [0, (j+1)·B). When B is a multiple of H,
+block j's key is entry (j+1)·B/H − 1 itself (the chain is exact). Otherwise block j takes the
+first entry covering it, mixed with j: equal entries imply equal prefixes up to the entry's end,
+so equal keys still imply an equal block prefix (a key may miss a hit vLLM would see, never
+invent one). Blocks beyond the chain have no key here: only the request itself (after a
+preemption) can hit them, and the KV pool keeps them as one segment per request
+(:mod:`kernel.replay.kv_cache`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["block_keys"]
+
+_MIX = 0x9E3779B97F4A7C15
+
+
+def block_keys(hashes: Sequence[int] | None, hash_tokens: int | None, block_size: int,
+               n_blocks: int) -> list[int]:
+    """Keys of a request's leading blocks (at most ``n_blocks``) of ``block_size`` tokens
+    that its hash chain identifies."""
+    if not hashes or not hash_tokens:
+        return []
+    upto = min(len(hashes) * hash_tokens // block_size, n_blocks)
+    if upto <= 0:
+        return []
+    h = np.asarray(hashes, np.uint64)
+    j = np.arange(upto, dtype=np.int64)
+    if block_size % hash_tokens == 0:
+        return h[(j + 1) * (block_size // hash_tokens) - 1].tolist()
+    first = -(-(j + 1) * block_size // hash_tokens) - 1  # the first entry covering block j
+    # uint64 arithmetic wraps modulo 2^64, as (h * MIX + j) & (2^64 - 1) would
+    return (h[first] * np.uint64(_MIX) + j.astype(np.uint64)).tolist()

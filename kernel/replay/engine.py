@@ -1,0 +1,601 @@
+"""The replay's scheduler: vLLM v0.31.0's V1 engine core, step by step (docs/model.md §15).
+
+One :class:`Core` is one engine core (one DP rank): its waiting queue, running list and KV
+block pool. A :class:`Group` is the cores that step together: one core for a dense model's DP
+rank (ranks are independent), all DP ranks for an MoE model (their collectives make them step
+in lockstep, a step lasting as long as the slowest rank). :class:`Simulation` runs every group
+on one event clock: request arrivals (after the host's admission overhead) and step ends.
+
+Per step, as ``vllm/v1/core/sched/scheduler.py: Scheduler.schedule`` does:
+
+* Phase A walks ``running`` in order: each request gets the rest of its known tokens (1 for a
+  decode) capped by ``long_prefill_token_threshold`` and the token budget; when its blocks do
+  not fit, the newest running request is preempted (recompute: computed back to 0, to the
+  front of ``waiting``, its cached blocks kept) until they do;
+* Phase B, only when nothing was preempted, admits ``waiting`` in FCFS order while the token
+  budget lasts and ``running`` < ``max_num_seqs``; the head must fit whole (prompt plus any
+  tokens generated before a preemption, minus prefix hits: ``scheduler_reserve_full_isl``)
+  or admission stops (head-of-line blocking);
+* a request whose scheduled tokens reach its known length samples a token at the step's end.
+
+Async scheduling (on by default, as vLLM v0.31): the schedule of step j runs while step j−1
+executes, so it sees only requests that were ready when step j−1 started, and the blocks of
+requests that finished in step j−1 come back only after it (those requests still count in
+``running``). Everything else follows from the placeholders vLLM uses (a decode continues
+without waiting for its sampled token), so token counts are the synchronous ones.
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .block_keys import block_keys
+from .kv_cache import KVBlocks
+
+__all__ = ["Core", "EngineLimits", "Group", "RunState", "Simulation"]
+
+# Event kinds, in their order at one instant: arrivals, timers, then schedules (an idle
+# group's first step and step ends), so a step sees every request ready at its instant.
+READY, TIMER, KICK, STEP_END = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """What one engine core may schedule (per DP rank, vllm/config/cache.py)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    long_prefill_token_threshold: int
+    block_size: int
+    num_blocks: int
+    fixed_blocks: int  # pages every request holds whatever its length (rings, state)
+    max_model_len: int
+    prefix_caching: bool
+    async_scheduling: bool
+
+
+class RunState:
+    """Per-request state as numpy arrays (the step loop reads and writes them by fancy
+    indexing over the running requests) plus the few per-request Python objects."""
+
+    def __init__(self, prompt: Sequence[int], output: Sequence[int],
+                 hashes: Sequence[Sequence[int] | None] | None, hash_tokens: int | None):
+        n = len(prompt)
+        self.prompt = np.asarray(prompt, np.int64)
+        self.output = np.asarray(output, np.int64)
+        self.hashes = hashes
+        self.hash_tokens = hash_tokens
+        self.known = self.prompt.copy()  # prompt + tokens sampled so far (vLLM num_tokens)
+        self.admitted = np.full(n, -1, np.int64)  # start of the request's first step
+        self.target = self.prompt + self.output  # known when the request is done
+        self.computed = np.zeros(n, np.int64)  # vLLM num_computed_tokens (after schedule)
+        self.held = np.zeros(n, np.int64)  # KV blocks held
+        self.registered = np.zeros(n, np.int64)  # leading blocks offered to the prefix cache
+        self.n_shared = np.zeros(n, np.int64)  # blocks its hash chain names (once keys built)
+        self.finished = np.zeros(n, bool)
+        self.preemptions = np.zeros(n, np.int64)
+        self.lost = np.zeros(n, np.int64)  # computed tokens thrown away by preemptions
+        # tokens whose KV arrives from elsewhere at the first admission (a P/D handoff)
+        self.remote = np.zeros(n, np.int64)
+        self.cached_tokens = np.zeros(n, np.int64)  # prefix-hit tokens at the last admission
+        self.core = np.full(n, -1, np.int64)
+        self.refs: list[list[int] | None] = [None] * n  # cached keys held, block order
+        self.keys: list[list[int] | None] = [None] * n
+
+
+class Core:
+    """One engine core: waiting queue, running list and its KV blocks."""
+
+    def __init__(self, index: int, pool: str, limits: EngineLimits, state: RunState,
+                 pool_index: int = 0):
+        self.index = index
+        self.pool = pool
+        self.pool_index = pool_index
+        self.state = state
+        self.limits = limits
+        self.kv = KVBlocks(limits.num_blocks, limits.block_size, limits.prefix_caching)
+        self.inbox: deque[tuple[int, int]] = deque()  # (ready_ns, request) not yet polled
+        self.waiting: deque[int] = deque()
+        self.running: list[int] = []
+        self.zombies: list[int] = []  # finished in the step before, freed after this schedule
+        self.run_arr = np.zeros(0, np.int64)  # ``running`` as an array, rebuilt when dirty
+        self.dirty = False
+
+    def load(self) -> int:
+        """waiting + running (the DP load balancer's count), inbox included."""
+        return len(self.inbox) + len(self.waiting) + len(self.running) - len(self.zombies)
+
+    def kv_usage(self) -> float:
+        return self.kv.used() / self.kv.num_blocks
+
+
+class Group:
+    """Cores stepping together on one clock."""
+
+    def __init__(self, cores: list[Core]):
+        self.cores = cores
+        self.busy = False
+        self.start = 0  # start of the step in flight
+
+
+class Rows:
+    """The steps table, kept as each step's own arrays (joined once at the end: no copy per
+    step), and one engine-step record per batch.
+
+    ``keep_steps=False`` keeps only the (batch, request) of each token the user receives, which
+    is all the request latencies need (a 1M-request replay without its steps table)."""
+
+    NAMES = ("batch_id", "request", "scheduled", "computed", "prompt_len", "cached_tokens",
+             "emitted", "pool")
+    LEAN = ("batch_id", "request")
+    PER_ROW = ("request", "scheduled", "computed", "prompt_len", "cached_tokens", "emitted")
+    STEP_NAMES = ("batch_id", "pool", "engine", "group_step", "start", "end", "batch_ns",
+                  "step_ns", "requests", "tokens", "running", "waiting", "kv_used",
+                  "kv_blocks")
+
+    def __init__(self, keep_steps: bool = True, client_pool: int = 0) -> None:
+        self.keep = keep_steps
+        self.client_pool = client_pool
+        self.names = self.NAMES if keep_steps else self.LEAN
+        self.parts: list[list[np.ndarray]] = [[] for _ in self.PER_ROW]
+        self.batch: list[int] = []  # per part: batch id, pool, rows
+        self.pool: list[int] = []
+        self.count: list[int] = []
+        self.step_buf = array("q")
+        self._cols: dict[str, np.ndarray] | None = None
+
+    def add(self, b: int, rq: np.ndarray, sc: np.ndarray, cp: np.ndarray, pl: np.ndarray,
+            ch: np.ndarray, emitted: np.ndarray, pool: int) -> None:
+        """One batch's rows. The arrays are kept as they are: the engine never writes into an
+        array after handing it here."""
+        if self.keep:
+            for part, col in zip(self.parts, (rq, sc, cp, pl, ch, emitted), strict=True):
+                part.append(col)
+            n = rq.size
+        elif pool == self.client_pool:
+            got = rq[emitted]
+            self.parts[0].append(got)
+            n = got.size
+        else:
+            return
+        self.batch.append(b)
+        self.pool.append(pool)
+        self.count.append(n)
+        self._cols = None
+
+    @property
+    def cols(self) -> dict[str, np.ndarray]:
+        if self._cols is None:
+            counts = np.asarray(self.count, np.int64)
+            out = {"batch_id": np.repeat(np.asarray(self.batch, np.int64), counts)}
+            for name, part in zip(self.PER_ROW, self.parts, strict=True):
+                if name == "request" or self.keep:
+                    out[name] = (np.concatenate(part) if part else
+                                 np.zeros(0, bool if name == "emitted" else np.int64))
+            if self.keep:
+                out["pool"] = np.repeat(np.asarray(self.pool, np.int64), counts)
+            self._cols = out
+        return self._cols
+
+    @property
+    def steps(self) -> dict[str, np.ndarray]:
+        a = np.frombuffer(self.step_buf, np.int64) if len(self.step_buf) else np.zeros(0, np.int64)
+        a = a.reshape(-1, len(self.STEP_NAMES))
+        return {name: a[:, i] for i, name in enumerate(self.STEP_NAMES)}
+
+
+# (requests, scheduled, computed before, prompt_len, cached tokens, computed after, known)
+Plan = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+             np.ndarray]
+_EMPTY = np.zeros(0, np.int64)
+
+
+class Simulation:
+    """Every group on one event clock; :meth:`run` until every request is done."""
+
+    def __init__(self, groups: list[Group],
+                 price_ns: Callable[[Core, np.ndarray, np.ndarray, np.ndarray], int],
+                 routes: Sequence[Callable[[list[Core], int], Core]], *,
+                 max_steps: int | None = None, keep_steps: bool = True):
+        self.groups = groups
+        self.cores = [c for g in groups for c in g.cores]
+        npools = len(routes)
+        self.pool_cores = [[c for c in self.cores if c.pool_index == i] for i in range(npools)]
+        self.group_of = {id(c): g for g in groups for c in g.cores}
+        self.price_ns = price_ns
+        self.routes = routes
+        self.max_steps = max_steps
+        self.rows = Rows(keep_steps, npools - 1)
+        self.events: list[tuple[int, int, int, int]] = []
+        self.seq = 0
+        self.batches = 0
+        self.group_steps = 0
+        # called with (core, request, end of the step that sampled its last token)
+        self.on_finish: Callable[[Core, int, int], None] | None = None
+        # called with (timer token, time) for timers pushed by push_timer
+        self.on_timer: Callable[[int, int], None] | None = None
+
+    # -- events --------------------------------------------------------------------------
+    def push_ready(self, ready_ns: int, request: int, pool: int = 0) -> None:
+        """``request`` joins pool ``pool`` (its router picks the core) at ``ready_ns``."""
+        self.seq += 1
+        heapq.heappush(self.events, (ready_ns, READY, self.seq,
+                                     request * len(self.routes) + pool))
+
+    def push_timer(self, at_ns: int, token: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (at_ns, TIMER, self.seq, token))
+
+    def _push_end(self, end_ns: int, gi: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (end_ns, STEP_END, self.seq, gi))
+
+    def run(self) -> None:
+        events = self.events
+        gindex = {id(g): i for i, g in enumerate(self.groups)}
+        while events:
+            t, kind, _seq, x = heapq.heappop(events)
+            if kind == READY:
+                r, pool = divmod(x, len(self.routes))
+                core = self.routes[pool](self.pool_cores[pool], r)
+                core.state.core[r] = core.index
+                core.inbox.append((t, r))
+                g = self.group_of[id(core)]
+                if not g.busy:  # an idle group steps once everything at this instant is in
+                    g.busy = True
+                    self.seq += 1
+                    heapq.heappush(events, (t, KICK, self.seq, gindex[id(g)]))
+            elif kind == TIMER:
+                if self.on_timer is not None:
+                    self.on_timer(x, t)
+            elif kind == KICK:
+                self._step(self.groups[x], x, t, t)
+            else:
+                g = self.groups[x]
+                self._step(g, x, t, g.start if g.cores[0].limits.async_scheduling else t)
+
+    # -- one group step ------------------------------------------------------------------
+    def _step(self, g: Group, gi: int, now: int, sched_time: int) -> None:
+        """Schedule and launch the group's next step at ``now`` (the previous step's end, or
+        an arrival at an idle group); ``sched_time`` is when its schedule ran (async: the
+        previous step's start)."""
+        plans = [self._schedule(c, sched_time, now) for c in g.cores]
+        if all(not p[0].size for p in plans):
+            # Nothing to run with what the early schedule saw: the engine loop polls again
+            # after the step in flight ends, with the finished requests gone.
+            for c in g.cores:
+                self._drop_zombies(c)
+            plans = [self._schedule(c, now, now) for c in g.cores]
+            if all(not p[0].size for p in plans):
+                # A step whose only request preempted itself: schedule once more.
+                plans = [self._schedule(c, now, now) for c in g.cores]
+        for c in g.cores:
+            self._drop_zombies(c)
+        if all(not p[0].size for p in plans):
+            g.busy = False
+            if any(c.waiting for c in g.cores):
+                raise AssertionError("an idle engine core with waiting requests")
+            return
+        prices = [self.price_ns(c, p[1], p[2], p[3]) if p[0].size else 0
+                  for c, p in zip(g.cores, plans, strict=True)]
+        step = max(prices)
+        end = now + step
+        self.group_steps += 1
+        if self.max_steps is not None and self.group_steps > self.max_steps:
+            raise RuntimeError(f"the replay exceeded max_steps={self.max_steps} engine steps "
+                               f"(raise ReplayOptions.max_steps or check the load)")
+        for c, (rq, sc, cp, pl, ch, after, kn), price in zip(g.cores, plans, prices,
+                                                             strict=True):
+            if not rq.size:
+                continue
+            b = self.batches
+            self.batches += 1
+            # occupancy while the step runs, before its finished requests leave
+            self.rows.step_buf.extend((
+                b, c.pool_index, c.index, self.group_steps, now, end, price, step, rq.size, int(sc.sum()),
+                len(c.running), len(c.waiting) + len(c.inbox), c.kv.used(), c.kv.num_blocks))
+            emitted = self._finish_step(c, rq, after, kn, end)
+            self.rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index)
+        g.busy = True
+        g.start = now
+        self._push_end(end, gi)
+
+    def _drop_zombies(self, c: Core) -> None:
+        if not c.zombies:
+            return
+        for r in c.zombies:
+            c.running.remove(r)
+            self._release(c, r)
+            c.state.keys[r] = None
+        c.zombies.clear()
+        c.dirty = True
+
+    def _release(self, c: Core, r: int) -> None:
+        s = c.state
+        c.kv.release(int(s.held[r]), s.refs[r] or [], r)
+        s.held[r] = 0
+        s.refs[r] = None
+        s.registered[r] = 0
+
+    def _finish_step(self, c: Core, rq: np.ndarray, after: np.ndarray, known: np.ndarray,
+                     end: int) -> np.ndarray:
+        """Tokens sampled at the step's end (a request whose scheduled tokens reached all it
+        knew); finished requests leave (async: after the next schedule)."""
+        s = c.state
+        if after is known:  # every request got all it knew: each samples a token
+            emitted = np.ones(rq.size, bool)
+            who = rq
+            s.known[who] = known + 1
+            done = who[known + 1 == s.target[who]]
+        else:
+            emitted = after == known
+            who = rq[emitted]
+            if not who.size:
+                return emitted
+            s.known[who] += 1
+            done = who[known[emitted] + 1 == s.target[who]]
+        if done.size:
+            s.finished[done] = True
+            if c.limits.async_scheduling:
+                c.zombies.extend(done.tolist())
+            else:
+                for r in done.tolist():
+                    c.running.remove(r)
+                    self._release(c, r)
+                    s.keys[r] = None
+                c.dirty = True
+            if self.on_finish is not None:
+                for r in done.tolist():
+                    self.on_finish(c, r, end)
+        return emitted
+
+    # -- the scheduler -------------------------------------------------------------------
+    @staticmethod
+    def _keys(c: Core, r: int) -> list[int]:
+        s = c.state
+        keys = s.keys[r]
+        if keys is None:
+            B = c.limits.block_size
+            n = -(-int(s.target[r]) // B)
+            h = s.hashes[r] if s.hashes is not None else None
+            keys = block_keys(h, s.hash_tokens, B, n)
+            s.keys[r] = keys
+            s.n_shared[r] = len(keys)
+        return keys
+
+    def _preempt(self, c: Core, r: int) -> None:
+        """vLLM ``Scheduler._preempt_request``: recompute from scratch, front of waiting."""
+        s = c.state
+        c.running.remove(r)
+        c.dirty = True
+        self._release(c, r)
+        s.lost[r] += s.computed[r]
+        s.computed[r] = 0
+        s.preemptions[r] += 1
+        c.waiting.appendleft(r)
+
+    def _schedule(self, c: Core, sched_time: int, start: int) -> Plan:
+        """One engine core's schedule, made at ``sched_time`` for a step starting at
+        ``start``: (requests, scheduled, computed before, prompt_len, cached tokens, computed
+        after, known tokens) in batch order. Applies the schedule (computed, blocks)."""
+        s = c.state
+        L = c.limits
+        B = L.block_size
+        F = L.fixed_blocks
+        thr = L.long_prefill_token_threshold
+        kv = c.kv
+        inbox, waiting, running = c.inbox, c.waiting, c.running
+        while inbox and inbox[0][0] <= sched_time:
+            waiting.append(inbox.popleft()[1])
+        budget = L.max_num_batched_tokens
+        preempted = False
+        # (requests, tokens, prefix-hit tokens or None for none)
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+        # Phase A, vectorised: running requests in order, each the rest of its known tokens
+        # capped by the threshold and what the budget has left after the ones before it.
+        fast = None  # Phase A alone, every running request scheduled: (cr, kn)
+        if running:
+            if c.dirty:
+                c.run_arr = np.array(running, np.int64)
+                c.dirty = False
+            ra = c.run_arr
+            cr = s.computed[ra]
+            kn = s.known[ra]
+            want = kn - cr
+            partial = bool(c.zombies)
+            if partial:
+                want[s.finished[ra]] = 0  # finished in the step in flight (async)
+            whole = not partial  # every running request gets all it knows (so samples)
+            if thr and int(want.max()) > thr:
+                np.minimum(want, thr, out=want)
+                whole = False
+            asked = int(want.sum())
+            if asked <= budget:
+                n = want
+            else:
+                partial = whole = False
+                n = np.minimum(np.maximum(budget - (np.cumsum(want) - want), 0), want)
+            # blocks for computed + scheduled tokens (kn when whole), >= 0 where n > 0
+            need = ((kn if whole else cr + n) + (B - 1)) // B + (F - s.held[ra])
+            if partial:
+                need[n == 0] = 0
+            total = int(need.sum())
+            if total <= kv.free:
+                if total:
+                    kv.allocate(total)
+                    s.held[ra] += need
+                if partial:
+                    take = n > 0
+                    parts.append((ra[take], n[take], None))
+                else:
+                    parts.append((ra, n, None))
+                    fast = (cr, kn, whole)
+                budget -= min(asked, budget)
+            else:  # some request cannot grow: the scalar loop with preemption from there
+                cum = np.cumsum(need)
+                first = int(np.searchsorted(cum, kv.free, side="right"))
+                fit = need[:first]
+                if first:
+                    kv.allocate(int(fit.sum()))
+                    s.held[ra[:first]] += fit
+                    take = n[:first] > 0
+                    parts.append((ra[:first][take], n[:first][take], None))
+                    budget -= int(n[:first].sum())
+                done_a, budget, preempted = self._phase_a_scalar(c, first, budget)
+                parts.append(done_a)
+        # Phase B: waiting requests, FCFS, only if nothing was preempted.
+        if not preempted and waiting and budget > 0 and len(running) < L.max_num_seqs:
+            parts.append(self._phase_b(c, budget, start))
+        parts = [p for p in parts if p[0].size]
+        if not parts:
+            return _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY
+        if len(parts) == 1:
+            rq, sc, hits = parts[0]
+            ch = hits if hits is not None else np.zeros(rq.size, np.int64)
+        else:
+            fast = None
+            rq = np.concatenate([p[0] for p in parts])
+            sc = np.concatenate([p[1] for p in parts])
+            ch = np.concatenate([p[2] if p[2] is not None else np.zeros(p[0].size, np.int64)
+                                 for p in parts])
+        # vLLM _update_after_schedule: computed grows now; full blocks join the prefix cache.
+        if fast is not None:
+            cp, kn, whole = fast
+        else:
+            cp = s.computed[rq]
+            kn = s.known[rq]
+            whole = False
+        after = kn if whole else cp + sc
+        s.computed[rq] = after
+        pl = s.prompt[rq]
+        if L.prefix_caching:
+            full = (after if whole else np.minimum(after, kn)) // B
+            reg = s.registered[rq]
+            grow = (full > reg).nonzero()[0]
+            if grow.size:
+                rg, fg, before = rq[grow], full[grow], reg[grow]
+                s.registered[rg] = fg
+                own = before >= s.n_shared[rg]  # past its shared keys: its own segment grows
+                segment = c.kv.segment
+                for r, d in zip(rg[own].tolist(), (fg - before)[own].tolist(), strict=True):
+                    segment[r] = segment.get(r, 0) + d
+                for r, f, b in zip(rg[~own].tolist(), fg[~own].tolist(),
+                                   before[~own].tolist(), strict=True):
+                    self._register(c, r, f, b)
+        return rq, sc, cp, pl, ch, after, kn
+
+    def _register(self, c: Core, r: int, full: int, reg: int) -> None:
+        """The request's leading ``full`` blocks are full (``reg`` were before): offer the new
+        ones to the cache (its shared keys, then its own segment)."""
+        s = c.state
+        keys = self._keys(c, r)
+        shared = len(keys)
+        if reg < shared:
+            mine = s.refs[r]
+            if mine is None:
+                mine = s.refs[r] = []
+            mine.extend(c.kv.register(keys[reg:min(full, shared)]))
+        c.kv.register_private(r, full - max(reg, shared))
+
+    def _phase_a_scalar(self, c: Core, i: int, budget: int
+                        ) -> tuple[tuple[np.ndarray, np.ndarray, None], int, bool]:
+        """Phase A from running[i] on, one request at a time, preempting the newest running
+        request while the current one's blocks do not fit (vLLM ``Scheduler.schedule``)."""
+        s = c.state
+        L = c.limits
+        B, F, thr = L.block_size, L.fixed_blocks, L.long_prefill_token_threshold
+        kv, running, finished = c.kv, c.running, s.finished
+        rq: list[int] = []
+        sc: list[int] = []
+        preempted = False
+        while i < len(running) and budget > 0:
+            r = running[i]
+            if finished[r]:
+                i += 1
+                continue
+            cr = int(s.computed[r])
+            n = int(s.known[r]) - cr
+            if thr and n > thr:
+                n = thr
+            n = min(n, budget)
+            if n <= 0:
+                i += 1
+                continue
+            need = max((cr + n + B - 1) // B + F - int(s.held[r]), 0)
+            stop = False
+            while need > kv.free:
+                victim = next(v for v in reversed(running) if not finished[v])
+                self._preempt(c, victim)
+                preempted = True
+                if victim == r:
+                    stop = True
+                    break
+            if stop:
+                break
+            if need:
+                kv.allocate(need)
+                s.held[r] += need
+            rq.append(r)
+            sc.append(n)
+            budget -= n
+            i += 1
+        return (np.array(rq, np.int64), np.array(sc, np.int64), None), budget, preempted
+
+    def _phase_b(self, c: Core, budget: int, start: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Admit waiting requests in FCFS order while the token budget lasts, running stays
+        under max_num_seqs and the head's whole current sequence fits (else stop)."""
+        s = c.state
+        L = c.limits
+        B, F, thr = L.block_size, L.fixed_blocks, L.long_prefill_token_threshold
+        kv, waiting, running = c.kv, c.waiting, c.running
+        rq: list[int] = []
+        sc: list[int] = []
+        ch: list[int] = []
+        while waiting and budget > 0 and len(running) < L.max_num_seqs:
+            r = waiting[0]
+            num_tokens = int(s.known[r])
+            full = (num_tokens + B - 1) // B + F
+            hit = private = 0
+            hit_keys: list[int] = []
+            if L.prefix_caching:
+                keys = self._keys(c, r)
+                shared, private = kv.longest_hit(keys, (num_tokens - 1) // B, r)
+                hit = shared + private
+                hit_keys = keys[:shared]
+            if full - hit + (kv.evictable_among(hit_keys, r, private) if hit else 0) > kv.free:
+                break  # head-of-line blocking: nothing behind it is admitted this step
+            waiting.popleft()
+            cr = hit * B
+            remote = int(s.remote[r])
+            if remote > cr:  # KV loaded from the prefill pool: computed, not scheduled
+                cr = remote
+                s.remote[r] = 0
+            n = num_tokens - cr
+            if thr and n > thr:
+                n = thr
+            n = min(n, budget)
+            if hit:
+                kv.touch(hit_keys, r, private)
+            s.refs[r] = list(hit_keys)
+            s.registered[r] = hit
+            need = (cr + n + B - 1) // B + F - hit
+            kv.allocate(need)
+            s.held[r] = hit + need
+            s.computed[r] = cr
+            s.cached_tokens[r] = hit * B
+            if s.admitted[r] < 0:
+                s.admitted[r] = start
+            running.append(r)
+            c.dirty = True
+            rq.append(r)
+            sc.append(n)
+            ch.append(hit * B)
+            budget -= n
+        return (np.array(rq, np.int64), np.array(sc, np.int64), np.array(ch, np.int64))

@@ -1,0 +1,291 @@
+"""A replay's outputs: the requests table, the steps table and the summary.
+
+Token times come from the steps table, vectorised: the k-th token of a request is sampled at
+the end of the k-th step that emitted for it, and reaches the client after k output-token host
+overheads (the host processes each request's tokens in turn; the engine clock does not wait
+for it). The request is done ``completion_overhead`` after its last token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from .engine import Rows
+
+if TYPE_CHECKING:
+    from ..kernel import Kernel
+    from .api import ReplayOptions
+    from .engine import RunState, Simulation
+
+__all__ = ["ReplayResult", "build_result", "summarise"]
+
+NS = 1e9
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What :func:`kernel.replay.replay` returns (REPLAY_CONTRACT.md §2)."""
+
+    requests: pa.Table  # one row per request: times, latencies, tokens, status, reason
+    steps: pa.Table  # one row per request per step, in the trace schema `price` reads
+    summary: dict[str, Any]
+    rejects: pa.Table  # requests that could not run: request_id, row, reason
+    options: ReplayOptions
+    engine_steps: pa.Table | None = None  # one row per engine core per step
+
+
+def _group_percentile(values: np.ndarray, groups: np.ndarray, n_groups: int,
+                      qs: tuple[float, ...]) -> list[np.ndarray]:
+    """Per-group percentiles (linear interpolation, numpy's default) without a Python loop.
+    Groups with no value get -1."""
+    outs = [np.full(n_groups, -1.0) for _ in qs]
+    if values.size == 0:
+        return outs
+    iv = values.astype(np.int64)
+    if (np.array_equal(iv, values) and iv.min() >= 0 and iv.max() < 1 << 40
+            and groups.max() < 1 << 22):  # one int64 sort of (group, value) keys: faster
+        key = np.sort((groups.astype(np.int64) << 40) | iv)
+        g, v = key >> 40, (key & ((1 << 40) - 1)).astype(np.float64)
+    else:
+        order = np.lexsort((values, groups))
+        v, g = values[order], groups[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    counts = np.diff(np.r_[starts, g.size])
+    for q, out in zip(qs, outs, strict=True):
+        pos = q * (counts - 1)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, counts - 1)
+        frac = pos - lo
+        a, b = v[starts + lo], v[starts + hi]
+        out[g[starts]] = a + (b - a) * frac
+    return outs
+
+
+def _stats(x: np.ndarray, prefix: str) -> dict[str, float | None]:
+    if x.size == 0:
+        return {f"{prefix}_{k}": None for k in ("mean", "p50", "p90", "p99")}
+    return {f"{prefix}_mean": float(np.mean(x)),
+            **{f"{prefix}_p{q}": float(np.percentile(x, q)) for q in (50, 90, 99)}}
+
+
+def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
+                 ids: list[Any], sim: Simulation, states: list[RunState],
+                 arrival: np.ndarray, ready: np.ndarray, reason: list[str | None], *,
+                 otok: int, completion_ns: int, slo: dict[str, float] | None,
+                 lockstep: list[bool], handoff: np.ndarray | None = None) -> ReplayResult:
+    n = table.num_rows
+    client = len(states) - 1  # the pool whose tokens reach the user (decode in P/D)
+    state = states[client]
+    keep = sim.rows.keep
+    rows = sim.rows.cols
+    steps = sim.rows.steps
+    batch = rows["batch_id"]
+    req = rows["request"]
+
+    # Token times: stable by request, emission order kept (rows are in time order).
+    if keep:
+        em = np.flatnonzero(rows["emitted"] & (rows["pool"] == client))
+        em_req, em_batch = req[em], batch[em]
+    else:  # only the user's tokens were kept
+        em_req, em_batch = req, batch
+    order = np.argsort(em_req, kind="stable")
+    tr = em_req[order]
+    tend = steps["end"][em_batch[order]]
+    del order
+    first_of = np.flatnonzero(np.r_[True, tr[1:] != tr[:-1]]) if tr.size else np.zeros(0, int)
+    ordinal = np.arange(tr.size) - np.repeat(first_of, np.diff(np.r_[first_of, tr.size]))
+    visible = tend + (ordinal + 1) * otok
+    first_token = np.full(n, -1, np.int64)
+    last_token = np.full(n, -1, np.int64)
+    emitted_n = np.zeros(n, np.int64)
+    if tr.size:
+        first_token[tr[first_of]] = visible[first_of]
+        lasts = np.r_[first_of[1:] - 1, tr.size - 1]
+        last_token[tr[lasts]] = visible[lasts]
+        emitted_n[tr[first_of]] = np.diff(np.r_[first_of, tr.size])
+    same = np.r_[False, tr[1:] == tr[:-1]] if tr.size else np.zeros(0, bool)
+    itl = (visible[1:] - visible[:-1])[same[1:]] if tr.size else np.zeros(0, np.int64)
+    itl_req = tr[1:][same[1:]] if tr.size else np.zeros(0, np.int64)
+    itl_p50, itl_p99 = _group_percentile(itl.astype(np.float64), itl_req, n, (0.5, 0.99))
+
+    admitted = states[0].admitted
+
+    output = np.asarray(state.output, np.int64)
+    prompt = np.asarray(state.prompt, np.int64)
+    ok = np.array([r is None for r in reason], bool)
+    done = ok & (emitted_n == output)
+    if np.any(ok & ~done):  # the engine ran until its queues emptied: never happens
+        bad = int(np.flatnonzero(ok & ~done)[0])
+        raise AssertionError(f"request {ids[bad]!r} emitted {emitted_n[bad]} of "
+                             f"{output[bad]} tokens")
+    finish = np.where(done, last_token + completion_ns, -1)
+    ttft = np.where(done, first_token - arrival, -1)
+    e2e = np.where(done, finish - arrival, -1)
+    tpot = np.where(done & (output > 1),
+                    (last_token - first_token) / np.maximum(output - 1, 1), np.nan)
+    queue = np.where(done, admitted - arrival, -1)
+
+    def nullable(x: np.ndarray, typ: pa.DataType, mask: np.ndarray) -> pa.Array:
+        return pa.array(x, typ, mask=~mask)
+
+    engine = np.asarray(state.core, np.int64)
+    names = [next((c.pool for c in sim.cores if c.pool_index == i), "")
+             for i in range(len(states))]
+    pool = names[client]
+    no = np.full(n, -1, np.int64)
+    h0, h1 = (handoff[:, 0], handoff[:, 1]) if handoff is not None else (no, no)
+    first_engine = np.asarray(states[0].core, np.int64)
+    status = np.where(done, "finished", "rejected")
+    requests = pa.table({
+        "request_id": pa.array([str(x) for x in ids], pa.string()),
+        "session_id": (table.column("session_id") if "session_id" in table.column_names
+                       else pa.nulls(n, pa.string())),
+        "stage": (table.column("stage") if "stage" in table.column_names
+                  else pa.array(np.zeros(n, np.int32))),
+        "arrival_ns": nullable(arrival, pa.int64(), arrival >= 0),
+        "ready_ns": nullable(ready, pa.int64(), done),
+        "admitted_ns": nullable(admitted, pa.int64(), done),
+        "first_token_ns": nullable(first_token, pa.int64(), done),
+        "finish_ns": nullable(finish, pa.int64(), done),
+        "ttft_ns": nullable(ttft, pa.int64(), done),
+        "tpot_mean_ns": nullable(np.nan_to_num(tpot, nan=0.0), pa.float64(),
+                                 done & (output > 1)),
+        "itl_p50_ns": nullable(itl_p50, pa.float64(), done & (output > 1)),
+        "itl_p99_ns": nullable(itl_p99, pa.float64(), done & (output > 1)),
+        "e2e_ns": nullable(e2e, pa.int64(), done),
+        "queue_ns": nullable(queue, pa.int64(), done),
+        "prompt_tokens": pa.array(prompt, pa.int64()),
+        "output_tokens": pa.array(output, pa.int64()),
+        "cached_tokens": pa.array(sum(s.cached_tokens for s in states), pa.int64()),
+        "preemptions": pa.array(sum(s.preemptions for s in states), pa.int64()),
+        "recomputed_tokens": pa.array(sum(s.lost for s in states), pa.int64()),
+        "engine": nullable(engine, pa.int64(), done),
+        "pool": pa.array([pool] * n, pa.string()),
+        "prefill_engine": nullable(first_engine, pa.int64(), done & (handoff is not None)),
+        "handoff_start_ns": nullable(h0, pa.int64(), done & (h0 >= 0)),
+        "handoff_end_ns": nullable(h1, pa.int64(), done & (h1 >= 0)),
+        "status": pa.array(status.tolist(), pa.string()),
+        "reason": pa.array(reason, pa.string()),
+    })
+    rejected = np.flatnonzero(~ok)
+    rejects = pa.table({
+        "request_id": pa.array([str(ids[i]) for i in rejected], pa.string()),
+        "row": pa.array(rejected.astype(np.int64), pa.int64()),
+        "reason": pa.array([reason[i] for i in rejected], pa.string()),
+    })
+    id_arr = requests.column("request_id").combine_chunks()
+    if not keep:  # no steps table kept: the same columns, no rows
+        batch = req = np.zeros(0, np.int64)
+        rows = {name: np.zeros(0, np.int64) for name in Rows.NAMES}
+    # rows are grouped by batch in batch order: a per-batch value is repeated over its rows
+    per = steps["requests"] if keep else np.zeros(steps["requests"].size, np.int64)
+
+    def spread(name: str) -> np.ndarray:
+        return np.repeat(steps[name], per)
+
+    steps_table = pa.table({
+        "batch_id": pa.array(batch, pa.int64()),
+        "scheduled": pa.array(rows["scheduled"], pa.int64()),
+        "computed": pa.array(rows["computed"], pa.int64()),
+        "prompt_len": pa.array(rows["prompt_len"], pa.int64()),
+        "cached_tokens": pa.array(rows["cached_tokens"], pa.int64()),
+        "decode_threshold": pa.array(np.ones(batch.size, np.int64), pa.int64()),
+        "request_id": id_arr.take(pa.array(req)) if req.size else pa.array([], pa.string()),
+        "engine": pa.array(spread("engine"), pa.int64()),
+        "pool": pa.array(names, pa.string()).take(pa.array(rows["pool"])),
+        "step_start_ns": pa.array(spread("start"), pa.int64()),
+        "step_end_ns": pa.array(spread("end"), pa.int64()),
+        "batch_ns": pa.array(spread("batch_ns"), pa.int64()),
+        "step_ns": pa.array(spread("step_ns"), pa.int64()),
+        "emitted": pa.array(rows["emitted"].astype(np.int8), pa.int8()),
+    })
+    engine_steps = pa.table({name: pa.array(v, pa.int64()) for name, v in steps.items()})
+    summary = summarise(requests, engine_steps, itl, slo)
+    summary["engine_cores"] = len(sim.cores)
+    summary["pools"] = names
+    summary["lockstep"] = lockstep
+    summary["kv_blocks_per_core"] = [next(c.limits.num_blocks for c in sim.cores
+                                          if c.pool_index == i) for i in range(len(states))]
+    if handoff is not None:
+        took = (handoff[:, 1] - handoff[:, 0])[handoff[:, 1] >= 0]
+        summary.update({k_: (v / NS if v is not None else None)
+                        for k_, v in _stats(took.astype(np.float64), "handoff_s").items()})
+    summary["prefix_cache_evictions"] = sum(c.kv.evictions for c in sim.cores)
+    summary["options"] = options.to_dict()
+    return ReplayResult(requests=requests, steps=steps_table, summary=summary,
+                        rejects=rejects, options=options, engine_steps=engine_steps)
+
+
+def _seconds(slo: dict[str, float] | None) -> dict[str, float]:
+    allowed = ("ttft", "itl", "tpot", "e2e")
+    out: dict[str, float] = {}
+    for key, v in (slo or {}).items():
+        if key not in allowed:
+            raise ValueError(f"slo: unknown key {key!r}; allowed: {', '.join(allowed)} "
+                             f"(values in seconds)")
+        if not isinstance(v, int | float) or isinstance(v, bool) or not v > 0:
+            raise ValueError(f"slo: {key} must be a positive number of seconds, got {v!r}")
+        out[key] = float(v)
+    return out
+
+
+def summarise(requests: pa.Table, engine_steps: pa.Table, itl_ns: np.ndarray,
+              slo: dict[str, float] | None = None) -> dict[str, Any]:
+    """Throughput, latency distributions, queueing, KV occupancy, preemptions, goodput."""
+    limits = _seconds(slo)
+    status = np.asarray(requests.column("status").to_pylist())
+    done = status == "finished"
+
+    def col(name: str) -> np.ndarray:
+        return np.asarray(requests.column(name).to_numpy(zero_copy_only=False),
+                          np.float64)
+
+    arrival, finish = col("arrival_ns"), col("finish_ns")
+    ttft, e2e, queue = col("ttft_ns")[done], col("e2e_ns")[done], col("queue_ns")[done]
+    out_tok = col("output_tokens")[done]
+    span = (np.nanmax(finish[done]) - np.nanmin(arrival[done])) / NS if done.any() else 0.0
+    s: dict[str, Any] = {
+        "requests": int(requests.num_rows), "finished": int(done.sum()),
+        "rejected": int((~done).sum()), "duration_s": float(span),
+        "throughput_rps": float(done.sum() / span) if span > 0 else None,
+        "throughput_output_tps": float(out_tok.sum() / span) if span > 0 else None,
+        "throughput_total_tps": (float((out_tok.sum() + col("prompt_tokens")[done].sum())
+                                       / span) if span > 0 else None),
+        **{k: (v / NS if v is not None else None) for k, v in _stats(ttft, "ttft_s").items()},
+        **{k: (v / NS if v is not None else None)
+           for k, v in _stats(itl_ns.astype(np.float64), "itl_s").items()},
+        **{k: (v / NS if v is not None else None) for k, v in _stats(e2e, "e2e_s").items()},
+        **{k: (v / NS if v is not None else None) for k, v in _stats(queue, "queue_s").items()},
+        "preemptions": int(np.asarray(requests.column("preemptions")).sum()),
+        "cached_tokens": int(np.asarray(requests.column("cached_tokens")).sum()),
+        "prompt_tokens": int(col("prompt_tokens")[done].sum()),
+    }
+    s["prefix_hit_rate"] = (s["cached_tokens"] / s["prompt_tokens"]) if s["prompt_tokens"] else 0.0
+    es = {n: np.asarray(engine_steps.column(n)) for n in engine_steps.column_names}
+    if es["batch_id"].size:
+        occ = es["kv_used"] / es["kv_blocks"]
+        w = es["step_ns"].astype(np.float64)
+        s["kv_occupancy_mean"] = float(np.average(occ, weights=w) if w.sum() > 0 else occ.mean())
+        s["kv_occupancy_max"] = float(occ.max())
+        s["engine_steps"] = int(es["batch_id"].size)
+        s["batch_requests_mean"] = float(es["requests"].mean())
+        s["running_max"] = int(es["running"].max())
+    else:
+        s.update(kv_occupancy_mean=0.0, kv_occupancy_max=0.0, engine_steps=0,
+                 batch_requests_mean=0.0, running_max=0)
+    if limits:
+        good = done.copy()
+        checks = {"ttft": "ttft_ns", "itl": "itl_p99_ns", "tpot": "tpot_mean_ns",
+                  "e2e": "e2e_ns"}
+        for key, limit in limits.items():
+            v = col(checks[key])
+            good &= ~(v > limit * NS)  # a null (one-token request) has no ITL to miss
+        s["slo"] = limits
+        s["goodput_requests"] = int(good.sum())
+        s["goodput_rps"] = float(good.sum() / span) if span > 0 else None
+        s["slo_attainment"] = float(good.sum() / done.sum()) if done.any() else None
+    return s

@@ -1,0 +1,159 @@
+"""The replay's KV pool against a literal model of vLLM's block pool.
+
+The reference below keeps real block ids in one free queue, as
+``vllm/v1/core/kv_cache_utils.py: FreeKVCacheBlockQueue`` and ``block_pool.py: BlockPool``
+do: new blocks from the front (evicting their hash), a freed request's blocks tail first,
+unhashed ones to the front and hashed ones to the back, every full block hashed (a request's
+blocks beyond its shared chain under keys only it has). :class:`KVBlocks` keeps counts, shared
+keys and one segment per request instead; driven by the same random operations, both must
+agree on every hit and every free count.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernel.replay.kv_cache import KVBlocks
+
+
+class RefPool:
+    def __init__(self, n: int):
+        self.queue = list(range(n))
+        self.hash: dict[int, object] = {}
+        self.by_key: dict[object, int] = {}
+        self.ref = [0] * n
+
+    def free(self) -> int:
+        return len(self.queue)
+
+    def lookup(self, keys: list[object], max_blocks: int) -> list[int]:
+        out = []
+        for key in keys[:max_blocks]:
+            b = self.by_key.get(key)
+            if b is None:
+                break
+            out.append(b)
+        return out
+
+    def touch(self, blocks: list[int]) -> None:
+        for b in blocks:
+            if self.ref[b] == 0:
+                self.queue.remove(b)
+            self.ref[b] += 1
+
+    def allocate(self, n: int) -> list[int]:
+        got, self.queue = self.queue[:n], self.queue[n:]
+        for b in got:
+            key = self.hash.pop(b, None)
+            if key is not None:
+                del self.by_key[key]
+            self.ref[b] = 1
+        return got
+
+    def register(self, b: int, key: object) -> None:
+        if key not in self.by_key:
+            self.by_key[key] = b
+            self.hash[b] = key
+
+    def release(self, blocks: list[int]) -> None:
+        for b in reversed(blocks):
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                if b in self.hash:
+                    self.queue.append(b)
+                else:
+                    self.queue.insert(0, b)
+
+
+@st.composite
+def scripts(draw):
+    n_req = draw(st.integers(1, 6))
+    shapes = []
+    for _r in range(n_req):
+        group = draw(st.integers(0, 2))
+        shared = draw(st.integers(0, 5))
+        total = draw(st.integers(max(shared, 1), 9))
+        shapes.append((group, shared, total))
+    ops = draw(st.lists(st.tuples(st.sampled_from(["admit", "grow", "release"]),
+                                  st.integers(0, n_req - 1), st.integers(1, 9)), max_size=80))
+    return draw(st.integers(4, 20)), shapes, ops
+
+
+@settings(max_examples=400, deadline=None)
+@given(scripts())
+def test_kv_blocks_agree_with_the_literal_block_pool(script):
+    n_blocks, shapes, ops = script
+    ref, kv = RefPool(n_blocks), KVBlocks(n_blocks, 16, True)
+    ref_blocks: dict[int, list[int]] = {}
+    mine: dict[int, tuple[int, list[int], int]] = {}  # r -> (held, refs, registered)
+    grown = {r: 0 for r in range(len(shapes))}
+    for op, r, size in ops:
+        group, n_shared, total = shapes[r]
+        shared = [100 * group + j for j in range(n_shared)]  # keys are non-negative ints
+        keys_ref: list[object] = [*shared, *(("p", r, j) for j in range(n_shared, total))]
+        running = r in ref_blocks
+        if op == "admit" and not running:
+            # A resumed request knows at least one token past its full blocks (the engine
+            # preempts only between a token's sampling and its computation), so its blocks
+            # can all be hit under the num_tokens - 1 limit.
+            if grown[r] >= total:
+                continue
+            cur = min(total, max(size, grown[r] + 1))
+            hit_ref = ref.lookup(keys_ref, cur - 1)
+            sh, pv = kv.longest_hit(shared, cur - 1, r)
+            assert sh + pv == len(hit_ref)
+            evictable = sum(1 for b in hit_ref if ref.ref[b] == 0)
+            assert kv.evictable_among(shared[:sh], r, pv) == evictable
+            if cur - len(hit_ref) + evictable > ref.free():
+                continue
+            ref.touch(hit_ref)
+            new = ref.allocate(cur - len(hit_ref))
+            blocks = hit_ref + new
+            for j in range(len(hit_ref), cur):
+                ref.register(blocks[j], keys_ref[j])
+            ref_blocks[r] = blocks
+            hit = sh + pv
+            kv.touch(shared[:sh], r, pv)
+            refs = list(shared[:sh])
+            kv.allocate(cur - hit)
+            refs.extend(kv.register(shared[hit:min(cur, n_shared)]))
+            kv.register_private(r, cur - max(hit, n_shared))
+            mine[r] = (cur, refs, cur)
+        elif op == "grow" and running:
+            held, refs, reg = mine[r]
+            if held >= total or ref.free() == 0:
+                continue
+            b = ref.allocate(1)[0]
+            ref.register(b, keys_ref[held])
+            ref_blocks[r].append(b)
+            kv.allocate(1)
+            if held < n_shared:
+                refs.extend(kv.register(shared[held:held + 1]))
+            else:
+                kv.register_private(r, 1)
+            mine[r] = (held + 1, refs, held + 1)
+        elif op == "release" and running:
+            ref.release(ref_blocks.pop(r))
+            held, refs, _reg = mine.pop(r)
+            kv.release(held, refs, r)
+            grown[r] = max(grown[r], held)  # a resumed request is at least this long
+        assert kv.free == ref.free(), (op, r)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=12), st.sampled_from([1, 8, 16, 24, 512]),
+       st.sampled_from([16, 32, 256]), st.integers(0, 300))
+def test_block_keys_follow_the_chain(hashes, hash_tokens, block_size, n_blocks):
+    # Engine block j (tokens [0, (j+1)B)) takes the first chain entry covering it: the entry
+    # itself when B is a multiple of H (the chain is exact), else that entry mixed with j
+    # (mod 2^64); only blocks the chain covers get a key.
+    from kernel.replay.block_keys import block_keys
+
+    mix, mask = 0x9E3779B97F4A7C15, (1 << 64) - 1
+    upto = min(len(hashes) * hash_tokens // block_size, n_blocks)
+    want = []
+    for j in range(upto):
+        entry = hashes[-(-(j + 1) * block_size // hash_tokens) - 1]
+        want.append(entry if block_size % hash_tokens == 0 else (entry * mix + j) & mask)
+    assert block_keys(hashes, hash_tokens, block_size, n_blocks) == want
