@@ -215,6 +215,15 @@ CASES = [
     case("measurements-output-is-a-file", "measurements splitwise -o {d}/t.parquet", 2,
          "is a file"),
     # -- requests (issue 29) -----------------------------------------------------------------
+    # -- registry fit / scenario from-vllm-config --------------------------------------------
+    case("registry-missing-tables-dir", "registry fit --operator-tables {d}/missing --chip h100 "
+         "--engine vllm:0.31.0 -o {d}/layer", 2, "does not exist"),
+    case("registry-no-tables-in-dir", "registry fit --operator-tables {d} --chip h100 "
+         "--engine vllm:0.31.0 -o {d}/layer", 1, "no operator tables found"),
+    case("scenario-missing-config", "scenario from-vllm-config {d}/missing.json --hardware h100 "
+         "-o {d}/sc", 2, "does not exist"),
+    case("scenario-unknown-model", "scenario from-vllm-config {d}/unknown_model.json "
+         "--hardware h100 -o {d}/sc", 1, "is not a catalog model"),
     case("requests-no-source", "requests", 2, "exactly one of"),
     case("requests-trace-not-requests", "requests {d}/t.parquet", 1, "needs column"),
     case("requests-missing-file", "requests {d}/missing.jsonl", 1, "does not exist"),
@@ -281,6 +290,7 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "binary.json").write_bytes(b"\xff\xfe\x00\x01binary")
     (root / "binary.yaml").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff")
     (root / "bad.json").write_text('[{"scheduled": 1')
+    (root / "unknown_model.json").write_text('{"model": "no-such-model", "tensor_parallel_size": 1}')
     (root / "nope.json").write_text('{"architectures": ["NopeForCausalLM"]}')
     (root / "notlist.yaml").write_text("requests: 5\n")
     (root / "badvalue.yaml").write_text("- {scheduled: abc, computed: 1}\n")
