@@ -45,10 +45,11 @@ def _group_percentile(values: np.ndarray, groups: np.ndarray, n_groups: int,
     outs = [np.full(n_groups, -1.0) for _ in qs]
     if values.size == 0:
         return outs
-    iv = values.astype(np.int64)
-    if (np.array_equal(iv, values) and iv.min() >= 0 and iv.max() < 1 << 40
+    integral = np.issubdtype(values.dtype, np.integer)
+    iv = values if integral else values.astype(np.int64)
+    if ((integral or np.array_equal(iv, values)) and iv.min() >= 0 and iv.max() < 1 << 40
             and groups.max() < 1 << 22):  # one int64 sort of (group, value) keys: faster
-        key = np.sort((groups.astype(np.int64) << 40) | iv)
+        key = np.sort((groups.astype(np.int64, copy=False) << 40) | iv)
         g, v = key >> 40, (key & ((1 << 40) - 1)).astype(np.float64)
     else:
         order = np.lexsort((values, groups))
@@ -110,7 +111,7 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
     same = np.r_[False, tr[1:] == tr[:-1]] if tr.size else np.zeros(0, bool)
     itl = (visible[1:] - visible[:-1])[same[1:]] if tr.size else np.zeros(0, np.int64)
     itl_req = tr[1:][same[1:]] if tr.size else np.zeros(0, np.int64)
-    itl_p50, itl_p99 = _group_percentile(itl.astype(np.float64), itl_req, n, (0.5, 0.99))
+    itl_p50, itl_p99 = _group_percentile(itl, itl_req, n, (0.5, 0.99))
 
     admitted = states[0].admitted
 
@@ -257,7 +258,7 @@ def summarise(requests: pa.Table, engine_steps: pa.Table, itl_ns: np.ndarray,
                                        / span) if span > 0 else None),
         **{k: (v / NS if v is not None else None) for k, v in _stats(ttft, "ttft_s").items()},
         **{k: (v / NS if v is not None else None)
-           for k, v in _stats(itl_ns.astype(np.float64), "itl_s").items()},
+           for k, v in _stats(itl_ns, "itl_s").items()},
         **{k: (v / NS if v is not None else None) for k, v in _stats(e2e, "e2e_s").items()},
         **{k: (v / NS if v is not None else None) for k, v in _stats(queue, "queue_s").items()},
         "preemptions": int(np.asarray(requests.column("preemptions")).sum()),
