@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import host, memory, step, transfer, utilisation
+from . import host, memory, step, step_arrays, transfer, utilisation
 from . import limits as _limits
 from .resolved import ResolvedPool
 from .types import (
@@ -59,6 +59,21 @@ class Kernel:
         if self._cal is None:  # the simulator's per-step call: one level less
             return step.step_time_into(self._r, batch, {})
         return self.step_time_into(batch, {})
+
+    def step_time_arrays(self, scheduled: Any, computed: Any, prompt_len: Any = None, *,
+                         decode_threshold: int = 1, sm_budget: int = 0,
+                         per_resource: bool = True) -> StepEstimate:
+        """:meth:`step_time` of one step given as per-request columns (numpy integer arrays,
+        Arrow integer arrays or sequences of ints): ``step_time(Batch(zip(scheduled, computed,
+        prompt_len), decode_threshold, sm_budget))`` bit for bit, without a Python object per
+        request (:mod:`kernel.step_arrays`). ``per_resource=False`` leaves the map out."""
+        sl, cl, seen = step_arrays.counts_of(scheduled, computed, prompt_len)
+        thr, budget = step_arrays.threshold_and_budget(decode_threshold, sm_budget)
+        per: dict[Resource, int] | None = {} if per_resource else None
+        if self._cal is None:
+            return step_arrays.estimate(step.prepared(self._r), self._r, sl, cl, seen, thr,
+                                        budget, per)
+        return self.step_time_into(step_arrays.as_batch(sl, cl, thr, budget), per)
 
     def step_time_into(self, batch: Batch, per: dict[Resource, int] | None) -> StepEstimate:
         """:meth:`step_time`, clearing and filling the caller's ``per`` dict (None: no map)."""

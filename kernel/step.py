@@ -25,12 +25,13 @@ import math
 import threading
 import weakref
 from collections.abc import Sequence
+from itertools import compress
 from operator import itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import laws, step_fast
+from . import laws, step_fast, step_mixed
 from .resolved import (
     ALL2ALL,
     ALL_GATHER,
@@ -523,15 +524,7 @@ def _walk(p: _Prepared, batch: Batch) -> BatchSummary:
             any_ctx = True
         if s > thr:
             pre_req += 1
-            pairs = laws.causal_pairs(s, c)
-            local_sched = s
-            chunks: Sequence[tuple[int, int]] = ((s, c),)
-            if pcp > 1:
-                local = laws.pcp_local_tokens(s, pcp, dcp)
-                if local >= 0:
-                    local_sched = local
-                    pairs = laws.pcp_causal_pairs(s, c, pcp, dcp)
-                chunks = laws.pcp_busiest_chunks(s, c, pcp, dcp)
+            pairs, local_sched, chunks = prefill_request(s, c, pcp, dcp)
             causal += pairs
             pre_tok += local_sched
             withheld += s - local_sched
@@ -553,6 +546,86 @@ def _walk(p: _Prepared, batch: Batch) -> BatchSummary:
         len(batch.requests), tokens_all, withheld, pre_req, dec_req, dec_tok, dec_kv,
         pre_tok, causal, any_ctx, uniform and bool(batch.requests), batch.sm_budget,
         tuple(reads), tuple(4 * x for x in wpairs), runs)
+
+
+def prefill_request(s: int, c: int, pcp: int, dcp: int
+                    ) -> tuple[float, int, Sequence[tuple[int, int]]]:
+    """One prefill request of the walk (model.md §1.2, §3.8): its causal pairs, its rank-local
+    scheduled tokens and the (tokens, prefix) chunks its busiest PCP rank holds."""
+    pairs = laws.causal_pairs(s, c)
+    local_sched = s
+    chunks: Sequence[tuple[int, int]] = ((s, c),)
+    if pcp > 1:
+        local = laws.pcp_local_tokens(s, pcp, dcp)
+        if local >= 0:
+            local_sched = local
+            pairs = laws.pcp_causal_pairs(s, c, pcp, dcp)
+        chunks = laws.pcp_busiest_chunks(s, c, pcp, dcp)
+    return pairs, local_sched, chunks
+
+
+def walk_columns(p: _Prepared, sl: list[int], cl: list[int], seen: set[int], thr: int,
+                  budget: int) -> BatchSummary:
+    """The walk's :class:`BatchSummary` (equal to :func:`_walk`'s) from the scheduled and
+    computed columns as int lists and the distinct scheduled counts, on a pool without
+    decode-read signatures or context-gather runs (every pool with a fast path).
+
+    Decode aggregates are integer sums (exact in any order); only the prefill requests, found
+    in one C-level pass, are walked one by one, in batch order, so each float sum adds the
+    walk's terms in the walk's order."""
+    n = len(sl)
+    tokens_all = sum(sl)
+    sum_c = sum(cl)
+    windows = p.windows
+    wpairs = [0.0] * len(windows)
+    pre_req = pre_tok = withheld = pre_s = pre_c = 0
+    causal = 0.0
+    n_pre = 0
+    if n and max(seen) > thr:
+        pcp, dcp = p.pcp, p.dcp
+        rows = _rows_above(sl, seen, thr)
+        n_pre = len(rows)
+        for i in rows:
+            s = sl[i]
+            c = cl[i]
+            pre_s += s
+            pre_c += c
+            if s + c <= 0:
+                continue  # no context: the walk skips it
+            pre_req += 1
+            pairs, local_sched, chunks = prefill_request(s, c, pcp, dcp)
+            causal += pairs
+            pre_tok += local_sched
+            withheld += s - local_sched
+            for j, w in enumerate(windows):
+                for cs, cp in chunks:
+                    wpairs[j] += laws.windowed_pairs_for_chunk(cs, cp, w)
+    dec_req = n - n_pre
+    if 0 in seen and thr >= 0:  # (0, 0) requests have no context: the walk skips them
+        dec_req -= sum(1 for s, c in zip(sl, cl, strict=True) if s == 0 and c == 0)
+    width = p.uniform_width
+    return BatchSummary(
+        n, tokens_all, withheld, pre_req, dec_req, tokens_all - pre_s,
+        sum_c + tokens_all - pre_s - pre_c, pre_tok, causal, sum_c > 0,
+        n > 0 and len(seen) == 1 and width in seen, budget, (),
+        tuple([4 * x for x in wpairs]) if wpairs else (), ())
+
+
+def _rows_above(sl: list[int], seen: set[int], thr: int) -> list[int]:
+    """Positions, in order, of the requests scheduling more than ``thr`` tokens: C-level scans
+    per distinct prefill count (a step's prefill chunks are few), else one pass."""
+    over = [v for v in seen if v > thr]
+    if len(over) > 4:
+        return list(compress(range(len(sl)), map(thr.__lt__, sl)))
+    rows = []
+    for v in over:
+        i = -1
+        for _ in range(sl.count(v)):
+            i = sl.index(v, i + 1)
+            rows.append(i)
+    if len(over) > 1:
+        rows.sort()
+    return rows
 
 
 def _context_runs(prefills: list[tuple[int, int]]) -> tuple[int, ...]:
@@ -883,15 +956,23 @@ def finish(totals: StepTotals, per: dict[Resource, int] | None) -> StepEstimate:
 def step_time_into(r: ResolvedPool, batch: Batch, per: dict[Resource, int] | None) -> StepEstimate:
     """StepTime (model.md §1): walk, compose, summarize; fills and returns the caller's ``per``.
 
-    An all-decode batch takes the bit-identical scalar fast path (:mod:`kernel.step_fast`).
+    An all-decode batch takes the bit-identical scalar fast path (:mod:`kernel.step_fast`), any
+    other non-empty batch :mod:`kernel.step_mixed`, on every pool that has one.
     """
     p = prepared(r)
     if p.fast is not None:
         t = step_fast.totals(p, p.fast, batch)
         if t is not None:
             return step_fast.summarize(t, per)
-        # Not all-decode: summarise's own all-decode check would fail too; walk at once.
-        return finish(_compose(p, _walk(p, batch)), per)
+        # Not all-decode: a prefill (step_mixed) or an empty step (host only).
+        reqs = batch.requests
+        sl = list(map(_FIRST, reqs))
+        s = walk_columns(p, sl, list(map(_SECOND, reqs)), set(sl), batch.decode_threshold,
+                         batch.sm_budget)
+        t = step_mixed.totals(p, p.fast, s)
+        if t is not None:
+            return step_fast.summarize(t, per)
+        return finish(_compose(p, s), per)
     return finish(compose(r, summarise(r, batch)), per)
 
 

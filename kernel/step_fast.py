@@ -39,13 +39,13 @@ _SM, _HBM, _NVLINK, _NIC, _HOST = (Resource.SM, Resource.HBM, Resource.NVLINK, R
                                    Resource.HOST)
 _new = object.__new__
 
-__all__ = ["FastPath", "build", "step", "summarize", "totals"]
+__all__ = ["FastPath", "build", "decode_totals", "step", "summarize", "totals"]
 
 
 class FastPath:
     """Per-pool constants of the decode fast path and its per-token-count table."""
 
-    __slots__ = ("attn", "capture", "eager", "head_hbm", "hosts", "table", "width")
+    __slots__ = ("attn", "capture", "eager", "head_hbm", "hosts", "mixed", "table", "width")
 
     def __init__(self, p: _Prepared):
         # Per layer: (mode, floor_s, kv, rate, weight_bytes, secondaries, per-request s);
@@ -74,6 +74,7 @@ class FastPath:
             p.host_other_ns + p.launch_ns))
         self.eager = self.hosts[0]
         self.table: dict[Any, tuple[Any, ...]] = {}
+        self.mixed: dict[Any, tuple[Any, ...]] = {}  # kernel.step_mixed's table
 
 
 def build(p: _Prepared) -> FastPath | None:
@@ -177,8 +178,16 @@ def totals(p: _Prepared, fast: FastPath, batch: Any) -> tuple[Any, ...] | None:
         tokens = sum(map(_FIRST, reqs))
     if lo <= 0 or hi > batch.decode_threshold:
         return None
-    n_kv = float(sum(map(_SECOND, reqs)) + tokens)
-    budget = batch.sm_budget
+    return decode_totals(p, fast, tokens, sum(map(_SECOND, reqs)) + tokens, lo, hi, len(reqs),
+                         batch.sm_budget)
+
+
+def decode_totals(p: _Prepared, fast: FastPath, tokens: int, kv_tokens: int, lo: int, hi: int,
+                  n_dec: int, budget: int) -> tuple[Any, ...]:
+    """:func:`totals` of an all-decode batch from its aggregates: Σ scheduled, Σ (computed +
+    scheduled), the least and greatest scheduled count (both > 0 and <= the decode threshold:
+    the caller's check), the request count and the SM budget."""
+    n_kv = float(kv_tokens)
     key = tokens if not budget else (tokens, budget)
     terms = fast.table.get(key)
     if terms is None:
@@ -186,7 +195,6 @@ def totals(p: _Prepared, fast: FastPath, batch: Any) -> tuple[Any, ...] | None:
             fast.table.clear()
         terms = fast.table[key] = _tokens_terms(p, fast, tokens, budget)
     layers, tot_sm, tot_nv, tot_nic, head_stage = terms
-    n_dec = len(reqs)
     overlap = 0.0
     tot_hbm = 0.0
     for cnt, smd, rh, routed, on, cr, base, elementwise, mode, fl, kv, rate, weight, secs, \

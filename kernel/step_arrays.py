@@ -1,0 +1,143 @@
+"""StepTime from per-request columns: the batch API for simulators (issue 31).
+
+``Kernel.step_time_arrays(scheduled, computed, prompt_len=None, *, decode_threshold=1,
+sm_budget=0)`` prices one step from numpy integer arrays, Arrow integer arrays or sequences of
+integers, with no per-request Python object. Validation is whole-column (dtype, shape,
+length, the least value), a fixed number of C-level calls per batch, and the errors name the
+column, the first bad position and what is allowed.
+
+The walk (model.md §1.2) is done with builtins over the columns as Python int lists: decode
+aggregates are integer sums (exact in any order), and only the prefill requests, found with one
+C-level pass, are walked one by one (:func:`kernel.step.walk_columns`), in batch order, so
+the float sums (causal and windowed pairs) add the same terms in the same order as
+:func:`kernel.step._walk`. The summary then goes to :func:`kernel.step_fast.decode_totals`
+(all-decode), :func:`kernel.step_mixed.totals` (any other non-empty batch) or, on pools without
+a fast path, to a :class:`Batch` and the shared path.
+
+The result is ``k.step_time(Batch(zip(scheduled, computed, prompt_len), decode_threshold,
+sm_budget))``, bit for bit (``tests/test_step_arrays.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import step_fast, step_mixed
+from .step import _compose, finish, walk_columns
+from .types import Batch, Resource, StepEstimate, _count
+
+if TYPE_CHECKING:
+    from .step import _Prepared
+
+__all__ = ["as_batch", "column", "counts_of", "estimate", "threshold_and_budget"]
+
+_INT = int
+
+
+def column(x: Any, name: str) -> list[int]:
+    """A per-request count column as a list of Python ints, checked whole: a 1-D numpy integer
+    array, an Arrow integer array without nulls, or a sequence of integral values. Negative
+    values are the caller's check (:func:`_check_least`), done on the least value."""
+    if isinstance(x, np.ndarray):
+        if x.ndim != 1:
+            raise ValueError(f"{name} must be a 1-D array (one count per request), got shape "
+                             f"{x.shape}")
+        if x.dtype.kind not in "iu":
+            raise ValueError(f"{name} must hold integers (an integer dtype such as int64), got "
+                             f"dtype {x.dtype}; floats and bools are refused")
+        out: list[int] = x.tolist()
+        return out
+    if type(x) is list:
+        lst = x
+    elif hasattr(x, "to_numpy") and hasattr(x, "null_count"):  # a pyarrow (chunked) array
+        import pyarrow as pa
+
+        if not pa.types.is_integer(x.type):
+            raise ValueError(f"{name} must be an Arrow integer array, got type {x.type}")
+        if x.null_count:
+            raise ValueError(f"{name} holds {x.null_count} null(s); every request needs a "
+                             f"count")
+        return column(x.to_numpy(), name)
+    else:
+        try:
+            lst = list(x)
+        except TypeError:
+            raise ValueError(f"{name} must be a numpy integer array, an Arrow integer array or "
+                             f"a sequence of integers, got {type(x).__name__}") from None
+    types = set(map(type, lst))
+    if types and types != {_INT}:  # numpy scalars, __index__ types: one checked pass
+        lst = [v if type(v) is _INT else _count(v, f"{name}[{i}]") for i, v in enumerate(lst)]
+    return lst
+
+
+def _check_least(values: list[int], least: int, name: str) -> None:
+    if least < 0:
+        i = next(i for i, v in enumerate(values) if v < 0)
+        raise ValueError(f"{name}[{i}] is {values[i]}; token counts must be non-negative "
+                         f"integers")
+
+
+def counts_of(scheduled: Any, computed: Any, prompt_len: Any = None
+              ) -> tuple[list[int], list[int], set[int]]:
+    """The scheduled and computed columns, checked (types, equal lengths, non-negative), and
+    the distinct scheduled counts; ``prompt_len`` is checked the same way but not kept (step
+    pricing does not read it)."""
+    sl = column(scheduled, "scheduled")
+    cl = column(computed, "computed")
+    n = len(sl)
+    if len(cl) != n:
+        raise ValueError(f"scheduled and computed must have one entry per request: "
+                         f"{n} scheduled, {len(cl)} computed")
+    seen = set(sl)
+    if n:
+        _check_least(sl, min(seen), "scheduled")
+        _check_least(cl, min(cl), "computed")
+    if prompt_len is not None:
+        pl = column(prompt_len, "prompt_len")
+        if len(pl) != n:
+            raise ValueError(f"prompt_len must have one entry per request: {n} scheduled, "
+                             f"{len(pl)} prompt_len")
+        if n:
+            _check_least(pl, min(pl), "prompt_len")
+    return sl, cl, seen
+
+
+def estimate(p: _Prepared, r: Any, sl: list[int], cl: list[int], seen: set[int], thr: int,
+             budget: int, per: dict[Resource, int] | None) -> StepEstimate:
+    """StepTime of the checked columns: ``step_time_into(r, Batch(...), per)`` bit for bit."""
+    fast = p.fast
+    if fast is not None and sl:
+        lo = min(seen)
+        hi = max(seen)
+        if lo > 0 and hi <= thr:  # all decode
+            tokens = sum(sl)
+            return step_fast.summarize(step_fast.decode_totals(
+                p, fast, tokens, sum(cl) + tokens, lo, hi, len(sl), budget), per)
+        s = walk_columns(p, sl, cl, seen, thr, budget)
+        t = step_mixed.totals(p, fast, s)
+        if t is not None:
+            return step_fast.summarize(t, per)
+        return finish(_compose(p, s), per)  # an empty step: host only
+    from .step import step_time_into
+
+    return step_time_into(r, as_batch(sl, cl, thr, budget), per)
+
+
+def as_batch(sl: list[int], cl: list[int], thr: int, budget: int) -> Batch:
+    """The checked columns as a :class:`Batch` (the shared path's input)."""
+    return Batch(list(zip(sl, cl, strict=True)), decode_threshold=thr, sm_budget=budget)
+
+
+def threshold_and_budget(decode_threshold: Any, sm_budget: Any) -> tuple[int, int]:
+    """The step's decode threshold and SM budget, checked as :class:`Batch` checks them."""
+    thr = decode_threshold if type(decode_threshold) is int else _count(decode_threshold,
+                                                                         "decode_threshold")
+    budget = sm_budget if type(sm_budget) is int else _count(sm_budget,
+                                                             "sm_budget (0 = all SMs)")
+    if budget < 0:
+        raise ValueError(f"sm_budget must be a non-negative integer (0 = all SMs), "
+                         f"got {sm_budget!r}")
+    return thr, budget
+

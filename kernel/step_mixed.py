@@ -1,0 +1,186 @@
+"""The scalar fast path of StepTime for batches with prefill (prefill-only and mixed).
+
+:mod:`kernel.step_fast` prices all-decode batches; any prefill used to send a batch through the
+shared, polymorphic :func:`kernel.step._compose`, which pays for its generality (every branch a
+selection, attribute reads, a trace hook) on every call. On the same pools (no DCP, no
+decode-read signature, a non-degenerate ramp) this module prices any non-empty
+:class:`kernel.step.BatchSummary`:
+
+* per (rank-local token count, SM budget), every layer term that depends on the token count
+  alone (dense and routed GEMMs, elementwise bytes, recurrent scan, graph collectives, the
+  head) is computed once with the operations of ``_compose`` in its order, and kept in a
+  bounded per-pool table (:func:`_tokens_terms`);
+* per call, only the batch-dependent terms (decode attention reads, the one-kernel floor
+  rule, causal prefill attention, secondary reads, PCP prefill gathers) are added per layer,
+  then the stage maxima and the totals.
+
+Every float operation that reaches a result is ``_compose``'s, on the same operands, in the same
+order (``tests/test_step_mixed.py`` compares the float totals bit for bit on random pools and
+summaries, and on every embedded scenario).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import laws
+
+if TYPE_CHECKING:
+    from .step import BatchSummary, _Prepared
+    from .step_fast import FastPath
+
+_TABLE_MAX = 8192  # (tokens, budget) entries per pool, as the decode table
+
+__all__ = ["totals"]
+
+
+def _tokens_terms(p: _Prepared, tokens: int, budget: int) -> tuple[Any, ...]:
+    """The token-count-only terms of a step (model.md §1.3): (layers, pr, derate, ps, head_sm,
+    head stage), per layer (layer, count, flops, dense_shaped·derate, rec, dense SM before the
+    attention's SM term, routed SM, routed HBM, routed, NVLink, NIC, elementwise, HBM base)."""
+    T = float(tokens)
+    tp, peak, hbm_bps = p.tp, p.peak, p.hbm
+    sm_count = p.sm_count
+    derate: Any = 1.0
+    if sm_count > 0 and budget > 0 and budget < sm_count:
+        derate = sm_count / budget
+    ramp = laws.efficiency(T, p.eps_max, p.m_half)
+    pr = peak * ramp
+    mfac = T / (T + p.m_half) if p.shape_aware and p.m_half > 0 else None
+    ps = peak * (ramp * p.prefill_scale) if p.prefill_scale > 0 else None
+    layers = []
+    for L in p.layers:
+        flops: Any = 0.0
+        dense_shaped: Any = 0.0
+        if L.gemms:
+            for f, kfac, nfac in L.gemms:
+                eff: Any = p.eps_max
+                if mfac is not None:
+                    eff = eff * mfac
+                if kfac is not None:
+                    eff = eff * kfac
+                if nfac is not None:
+                    eff = eff * nfac
+                dense_shaped = dense_shaped + T * f / tp / (peak * eff)
+        elif not p.shape_aware:
+            flops = T * L.dense_flops / tp
+        routed_flops: Any = 0.0
+        routed_wb: Any = 0.0
+        if L.expert:
+            routed_tokens = T * L.funnel
+            routed_per_rank = routed_tokens * L.top_k * L.share
+            routed_flops = routed_per_rank * L.expert_flops * p.imbalance / L.dp_slice
+            touched = laws.experts_touched(laws.round_half(routed_tokens), L.total_experts,
+                                           L.top_k, L.experts_per_rank)
+            routed_wb = L.ets_weight * touched
+            flops = flops + T * L.shared_flops / tp
+        elementwise = T * L.elementwise / tp
+        rec: Any = 0.0
+        if L.rec:
+            rec = L.rec_floor_s + T / L.rec_rate
+        dsd = dense_shaped * derate
+        dense_sm = flops / pr * derate + dsd + rec  # + the attention's SM term, per call
+        routed_sm = routed_flops / pr * derate
+        routed_hbm = routed_wb / hbm_bps
+        on_node, cross = L.graph_collective_seconds(T)
+        base = (L.weight_bytes + 0.0 + elementwise) / hbm_bps  # no KV bytes read at HBM speed
+        layers.append((L, L.count, flops, dsd, rec, dense_sm, routed_sm, routed_hbm,
+                       routed_sm + routed_hbm, on_node, cross, elementwise, base))
+    head_sm = T * p.head_flops / tp / pr * derate
+    head_hbm = p.head_dw_hbm
+    return (tuple(layers), pr, derate, ps, head_sm,
+            head_sm if head_sm > head_hbm else head_hbm)
+
+
+def totals(p: _Prepared, fast: FastPath, s: BatchSummary) -> tuple[Any, ...] | None:
+    """(sm_s, hbm_s, nvlink_s, nic_s, host_s, host_ns, overlap_s) of a non-empty scalar summary
+    on a pool with a fast path; None for an empty step (the shared path prices it)."""
+    tokens_all = s.tokens_all
+    if tokens_all == 0:
+        return None
+    tokens = tokens_all - s.withheld
+    budget = s.sm_budget
+    key = tokens if not budget else (tokens, budget)
+    table = fast.mixed
+    terms = table.get(key)
+    if terms is None:
+        if len(table) >= _TABLE_MAX:
+            table.clear()
+        terms = table[key] = _tokens_terms(p, tokens, budget)
+    layers, pr, derate, ps, head_sm, head_stage = terms
+    dec = s.decode_requests > 0
+    pre = s.prefill_requests > 0
+    mixed = dec and pre
+    n_dec_kv = float(s.decode_kv_tokens)
+    tp, hbm_bps, pf = p.tp, p.hbm, p.prefill_floor_s
+    pcp_rows = float(p.pcp * s.prefill_tokens) if s.prefill_tokens > 0 else 0.0
+    tot_sm = tot_hbm = tot_nv = tot_nic = overlap = 0.0
+    for L, cnt, flops, dsd, rec, dense_sm, rsm, rh, routed, on, cross, elementwise, base \
+            in layers:
+        attn: Any = 0.0
+        attn_sm: Any = 0.0
+        dense_hbm_base = base
+        if L.attn:
+            rate = L.attn_rate
+            if rate > 0:
+                if dec:
+                    attn = L.attn_floor_s + n_dec_kv * L.kv / rate
+            elif dec:  # no measured rate: the KV bytes read at HBM speed
+                dense_hbm_base = (L.weight_bytes + n_dec_kv * L.kv + elementwise) / hbm_bps
+            if L.one_kernel and mixed:
+                if L.attn_floor_lt_prefill:
+                    attn = attn - L.attn_floor_s
+                else:
+                    attn_sm = attn_sm - pf
+            if pre:
+                layer_causal = (s.causal_flops if L.window_idx < 0
+                                else s.windowed[L.window_idx])
+                if ps is not None:
+                    attn_sm = attn_sm + (pf + layer_causal * L.q_heads * L.head_dim / tp / ps
+                                         * derate)
+                else:  # causal work on the plain ramp: the dense SM term changes
+                    flops = flops + layer_causal * L.q_heads * L.head_dim / tp
+                    dense_sm = flops / pr * derate + dsd + rec
+            if dec:
+                for a in L.secondaries:
+                    n: Any = n_dec_kv
+                    if a.window > 0:
+                        w = float(a.window * s.decode_requests)
+                        if not (n <= w or n != n):  # Go's min
+                            n = w
+                    if a.compress > 1:
+                        n = n / a.compress
+                    attn = attn + (a.floor_s + n * a.per_tok / a.rate)
+        sm = dense_sm + attn_sm + rsm
+        hbm = dense_hbm_base + attn + rh
+        if L.pcp_gather and pcp_rows > 0:
+            kc = L.pcp_gather_coll
+            for width in L.pcp_widths:
+                t = kc.seconds(pcp_rows * width * 2)
+                if kc.crosses:
+                    cross = cross + t
+                else:
+                    on = on + t
+        st = sm - rsm
+        d = hbm - rh
+        if d > st:
+            st = d
+        if on > st:
+            st = on
+        if cross > st:
+            st = cross
+        overlap = overlap + cnt * (st + routed)
+        tot_sm = tot_sm + cnt * sm
+        tot_hbm = tot_hbm + cnt * hbm
+        tot_nv = tot_nv + cnt * on
+        tot_nic = tot_nic + cnt * cross
+    tot_sm = tot_sm + head_sm
+    tot_hbm = tot_hbm + fast.head_hbm
+    overlap = overlap + head_stage
+    if tokens_all > fast.capture:
+        host_ns, host_s = fast.eager
+    elif s.uniform_decode:
+        host_ns, host_s = fast.hosts[1]
+    else:
+        host_ns, host_s = fast.hosts[2]
+    return tot_sm, tot_hbm, tot_nv, tot_nic, host_s, host_ns, overlap
