@@ -28,6 +28,7 @@ _EXPORTS = {
     "Kernel": "kernel.kernel",
     "Request": "kernel.types",
     "Batch": "kernel.types",
+    "StepBatch": "kernel.step_batch",
     "Resource": "kernel.types",
     "StepEstimate": "kernel.types",
     "MemoryBreakdown": "kernel.types",

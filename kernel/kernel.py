@@ -67,13 +67,13 @@ class Kernel:
         Arrow integer arrays or sequences of ints): ``step_time(Batch(zip(scheduled, computed,
         prompt_len), decode_threshold, sm_budget))`` bit for bit, without a Python object per
         request (:mod:`kernel.step_arrays`). ``per_resource=False`` leaves the map out."""
-        sl, cl, seen = step_arrays.counts_of(scheduled, computed, prompt_len)
-        thr, budget = step_arrays.threshold_and_budget(decode_threshold, sm_budget)
-        per: dict[Resource, int] | None = {} if per_resource else None
         if self._cal is None:
-            return step_arrays.estimate(step.prepared(self._r), self._r, sl, cl, seen, thr,
-                                        budget, per)
-        return self.step_time_into(step_arrays.as_batch(sl, cl, thr, budget), per)
+            return step_arrays.price(self._r, scheduled, computed, prompt_len, decode_threshold,
+                                     sm_budget, {} if per_resource else None)
+        sl, cl, _seen = step_arrays.counts_of(scheduled, computed, prompt_len)
+        thr, budget = step_arrays.threshold_and_budget(decode_threshold, sm_budget)
+        return self.step_time_into(step_arrays.as_batch(sl, cl, thr, budget),
+                                   {} if per_resource else None)
 
     def step_time_into(self, batch: Batch, per: dict[Resource, int] | None) -> StepEstimate:
         """:meth:`step_time`, clearing and filling the caller's ``per`` dict (None: no map)."""

@@ -20,20 +20,19 @@ sm_budget))``, bit for bit (``tests/test_step_arrays.py``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from . import step_fast, step_mixed
-from .step import _compose, finish, walk_columns
+from . import step_mixed
+from .step import _compose, finish, prepared, step_time_into, walk_columns
+from .step_fast import decode_totals, summarize
 from .types import Batch, Resource, StepEstimate, _count
 
-if TYPE_CHECKING:
-    from .step import _Prepared
-
-__all__ = ["as_batch", "column", "counts_of", "estimate", "threshold_and_budget"]
+__all__ = ["as_batch", "column", "counts_of", "price", "threshold_and_budget"]
 
 _INT = int
+_ND = np.ndarray
 
 
 def column(x: Any, name: str) -> list[int]:
@@ -95,34 +94,65 @@ def counts_of(scheduled: Any, computed: Any, prompt_len: Any = None
         _check_least(sl, min(seen), "scheduled")
         _check_least(cl, min(cl), "computed")
     if prompt_len is not None:
-        pl = column(prompt_len, "prompt_len")
-        if len(pl) != n:
-            raise ValueError(f"prompt_len must have one entry per request: {n} scheduled, "
-                             f"{len(pl)} prompt_len")
-        if n:
-            _check_least(pl, min(pl), "prompt_len")
+        _check_prompt_len(prompt_len, n)
     return sl, cl, seen
 
 
-def estimate(p: _Prepared, r: Any, sl: list[int], cl: list[int], seen: set[int], thr: int,
-             budget: int, per: dict[Resource, int] | None) -> StepEstimate:
-    """StepTime of the checked columns: ``step_time_into(r, Batch(...), per)`` bit for bit."""
-    fast = p.fast
-    if fast is not None and sl:
-        lo = min(seen)
-        hi = max(seen)
-        if lo > 0 and hi <= thr:  # all decode
-            tokens = sum(sl)
-            return step_fast.summarize(step_fast.decode_totals(
-                p, fast, tokens, sum(cl) + tokens, lo, hi, len(sl), budget), per)
-        s = walk_columns(p, sl, cl, seen, thr, budget)
-        t = step_mixed.totals(p, fast, s)
-        if t is not None:
-            return step_fast.summarize(t, per)
-        return finish(_compose(p, s), per)  # an empty step: host only
-    from .step import step_time_into
+def price(r: Any, scheduled: Any, computed: Any, prompt_len: Any, thr: Any, budget: Any,
+          per: dict[Resource, int] | None) -> StepEstimate:
+    """StepTime of one step's columns: ``step_time_into(r, Batch(...), per)`` bit for bit.
 
-    return step_time_into(r, as_batch(sl, cl, thr, budget), per)
+    The common case (two 1-D numpy integer arrays, int threshold and budget) is checked and
+    summed inline: two ``tolist``, one ``set``, one ``min`` and one or two ``sum``, all C-level.
+    """
+    if (type(scheduled) is _ND and type(computed) is _ND and scheduled.ndim == 1
+            and computed.ndim == 1 and scheduled.dtype.kind in "iu"
+            and computed.dtype.kind in "iu"):
+        sl = scheduled.tolist()
+        cl = computed.tolist()
+    else:
+        sl = column(scheduled, "scheduled")
+        cl = column(computed, "computed")
+    n = len(sl)
+    if len(cl) != n:
+        raise ValueError(f"scheduled and computed must have one entry per request: "
+                         f"{n} scheduled, {len(cl)} computed")
+    if prompt_len is not None:
+        _check_prompt_len(prompt_len, n)
+    if type(thr) is not int or type(budget) is not int or budget < 0:
+        thr, budget = threshold_and_budget(thr, budget)
+    if not n:
+        return step_time_into(r, Batch((), thr, budget), per)
+    seen = set(sl)
+    lo = min(seen)
+    if lo < 0:
+        _check_least(sl, lo, "scheduled")
+    least = min(cl)
+    if least < 0:
+        _check_least(cl, least, "computed")
+    p = prepared(r)
+    fast = p.fast
+    if fast is None:
+        return step_time_into(r, as_batch(sl, cl, thr, budget), per)
+    hi = max(seen)
+    if lo > 0 and hi <= thr:  # all decode
+        tokens = lo * n if lo == hi else sum(sl)
+        return summarize(decode_totals(p, fast, tokens, sum(cl) + tokens, lo, hi, n, budget),
+                         per)
+    s = walk_columns(p, sl, cl, seen, thr, budget)
+    t = step_mixed.totals(p, fast, s)
+    if t is not None:
+        return summarize(t, per)
+    return finish(_compose(p, s), per)  # an empty step: host only
+
+
+def _check_prompt_len(prompt_len: Any, n: int) -> None:
+    pl = column(prompt_len, "prompt_len")
+    if len(pl) != n:
+        raise ValueError(f"prompt_len must have one entry per request: {n} scheduled, "
+                         f"{len(pl)} prompt_len")
+    if n:
+        _check_least(pl, min(pl), "prompt_len")
 
 
 def as_batch(sl: list[int], cl: list[int], thr: int, budget: int) -> Batch:

@@ -1,0 +1,236 @@
+"""The batch API for simulators (issue 31): ``Kernel.step_time_arrays`` and ``StepBatch``.
+
+Both must give ``k.step_time(Batch(...))`` bit for bit — overlap, NoOverlap, bottleneck, the
+per-resource map (keys, order, ns) and ``calibrated`` — for numpy, Arrow and sequence input,
+on pools with a fast path (decode, mixed, prefill) and without one (DCP, sparse reads),
+and refuse bad columns with an error naming the column and the first bad position.
+The reference side is the shared path ``finish(compose(summarise(...)))`` where the kernel is
+uncalibrated, so the new code is never compared with itself alone.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kernel
+from kernel import StepBatch, step
+from kernel.calibration import Law, PhaseCorrection
+from kernel.calibration.law import TERMS
+from kernel.kernel import Kernel
+from kernel.types import Batch, Resource, StepEstimate
+
+SETTINGS = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+SCENARIOS = ["deepseek-v3-h200-fp8-sglang-tp8",  # MoE + MLA: fast path
+             "llama-3.1-8b-h100-tp1",  # dense gqa: one-kernel floor rule
+             "nemotron3-ultra-h100-agg",  # hybrid: recurrent layers
+             "glm5-h200-tp8-dcp4"]  # DCP: no fast path, the shared path from columns
+LAW = Law(PhaseCorrection((1.3, 0.8, 1.7, 1.0, 1.0), 2e5),
+          PhaseCorrection((0.7, 1.25, 2.0, 1.0, 1.0), 1e6),
+          PhaseCorrection((1.1, 0.9, 1.5, 1.0, 1.0), 5e5))
+
+
+@cache
+def open_k(name: str) -> Kernel:
+    return kernel.open(name)
+
+
+@cache
+def calibrated(name: str) -> Kernel:
+    k = open_k(name)
+    r = k.resolved_pool
+    doc = {"kind": "Calibration", "version": 1, "name": "t", "model": r.model_name,
+           "chip": r.chip_name,
+           "phases": {ph: {"multipliers": dict(zip(TERMS, c.multipliers, strict=True)),
+                           "constant_ns": c.constant_ns}
+                      for ph, c in (("prefill", LAW.prefill), ("decode", LAW.decode),
+                                    ("mixed", LAW.mixed))}}
+    return k.with_calibration(doc, force=True)
+
+
+rows_st = st.lists(st.one_of(st.tuples(st.integers(0, 5000), st.integers(0, 300_000)),
+                             st.tuples(st.integers(1, 4), st.integers(0, 300_000)),
+                             st.tuples(st.integers(0, 2), st.integers(0, 2))), max_size=70)
+
+
+def shared(k: Kernel, b: Batch) -> StepEstimate:
+    r = k.resolved_pool
+    return step.finish(step.compose(r, step.summarise(r, b)), {})
+
+
+def same(a: StepEstimate, b: StepEstimate) -> None:
+    assert (a.overlap, a.no_overlap, a.bottleneck, a.calibrated) == (
+        b.overlap, b.no_overlap, b.bottleneck, b.calibrated)
+    if b.per_resource is None:
+        assert a.per_resource is None
+    else:
+        assert a.per_resource is not None
+        assert list(a.per_resource.items()) == list(b.per_resource.items())
+
+
+def inputs(rows: list[tuple[int, int]]) -> list[tuple[Any, Any]]:
+    """The same columns as numpy int64, numpy int32/uint32, Arrow, lists and tuples."""
+    s = [q[0] for q in rows]
+    c = [q[1] for q in rows]
+    return [(np.array(s, dtype=np.int64), np.array(c, dtype=np.int64)),
+            (np.array(s, dtype=np.int32), np.array(c, dtype=np.uint32)),
+            (pa.array(s, type=pa.int64()), pa.chunked_array([pa.array(c, type=pa.int64())])),
+            (s, c), (tuple(s), [np.int64(x) for x in c])]
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+@SETTINGS
+@given(rows=rows_st, thr=st.sampled_from([0, 1, 4, 8]), budget=st.sampled_from([0, 66]))
+def test_columns_price_as_a_batch(name: str, rows: list[tuple[int, int]], thr: int,
+                                  budget: int) -> None:
+    k = open_k(name)
+    b = Batch(rows, decode_threshold=thr, sm_budget=budget)
+    want = shared(k, b)
+    same(k.step_time(b), want)
+    for s, c in inputs(rows):
+        same(k.step_time_arrays(s, c, decode_threshold=thr, sm_budget=budget), want)
+    s, c = inputs(rows)[0]
+    got = k.step_time_arrays(s, c, c + s, decode_threshold=thr, sm_budget=budget,
+                             per_resource=False)
+    assert got.per_resource is None and got.overlap == want.overlap
+    kc = calibrated(name)
+    same(kc.step_time_arrays(s, c, decode_threshold=thr, sm_budget=budget), kc.step_time(b))
+
+
+@pytest.mark.parametrize("rows", [[(1, 4095)] * 32, [(2048, 0)] + [(1, 4095)] * 63, [],
+                                  [(0, 0)], [(512, 9), (0, 3), (7, 0)]],
+                         ids=["decode", "mixed", "empty", "no-tokens", "odd"])
+def test_the_simulator_shapes_on_every_sample_pool(rows: list[tuple[int, int]]) -> None:
+    for name in SCENARIOS:
+        k = open_k(name)
+        b = Batch(rows, decode_threshold=8)
+        s, c = inputs(rows)[0]
+        same(k.step_time_arrays(s, c, decode_threshold=8), shared(k, b))
+
+
+@pytest.mark.parametrize("args, message", [
+    (([1, -2], [3, 4]), r"scheduled\[1\] is -2"),
+    (([1, 2], [3, -4]), r"computed\[1\] is -4"),
+    ((np.array([1.0, 2.0]), np.array([3, 4])), r"scheduled must hold integers.*float64"),
+    ((np.array([True]), np.array([3])), r"scheduled must hold integers.*bool"),
+    (([1, 2], [3]), r"one entry per request: 2 scheduled, 1 computed"),
+    ((np.ones((2, 2), dtype=np.int64), np.ones(2, dtype=np.int64)), r"1-D array"),
+    (([1, 2.5], [3, 4]), r"scheduled\[1\] must be an integer"),
+    (([1, True], [3, 4]), r"scheduled\[1\] must be an integer"),
+    ((pa.array([1, None]), pa.array([3, 4])), r"scheduled holds 1 null"),
+    ((pa.array([1.0]), pa.array([3])), r"Arrow integer array"),
+    ((5, [3]), r"sequence of integers, got int"),
+    (([1], [3], [-1]), r"prompt_len\[0\] is -1"),
+    (([1], [3], [1, 2]), r"prompt_len must have one entry per request"),
+])
+def test_bad_columns_are_refused_clearly(args: tuple[Any, ...], message: str) -> None:
+    k = open_k(SCENARIOS[0])
+    with pytest.raises(ValueError, match=message):
+        k.step_time_arrays(*args)
+
+
+def test_bad_threshold_and_budget_are_refused_as_batch_refuses_them() -> None:
+    k = open_k(SCENARIOS[0])
+    with pytest.raises(ValueError, match="sm_budget must be a non-negative"):
+        k.step_time_arrays([1], [3], sm_budget=-1)
+    with pytest.raises(ValueError, match="decode_threshold must be an integer"):
+        k.step_time_arrays([1], [3], decode_threshold=1.5)  # type: ignore[arg-type]
+    assert k.step_time_arrays([1], [3], decode_threshold=np.int64(8)) == \
+        k.step_time(Batch([(1, 3)], decode_threshold=8))
+
+
+# -- StepBatch ------------------------------------------------------------------------------
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.integers(0, 3000), st.integers(0, 100_000)),
+    st.tuples(st.just("extend"), st.lists(st.tuples(st.integers(0, 3000),
+                                                    st.integers(0, 100_000)), max_size=8)),
+    st.tuples(st.just("remove"), st.integers(0, 1000)),
+    st.tuples(st.just("mask"), st.integers(0, 2**16)),
+    st.tuples(st.just("advance")),
+    st.tuples(st.just("decode")),
+    st.tuples(st.just("clear")),
+), max_size=25)
+
+
+@pytest.mark.parametrize("name", SCENARIOS[:3])
+@SETTINGS
+@given(steps=ops)
+def test_step_batch_follows_its_operations(name: str, steps: list[tuple[Any, ...]]) -> None:
+    """A StepBatch after any operations holds what a plain list model of the same operations
+    holds, and prices as the Batch of that list."""
+    k = open_k(name)
+    sb = StepBatch(decode_threshold=8, capacity=2)
+    model: list[list[int]] = []
+    for op in steps:
+        if op[0] == "add":
+            assert sb.add(op[1], op[2], op[1] + op[2]) == len(model)
+            model.append([op[1], op[2], op[1] + op[2]])
+        elif op[0] == "extend":
+            sb.extend([q[0] for q in op[1]], np.array([q[1] for q in op[1]], dtype=np.int64))
+            model.extend([q[0], q[1], 0] for q in op[1])
+        elif op[0] == "remove" and model:
+            i = op[1] % len(model)
+            sb.remove(i)
+            del model[i]
+        elif op[0] == "mask":
+            mask = np.array([(op[1] >> (j % 16)) & 1 == 1 for j in range(len(model))],
+                            dtype=bool)
+            sb.remove(mask)
+            model = [m for m, drop in zip(model, mask.tolist(), strict=True) if not drop]
+        elif op[0] == "advance":
+            sb.advance()
+            model = [[s, c + s, p] for s, c, p in model]
+        elif op[0] == "decode":
+            sb.schedule(1)
+            model = [[1, c, p] for _s, c, p in model]
+        elif op[0] == "clear":
+            sb.clear()
+            model = []
+        assert len(sb) == len(model)
+        assert sb.scheduled.tolist() == [m[0] for m in model]
+        assert sb.computed.tolist() == [m[1] for m in model]
+        assert sb.prompt_len.tolist() == [m[2] for m in model]
+    b = Batch([tuple(m) for m in model], decode_threshold=8)
+    assert sb.to_batch() == b
+    same(sb.step_time(k), shared(k, b))
+
+
+def test_step_batch_refuses_bad_values() -> None:
+    sb = StepBatch(decode_threshold=4)
+    with pytest.raises(ValueError, match="computed must be a non-negative"):
+        sb.add(1, -3)
+    with pytest.raises(ValueError, match="scheduled must be an integer"):
+        sb.add(1.0, 3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"computed\[1\] is -1"):
+        sb.extend([1, 1], [0, -1])
+    with pytest.raises(ValueError, match="computed has 1 entries, scheduled has 2"):
+        sb.extend([1, 1], [0])
+    sb.extend([1, 1], [5, 6])
+    with pytest.raises(IndexError, match="out of range"):
+        sb.remove(2)
+    with pytest.raises(ValueError, match="one entry per request"):
+        sb.remove(np.array([True]))
+    with pytest.raises(ValueError, match=r"scheduled\[0\] is -1"):
+        sb.schedule([-1, 1])
+    with pytest.raises(ValueError, match="sm_budget must be a non-negative"):
+        StepBatch(sm_budget=-1)
+    sb.computed[0] = -7  # written through the view: refused when priced
+    with pytest.raises(ValueError, match=r"computed\[0\] is -7"):
+        sb.step_time(open_k(SCENARIOS[0]))
+    assert len(sb) == 2 and sb.scheduled.tolist() == [1, 1]
+
+
+def test_per_resource_is_a_fresh_map_each_call() -> None:
+    k = open_k(SCENARIOS[0])
+    s, c = np.ones(4, dtype=np.int64), np.full(4, 100, dtype=np.int64)
+    a, b = k.step_time_arrays(s, c), k.step_time_arrays(s, c)
+    assert a.per_resource is not None and a.per_resource is not b.per_resource
+    assert Resource.HBM in a.per_resource
