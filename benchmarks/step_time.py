@@ -19,6 +19,17 @@ AISimulate installed (``pip install aisimulate==0.13.0.dev202610270000000085``; 
 dependency of this project). Its per-call forward-pass estimate for the same case (DeepSeek-V3,
 H200 SXM, tp 8 / ep 8, 32 decode requests of 4096 KV tokens) is timed in a subprocess the same
 way, and the ratio printed.
+
+Simulator loops (issue 31): ``--calls`` (100,000) calls over a trace of 10,000 distinct steps
+from a seeded decode scheduler (batch sizes 1-64, contexts growing step by step, requests
+joining and leaving), once all-decode and once with a 2,048-token prefill chunk in 10% of the
+steps. Each call builds its input from that step's columns (numpy int64 arrays) and prices it:
+``Kernel.step_time_arrays`` (columns checked and summed per call), ``Batch`` of request tuples
++ ``step_time`` (the path before issue 31), a :class:`kernel.StepBatch` kept in place
+(``advance``, joins and leaves included in the time), and, with ``--aisim``, AISimulate's
+estimate with its input dict built in the loop from the step's aggregates (counted before the
+timing: AISimulate reads aggregates only, so its side of the loop does less). A mixed batch
+(one 2,048-token chunk + 63 decodes) is timed against the decode fast path (32 and 64 decodes).
 """
 
 from __future__ import annotations
@@ -34,8 +45,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
+
 import kernel
 from kernel import step
+from kernel.step_batch import StepBatch
 from kernel.types import Batch, Request
 
 # Recorded on main at 3d63a3b with this script's timer (thread CPU time, best of 15), 2 cores.
@@ -135,6 +149,185 @@ print(json.dumps(out))
 """
 
 
+AISIM_LOOP = r"""
+import json, sys, time
+from aisimulate_core.sdk.rust_engine_step import (ForwardPassPerfModelConfig,
+                                                  RustForwardPassPerfModel)
+cfg = ForwardPassPerfModelConfig(model="deepseek-ai/DeepSeek-V3", system="h200_sxm",
+                                 backend="sglang", worker_type="decode", tp=8, moe_tp_size=1,
+                                 moe_ep_size=8)
+model = RustForwardPassPerfModel.best_available(cfg)
+job = json.load(open(sys.argv[1]))
+est = model.estimate_forward_pass_time_ms
+out = {}
+for name, steps in job["traces"].items():
+    calls, m = job["calls"], len(steps)
+    for npre, spre, skvpre, ndec, skvdec in steps:  # warm up on every step once, untimed
+        est({"scheduled_requests": {"num_prefill_requests": npre,
+             "sum_prefill_tokens": spre, "sum_prefill_kv_tokens": skvpre,
+             "num_decode_requests": ndec, "sum_decode_kv_tokens": skvdec}})
+    best = float("inf")
+    for _ in range(job["repeat"]):
+        t0 = time.thread_time()
+        for i in range(calls):
+            npre, spre, skvpre, ndec, skvdec = steps[i % m]
+            est({"scheduled_requests": {"num_prefill_requests": npre,
+                 "sum_prefill_tokens": spre, "sum_prefill_kv_tokens": skvpre,
+                 "num_decode_requests": ndec, "sum_decode_kv_tokens": skvdec}})
+        best = min(best, (time.thread_time() - t0) / calls * 1e6)
+    out[name] = best
+print(json.dumps(out))
+"""
+
+
+def aisim_loops(python: str, traces: dict[str, list[tuple[int, ...]]], calls: int,
+                repeat: int) -> dict[str, float] | None:
+    """AISimulate's µs per call over each trace's aggregates (its input built in the loop)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"traces": traces, "calls": calls, "repeat": repeat}, f)
+    try:
+        done = subprocess.run([python, "-c", AISIM_LOOP, f.name], capture_output=True,
+                              text=True, timeout=1800, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        err = getattr(exc, "stderr", "") or str(exc)
+        print(f"AISimulate loops: not run ({err.strip().splitlines()[-1] if err.strip() else exc})")
+        return None
+    finally:
+        os.unlink(f.name)
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def scheduler_trace(n_steps: int, prefill_share: float, seed: int
+                    ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``n_steps`` consecutive steps of a seeded decode scheduler: up to 64 running requests
+    with contexts of 100-8,000 tokens, each step one token more; a request leaves with
+    probability 1/300 per step and one joins with probability 1/5; in ``prefill_share`` of
+    the steps a 2,048-token chunk of a new prompt is scheduled first."""
+    rng = np.random.default_rng(seed)
+    ctx = rng.integers(100, 8000, size=32).astype(np.int64)
+    out = []
+    for _ in range(n_steps):
+        if len(ctx) and rng.random() < len(ctx) / 300:
+            ctx = np.delete(ctx, rng.integers(len(ctx)))
+        if len(ctx) < 64 and (rng.random() < 0.2 or not len(ctx)):
+            ctx = np.append(ctx, rng.integers(100, 8000))
+        s = np.ones(len(ctx), dtype=np.int64)
+        c = ctx.copy()
+        if rng.random() < prefill_share:
+            s = np.concatenate(([2048], s)).astype(np.int64)
+            c = np.concatenate(([int(rng.integers(0, 3)) * 2048], c)).astype(np.int64)
+        out.append((s, c))
+        ctx = ctx + 1
+    return out
+
+
+def aggregates(steps: list[tuple[np.ndarray, np.ndarray]], thr: int) -> list[tuple[int, ...]]:
+    """AISimulate's input per step: prefill count, tokens and KV tokens; decode count and KV."""
+    out = []
+    for s, c in steps:
+        pre = s > thr
+        out.append((int(pre.sum()), int(s[pre].sum()), int((s + c)[pre].sum()),
+                    int((~pre).sum()), int((s + c)[~pre].sum())))
+    return out
+
+
+def loop_us(fn: Callable[[int], object], calls: int, repeat: int) -> float:
+    """Best µs per call of ``calls`` calls of ``fn(i)`` (thread CPU time), after one untimed
+    pass over the first 10,000."""
+    for i in range(min(calls, 10_000)):
+        fn(i)
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.thread_time()
+        for i in range(calls):
+            fn(i)
+        best = min(best, (time.thread_time() - t0) / calls * 1e6)
+    return best
+
+
+def simulator_loops(k: kernel.Kernel, calls: int, repeat: int, aisim_python: str | None
+                    ) -> None:
+    """The issue-31 loops, in one run: µs per call and the ratios to AISimulate."""
+    thr = 8
+    traces = {"decode": scheduler_trace(10_000, 0.0, 1),
+              "10% prefill": scheduler_trace(10_000, 0.1, 2)}
+    arrays = k.step_time_arrays
+    res: dict[str, dict[str, float]] = {}
+    for name, steps in traces.items():
+        m = len(steps)
+        tuples = [list(zip(s.tolist(), c.tolist(), strict=True)) for s, c in steps]
+        res[name] = {
+            "step_time_arrays": loop_us(
+                lambda i, st=steps, m=m: arrays(st[i % m][0], st[i % m][1],
+                                                decode_threshold=thr), calls, repeat),
+            "Batch + step_time": loop_us(
+                lambda i, tu=tuples, m=m: k.step_time(Batch(tu[i % m], decode_threshold=thr)),
+                calls, repeat),
+        }
+    sb = StepBatch(decode_threshold=thr)
+    rng = np.random.default_rng(3)
+    sb.extend(np.ones(32, dtype=np.int64), rng.integers(100, 8000, size=32))
+    joins = rng.random(calls) < 0.2
+    leaves = rng.random(calls) < 0.1
+    starts = rng.integers(100, 8000, size=calls).tolist()
+
+    def in_place(i: int) -> None:
+        sb.step_time(k)
+        sb.advance()
+        n = len(sb)
+        if leaves[i] and n > 1:
+            sb.remove(i % n)
+        if joins[i] and n < 64:
+            sb.add(1, starts[i])
+
+    res["decode"]["StepBatch in place"] = loop_us(in_place, calls, repeat)
+    ai = None
+    if aisim_python:
+        ai = aisim_loops(aisim_python, {n: aggregates(st, thr) for n, st in traces.items()},
+                         calls, repeat)
+    print(f"\nSimulator loops: {calls:,} calls over 10,000 distinct steps (1-64 requests, "
+          f"DeepSeek-V3), µs per call, best of {repeat}")
+    print(f"  {'trace':<13} {'loop':<22} {'µs/call':>8} {'÷ AISimulate':>13} {'target':>7}")
+    for name, row in res.items():
+        for label, us in row.items():
+            ratio = f"{us / ai[name]:13.2f}" if ai else f"{'-':>13}"
+            target = "≤ 0.5" if label == "step_time_arrays" else ""
+            print(f"  {name:<13} {label:<22} {us:8.2f} {ratio} {target:>7}")
+        if ai:
+            print(f"  {name:<13} {'AISimulate (dict+est)':<22} {ai[name]:8.2f}")
+
+    mixed = [(2048, 0)] + [(1, 4095 + i) for i in range(63)]
+    cols = {
+        "mixed 1+63": (np.array([q[0] for q in mixed]), np.array([q[1] for q in mixed])),
+        "decode x64": (np.ones(64, dtype=np.int64), np.arange(4095, 4159, dtype=np.int64)),
+        "decode x32": (np.ones(32, dtype=np.int64), np.arange(4095, 4127, dtype=np.int64)),
+    }
+    bm = Batch(mixed, decode_threshold=thr)
+    b64 = Batch([(1, 4095 + i) for i in range(64)], decode_threshold=thr)
+    b32 = Batch([(1, 4095 + i) for i in range(32)], decode_threshold=thr)
+    t = per_call_us({
+        **{f"arrays {n}": (lambda sc=sc: arrays(sc[0], sc[1], decode_threshold=thr))
+           for n, sc in cols.items()},
+        "step_time mixed 1+63": lambda: k.step_time(bm),
+        "step_time decode x64": lambda: k.step_time(b64),
+        "step_time decode x32": lambda: k.step_time(b32),
+        "shared mixed 1+63": lambda: step.finish(step.compose(
+            k.resolved_pool, step.summarise(k.resolved_pool, bm)), {}),
+    }, repeat)
+    print("\nMixed batch (one 2,048-token chunk + 63 decodes) vs the decode fast path, µs")
+    print(f"  {'input':<12} {'mixed':>7} {'dec x64':>8} {'dec x32':>8} {'÷ x64':>6} {'÷ x32':>6} "
+          f"{'target':>7}")
+    for label, key in (("columns", "arrays"), ("Batch", "step_time")):
+        mx, d64, d32 = (t[f"{key} mixed 1+63"], t[f"{key} decode x64"],
+                        t[f"{key} decode x32"])
+        print(f"  {label:<12} {mx:7.2f} {d64:8.2f} {d32:8.2f} {mx / d64:6.2f} {mx / d32:6.2f} "
+              f"{'≤ 2':>7}")
+    print(f"  shared path (compose) for the mixed batch: {t['shared mixed 1+63']:.2f} µs")
+
+
 def aisim(python: str, repeat: int) -> dict[str, float] | None:
     try:
         done = subprocess.run([python, "-c", AISIM_SNIPPET, str(repeat)], capture_output=True,
@@ -152,10 +345,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--aisim", default=os.environ.get("AISIM_PYTHON"),
                     help="python of a venv with aisimulate installed (or AISIM_PYTHON)")
+    ap.add_argument("--calls", type=int, default=100_000,
+                    help="calls per simulator loop (issue 31)")
+    ap.add_argument("--loops-only", action="store_true",
+                    help="only the simulator loops and the mixed-batch comparison")
     args = ap.parse_args()
     print(f"{os.cpu_count()} cores; µs per call = best thread CPU time of {args.repeat} runs\n")
 
     k = kernel.open(HEADLINE)
+    simulator_loops(k, args.calls, max(1, args.repeat // 3), args.aisim)
+    if args.loops_only:
+        return
     r = k.resolved_pool
     reqs32 = BATCHES["decode x32"]
     b32 = Batch([Request(1, 4095)] * 32, decode_threshold=8)

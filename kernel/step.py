@@ -960,20 +960,31 @@ def step_time_into(r: ResolvedPool, batch: Batch, per: dict[Resource, int] | Non
     other non-empty batch :mod:`kernel.step_mixed`, on every pool that has one.
     """
     p = prepared(r)
-    if p.fast is not None:
-        t = step_fast.totals(p, p.fast, batch)
-        if t is not None:
-            return step_fast.summarize(t, per)
-        # Not all-decode: a prefill (step_mixed) or an empty step (host only).
-        reqs = batch.requests
-        sl = list(map(_FIRST, reqs))
-        s = walk_columns(p, sl, list(map(_SECOND, reqs)), set(sl), batch.decode_threshold,
-                         batch.sm_budget)
-        t = step_mixed.totals(p, p.fast, s)
-        if t is not None:
-            return step_fast.summarize(t, per)
-        return finish(_compose(p, s), per)
-    return finish(compose(r, summarise(r, batch)), per)
+    fast = p.fast
+    if fast is None:
+        return finish(compose(r, summarise(r, batch)), per)
+    reqs = batch.requests
+    thr = batch.decode_threshold
+    seen = set(map(_FIRST, reqs))  # the distinct scheduled counts: one in a uniform decode
+    if reqs:
+        if len(seen) == 1:
+            (lo,) = seen
+            hi = lo
+        else:
+            lo = min(seen)
+            hi = max(seen)
+        if lo > 0 and hi <= thr:  # all decode: step_fast
+            tokens = lo * len(reqs) if lo == hi else sum(map(_FIRST, reqs))
+            return step_fast.summarize(step_fast.decode_totals(
+                p, fast, tokens, sum(map(_SECOND, reqs)) + tokens, lo, hi, len(reqs),
+                batch.sm_budget), per)
+    # A prefill (step_mixed) or an empty step (host only).
+    s = walk_columns(p, list(map(_FIRST, reqs)), list(map(_SECOND, reqs)), seen, thr,
+                     batch.sm_budget)
+    t = step_mixed.totals(p, fast, s)
+    if t is not None:
+        return step_fast.summarize(t, per)
+    return finish(_compose(p, s), per)
 
 
 def layer_breakdown(r: ResolvedPool, batch: Batch) -> list[dict[str, Any]]:

@@ -124,7 +124,12 @@ def price(r: Any, scheduled: Any, computed: Any, prompt_len: Any, thr: Any, budg
     if not n:
         return step_time_into(r, Batch((), thr, budget), per)
     seen = set(sl)
-    lo = min(seen)
+    if len(seen) == 1:  # a uniform step: every request schedules the same count
+        (lo,) = seen
+        hi = lo
+    else:
+        lo = min(seen)
+        hi = max(seen)
     if lo < 0:
         _check_least(sl, lo, "scheduled")
     least = min(cl)
@@ -134,7 +139,6 @@ def price(r: Any, scheduled: Any, computed: Any, prompt_len: Any, thr: Any, budg
     fast = p.fast
     if fast is None:
         return step_time_into(r, as_batch(sl, cl, thr, budget), per)
-    hi = max(seen)
     if lo > 0 and hi <= thr:  # all decode
         tokens = lo * n if lo == hi else sum(sl)
         return summarize(decode_totals(p, fast, tokens, sum(cl) + tokens, lo, hi, n, budget),

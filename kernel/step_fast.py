@@ -172,12 +172,14 @@ def totals(p: _Prepared, fast: FastPath, batch: Any) -> tuple[Any, ...] | None:
     if len(seen) == 1:
         (lo,) = seen
         hi = lo
+        if lo <= 0 or hi > batch.decode_threshold:
+            return None
         tokens = lo * len(reqs)
     else:
         lo, hi = min(seen), max(seen)
+        if lo <= 0 or hi > batch.decode_threshold:
+            return None
         tokens = sum(map(_FIRST, reqs))
-    if lo <= 0 or hi > batch.decode_threshold:
-        return None
     return decode_totals(p, fast, tokens, sum(map(_SECOND, reqs)) + tokens, lo, hi, len(reqs),
                          batch.sm_budget)
 

@@ -34,10 +34,13 @@ _TABLE_MAX = 8192  # (tokens, budget) entries per pool, as the decode table
 __all__ = ["totals"]
 
 
-def _tokens_terms(p: _Prepared, tokens: int, budget: int) -> tuple[Any, ...]:
+def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tuple[Any, ...]:
     """The token-count-only terms of a step (model.md §1.3): (layers, pr, derate, ps, head_sm,
-    head stage), per layer (layer, count, flops, dense_shaped·derate, rec, dense SM before the
-    attention's SM term, routed SM, routed HBM, routed, NVLink, NIC, elementwise, HBM base)."""
+    head stage), per layer (count, flops, dense_shaped·derate, rec, dense SM before the
+    attention's SM term, routed SM, routed HBM, routed, NVLink, NIC, elementwise, HBM base),
+    then the layer's constants: the decode fast path's attention tuple, the one-kernel floor
+    rule (floor below the prefill floor, or not), window index, q heads, head dim,
+    secondaries, PCP gather (collective, widths) or None."""
     T = float(tokens)
     tp, peak, hbm_bps = p.tp, p.peak, p.hbm
     sm_count = p.sm_count
@@ -49,7 +52,7 @@ def _tokens_terms(p: _Prepared, tokens: int, budget: int) -> tuple[Any, ...]:
     mfac = T / (T + p.m_half) if p.shape_aware and p.m_half > 0 else None
     ps = peak * (ramp * p.prefill_scale) if p.prefill_scale > 0 else None
     layers = []
-    for L in p.layers:
+    for L, (mode, fl, kv, rate, weight, secs) in zip(p.layers, fast.attn, strict=True):
         flops: Any = 0.0
         dense_shaped: Any = 0.0
         if L.gemms:
@@ -84,8 +87,13 @@ def _tokens_terms(p: _Prepared, tokens: int, budget: int) -> tuple[Any, ...]:
         routed_hbm = routed_wb / hbm_bps
         on_node, cross = L.graph_collective_seconds(T)
         base = (L.weight_bytes + 0.0 + elementwise) / hbm_bps  # no KV bytes read at HBM speed
-        layers.append((L, L.count, flops, dsd, rec, dense_sm, routed_sm, routed_hbm,
-                       routed_sm + routed_hbm, on_node, cross, elementwise, base))
+        one_kernel = L.attn and L.one_kernel
+        layers.append((
+            L.count, flops, dsd, rec, dense_sm, routed_sm, routed_hbm, routed_sm + routed_hbm,
+            on_node, cross, elementwise, base, mode, fl, kv, rate, weight,
+            one_kernel and L.attn_floor_lt_prefill, one_kernel and not L.attn_floor_lt_prefill,
+            L.window_idx, L.q_heads, L.head_dim, secs,
+            (L.pcp_gather_coll, L.pcp_widths) if L.pcp_gather else None))
     head_sm = T * p.head_flops / tp / pr * derate
     head_hbm = p.head_dw_hbm
     return (tuple(layers), pr, derate, ps, head_sm,
@@ -106,7 +114,7 @@ def totals(p: _Prepared, fast: FastPath, s: BatchSummary) -> tuple[Any, ...] | N
     if terms is None:
         if len(table) >= _TABLE_MAX:
             table.clear()
-        terms = table[key] = _tokens_terms(p, tokens, budget)
+        terms = table[key] = _tokens_terms(p, fast, tokens, budget)
     layers, pr, derate, ps, head_sm, head_stage = terms
     dec = s.decode_requests > 0
     pre = s.prefill_requests > 0
@@ -114,48 +122,49 @@ def totals(p: _Prepared, fast: FastPath, s: BatchSummary) -> tuple[Any, ...] | N
     n_dec_kv = float(s.decode_kv_tokens)
     tp, hbm_bps, pf = p.tp, p.hbm, p.prefill_floor_s
     pcp_rows = float(p.pcp * s.prefill_tokens) if s.prefill_tokens > 0 else 0.0
+    causal = s.causal_flops
+    windowed = s.windowed
     tot_sm = tot_hbm = tot_nv = tot_nic = overlap = 0.0
-    for L, cnt, flops, dsd, rec, dense_sm, rsm, rh, routed, on, cross, elementwise, base \
-            in layers:
+    for (cnt, flops, dsd, rec, dense_sm, rsm, rh, routed, on, cross, elementwise, base, mode,
+         fl, kv, rate, weight, floor_lt, floor_ge, widx, q_heads, head_dim, secs,
+         pcp_gather) in layers:
         attn: Any = 0.0
         attn_sm: Any = 0.0
-        dense_hbm_base = base
-        if L.attn:
-            rate = L.attn_rate
-            if rate > 0:
+        hbm_base = base
+        if mode:  # the layer has attention
+            if mode == 1:
                 if dec:
-                    attn = L.attn_floor_s + n_dec_kv * L.kv / rate
+                    attn = fl + n_dec_kv * kv / rate
             elif dec:  # no measured rate: the KV bytes read at HBM speed
-                dense_hbm_base = (L.weight_bytes + n_dec_kv * L.kv + elementwise) / hbm_bps
-            if L.one_kernel and mixed:
-                if L.attn_floor_lt_prefill:
-                    attn = attn - L.attn_floor_s
-                else:
+                hbm_base = (weight + n_dec_kv * kv + elementwise) / hbm_bps
+            if mixed:  # the one-kernel backend launches once (model.md §3.4)
+                if floor_lt:
+                    attn = attn - fl
+                elif floor_ge:
                     attn_sm = attn_sm - pf
             if pre:
-                layer_causal = (s.causal_flops if L.window_idx < 0
-                                else s.windowed[L.window_idx])
+                layer_causal = causal if widx < 0 else windowed[widx]
                 if ps is not None:
-                    attn_sm = attn_sm + (pf + layer_causal * L.q_heads * L.head_dim / tp / ps
+                    attn_sm = attn_sm + (pf + layer_causal * q_heads * head_dim / tp / ps
                                          * derate)
                 else:  # causal work on the plain ramp: the dense SM term changes
-                    flops = flops + layer_causal * L.q_heads * L.head_dim / tp
+                    flops = flops + layer_causal * q_heads * head_dim / tp
                     dense_sm = flops / pr * derate + dsd + rec
-            if dec:
-                for a in L.secondaries:
+            if dec and secs:
+                for window, compress, f2, per_tok, r2 in secs:
                     n: Any = n_dec_kv
-                    if a.window > 0:
-                        w = float(a.window * s.decode_requests)
+                    if window > 0:
+                        w = float(window * s.decode_requests)
                         if not (n <= w or n != n):  # Go's min
                             n = w
-                    if a.compress > 1:
-                        n = n / a.compress
-                    attn = attn + (a.floor_s + n * a.per_tok / a.rate)
+                    if compress > 1:
+                        n = n / compress
+                    attn = attn + (f2 + n * per_tok / r2)
         sm = dense_sm + attn_sm + rsm
-        hbm = dense_hbm_base + attn + rh
-        if L.pcp_gather and pcp_rows > 0:
-            kc = L.pcp_gather_coll
-            for width in L.pcp_widths:
+        hbm = hbm_base + attn + rh
+        if pcp_gather is not None and pcp_rows > 0:
+            kc, widths = pcp_gather
+            for width in widths:
                 t = kc.seconds(pcp_rows * width * 2)
                 if kc.crosses:
                     cross = cross + t
