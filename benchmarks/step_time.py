@@ -248,6 +248,34 @@ def loop_us(fn: Callable[[int], object], calls: int, repeat: int) -> float:
     return best
 
 
+def in_place_loop(k: kernel.Kernel, thr: int, prefill_share: float, calls: int
+                  ) -> Callable[[int], object]:
+    """One simulator step on a :class:`StepBatch` kept in place: price, advance, a request
+    leaves with probability 1/300 per request, one joins with probability 1/5; in
+    ``prefill_share`` of the steps a new prompt's 2,048-token chunk is scheduled, and
+    becomes a decode after its step."""
+    sb = StepBatch(decode_threshold=thr)
+    rng = np.random.default_rng(3)
+    sb.extend(np.ones(32, dtype=np.int64), rng.integers(100, 8000, size=32))
+    u = rng.random((calls, 3)).tolist()
+    starts = rng.integers(100, 8000, size=calls).tolist()
+
+    def step_once(i: int) -> None:
+        leave, join, chunk = u[i % calls]
+        pos = sb.add(2048, 0) if chunk < prefill_share else -1
+        sb.step_time(k)
+        sb.advance()
+        if pos >= 0:
+            sb.set_scheduled(pos, 1)
+        n = len(sb)
+        if leave < n / 300 and n > 1:
+            sb.remove(i % n)
+        if (join < 0.2 and n < 64) or pos >= 0 and n > 64:
+            sb.remove(0) if pos >= 0 and n > 64 else sb.add(1, starts[i % calls])
+
+    return step_once
+
+
 def simulator_loops(k: kernel.Kernel, calls: int, repeat: int, aisim_python: str | None
                     ) -> None:
     """The issue-31 loops, in one run: µs per call and the ratios to AISimulate."""
@@ -267,23 +295,9 @@ def simulator_loops(k: kernel.Kernel, calls: int, repeat: int, aisim_python: str
                 lambda i, tu=tuples, m=m: k.step_time(Batch(tu[i % m], decode_threshold=thr)),
                 calls, repeat),
         }
-    sb = StepBatch(decode_threshold=thr)
-    rng = np.random.default_rng(3)
-    sb.extend(np.ones(32, dtype=np.int64), rng.integers(100, 8000, size=32))
-    joins = rng.random(calls) < 0.2
-    leaves = rng.random(calls) < 0.1
-    starts = rng.integers(100, 8000, size=calls).tolist()
-
-    def in_place(i: int) -> None:
-        sb.step_time(k)
-        sb.advance()
-        n = len(sb)
-        if leaves[i] and n > 1:
-            sb.remove(i % n)
-        if joins[i] and n < 64:
-            sb.add(1, starts[i])
-
-    res["decode"]["StepBatch in place"] = loop_us(in_place, calls, repeat)
+    for name, share in (("decode", 0.0), ("10% prefill", 0.1)):
+        res[name]["StepBatch in place"] = loop_us(in_place_loop(k, thr, share, calls), calls,
+                                                  repeat)
     ai = None
     if aisim_python:
         ai = aisim_loops(aisim_python, {n: aggregates(st, thr) for n, st in traces.items()},

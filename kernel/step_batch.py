@@ -3,23 +3,29 @@
 A discrete-event simulator keeps its running requests from step to step: each step it sets how
 many tokens each schedules, prices the step, then moves every request's ``computed`` on by its
 ``scheduled``, drops the finished ones and admits new ones. :class:`StepBatch` holds that state
-as three int64 columns with spare capacity, updated in place by vectorised operations, so a
-step costs a fixed number of numpy calls and never a Python object per request.
+as three int64 columns with spare capacity, changed only through its methods, each a fixed
+number of numpy calls and never a Python object per request. Every method checks what it is
+given (non-negative integers), and keeps the step's aggregates up to date: Σ scheduled,
+Σ computed and how many requests schedule each count. So an all-decode step is priced from
+those aggregates alone, in time independent of the batch size; a step with prefill reads
+its columns once (:func:`kernel.step.walk_columns`).
 
-``StepBatch.step_time(k)`` is ``k.step_time_arrays(b.scheduled, b.computed, b.prompt_len,
-decode_threshold=b.decode_threshold, sm_budget=b.sm_budget)``, which is ``k.step_time(
-b.to_batch())`` bit for bit. The columns are views the caller may also write; every pricing
-checks them again (negative counts are refused there, whoever wrote them).
+``b.step_time(k)`` is ``k.step_time(b.to_batch())`` bit for bit (``tests/test_step_arrays.py``
+checks that after every operation). The columns read back as read-only views.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .step_arrays import column
-from .types import Batch, Request, _count
+from .step import _compose, finish, prepared, walk_columns
+from .step_arrays import column, threshold_and_budget
+from .step_fast import decode_totals, summarize
+from .step_mixed import totals as mixed_totals
+from .types import Batch, Request, Resource, _count
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -28,40 +34,58 @@ if TYPE_CHECKING:
 __all__ = ["StepBatch"]
 
 _I64 = np.int64
+_FIELDS = ("scheduled", "computed", "prompt_len")
+
+
+def _checked(values: Any, name: str) -> np.ndarray:
+    """A column of non-negative integers as int64 (errors name the first bad position)."""
+    col = np.asarray(column(values, name), dtype=_I64)
+    if len(col) and col.min() < 0:
+        i = int(np.argmax(col < 0))
+        raise ValueError(f"{name}[{i}] is {col[i]}; token counts must be non-negative integers")
+    return col
 
 
 class StepBatch:
-    """The requests of the next step as columns: ``scheduled``, ``computed`` and
-    ``prompt_len`` (views of length ``len(b)``), plus the step's ``decode_threshold`` and
-    ``sm_budget``. Positions are the batch order (the order the walk sees)."""
+    """The requests of the next step as columns, in batch order (the order the walk sees),
+    plus the step's ``decode_threshold`` and ``sm_budget`` (checked when priced)."""
 
-    __slots__ = ("_cols", "_n", "decode_threshold", "sm_budget")
+    __slots__ = ("_cols", "_counts", "_crow", "_n", "_srow", "_sum_c", "_sum_s",
+                 "decode_threshold", "sm_budget")
 
     def __init__(self, decode_threshold: int = 1, sm_budget: int = 0, capacity: int = 64):
         checked = Batch((), decode_threshold, sm_budget)  # the same checks as a Batch's
         self.decode_threshold = checked.decode_threshold
         self.sm_budget = checked.sm_budget
-        self._cols = np.zeros((3, max(int(capacity), 1)), dtype=_I64)
+        self._set_cols(np.zeros((3, max(int(capacity), 1)), dtype=_I64))
         self._n = 0
+        self._sum_s = 0  # Σ scheduled, Σ computed: Python ints, exact
+        self._sum_c = 0
+        self._counts: dict[int, int] = {}  # scheduled count -> requests scheduling it
 
     # -- reading -------------------------------------------------------------------------
     def __len__(self) -> int:
         return self._n
 
+    def _view(self, row: int) -> np.ndarray:
+        v = self._cols[row, :self._n]
+        v.flags.writeable = False  # changes go through the methods, which keep the sums
+        return v
+
     @property
     def scheduled(self) -> np.ndarray:
-        """Tokens each request schedules this step (a writable view)."""
-        return self._cols[0, :self._n]
+        """Tokens each request schedules this step (read-only view)."""
+        return self._view(0)
 
     @property
     def computed(self) -> np.ndarray:
-        """Tokens each request has computed before this step (a writable view)."""
-        return self._cols[1, :self._n]
+        """Tokens each request has computed before this step (read-only view)."""
+        return self._view(1)
 
     @property
     def prompt_len(self) -> np.ndarray:
-        """Each request's prompt length (carried, not read by step pricing; a writable view)."""
-        return self._cols[2, :self._n]
+        """Each request's prompt length (carried, not read by step pricing; read-only view)."""
+        return self._view(2)
 
     def to_batch(self) -> Batch:
         """The same step as a :class:`Batch` of :class:`Request` (for checks and display)."""
@@ -70,57 +94,107 @@ class StepBatch:
 
     # -- pricing -------------------------------------------------------------------------
     def step_time(self, k: Kernel, per_resource: bool = True) -> StepEstimate:
-        """``k.step_time(self.to_batch())``, bit for bit, from the columns."""
-        cols = self._cols
+        """``k.step_time(self.to_batch())``, bit for bit."""
+        thr, budget = self.decode_threshold, self.sm_budget
+        if type(thr) is not int or type(budget) is not int or budget < 0:
+            thr, budget = threshold_and_budget(thr, budget)
+        per: dict[Resource, int] | None = {} if per_resource else None
         n = self._n
-        return k.step_time_arrays(cols[0, :n], cols[1, :n], None,
-                                  decode_threshold=self.decode_threshold,
-                                  sm_budget=self.sm_budget, per_resource=per_resource)
+        r = k.resolved_pool
+        p = prepared(r)
+        fast = p.fast
+        if not n or fast is None or k.calibration is not None:
+            cols = self._cols
+            return k.step_time_arrays(cols[0, :n], cols[1, :n], decode_threshold=thr,
+                                      sm_budget=budget, per_resource=per_resource)
+        counts = self._counts
+        if len(counts) == 1:
+            (lo,) = counts
+            hi = lo
+        else:
+            lo = min(counts)
+            hi = max(counts)
+        if lo > 0 and hi <= thr:  # all decode: the aggregates are the summary
+            tokens = self._sum_s
+            return summarize(decode_totals(p, fast, tokens, self._sum_c + tokens, lo, hi, n,
+                                           budget), per)
+        cols = self._cols
+        s = walk_columns(p, cols[0, :n].tolist(), cols[1, :n].tolist(), set(counts), thr,
+                         budget)
+        t = mixed_totals(p, fast, s)
+        if t is not None:
+            return summarize(t, per)
+        return finish(_compose(p, s), per)  # no tokens at all: host only
 
     # -- changing --------------------------------------------------------------------------
     def add(self, scheduled: int, computed: int = 0, prompt_len: int = 0) -> int:
         """Append one request; returns its position."""
-        row = (_count(scheduled, "scheduled"), _count(computed, "computed"),
-               _count(prompt_len, "prompt_len"))
-        for name, v in zip(("scheduled", "computed", "prompt_len"), row, strict=True):
-            if v < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {v}")
+        s, c, pl = scheduled, computed, prompt_len
+        if type(s) is not int or type(c) is not int or type(pl) is not int or (s | c | pl) < 0:
+            s, c, pl = (_count(scheduled, "scheduled"), _count(computed, "computed"),
+                        _count(prompt_len, "prompt_len"))
+            for name, v in zip(_FIELDS, (s, c, pl), strict=True):
+                if v < 0:
+                    raise ValueError(f"{name} must be a non-negative integer, got {v}")
         i = self._n
-        self._reserve(i + 1)
-        self._cols[:, i] = row
+        if i == self._srow.shape[0]:
+            self._reserve(i + 1)
+        self._srow[i] = s
+        self._crow[i] = c
+        self._cols[2, i] = pl
         self._n = i + 1
+        self._sum_s += s
+        self._sum_c += c
+        self._counts[s] = self._counts.get(s, 0) + 1
         return i
 
     def extend(self, scheduled: Any, computed: Any, prompt_len: Any = None) -> None:
         """Append requests given as columns (numpy/Arrow integer arrays or int sequences)."""
-        cols = [np.asarray(column(scheduled, "scheduled"), dtype=_I64),
-                np.asarray(column(computed, "computed"), dtype=_I64)]
-        m = len(cols[0])
-        cols.append(np.zeros(m, dtype=_I64) if prompt_len is None
-                    else np.asarray(column(prompt_len, "prompt_len"), dtype=_I64))
-        for name, c in zip(("scheduled", "computed", "prompt_len"), cols, strict=True):
-            if len(c) != m:
-                raise ValueError(f"{name} has {len(c)} entries, scheduled has {m}: one each "
+        s = _checked(scheduled, "scheduled")
+        m = len(s)
+        c = _checked(computed, "computed")
+        pl = np.zeros(m, dtype=_I64) if prompt_len is None else _checked(prompt_len,
+                                                                          "prompt_len")
+        for name, col in (("computed", c), ("prompt_len", pl)):
+            if len(col) != m:
+                raise ValueError(f"{name} has {len(col)} entries, scheduled has {m}: one each "
                                  f"per request")
-            if m and c.min() < 0:
-                i = int(np.argmax(c < 0))
-                raise ValueError(f"{name}[{i}] is {c[i]}; token counts must be non-negative "
-                                 f"integers")
         n = self._n
         self._reserve(n + m)
-        self._cols[:, n:n + m] = cols
+        self._cols[:, n:n + m] = (s, c, pl)
         self._n = n + m
+        sl = s.tolist()
+        self._sum_s += sum(sl)
+        self._sum_c += sum(c.tolist())
+        self._add_counts(Counter(sl))
 
     def remove(self, which: Any) -> None:
         """Drop requests, keeping the others in order: a position, positions, or a boolean
         mask over the current requests (True = drop)."""
         n = self._n
+        if type(which) is int:  # one position: shift the tail down by one
+            i = which + n if which < 0 else which
+            if not 0 <= i < n:
+                raise IndexError(f"position {which} out of range for a batch of {n} requests")
+            cols = self._cols
+            s = int(cols[0, i])
+            self._sum_s -= s
+            self._sum_c -= int(cols[1, i])
+            cols[:, i:n - 1] = cols[:, i + 1:n]
+            cols[0, n - 1] = 0  # a free slot schedules nothing (advance adds whole rows)
+            self._n = n - 1
+            counts = self._counts
+            if counts[s] == 1:
+                del counts[s]
+            else:
+                counts[s] -= 1
+            return
         sel = np.asarray(which)
         if sel.dtype == bool:
             if sel.shape != (n,):
                 raise ValueError(f"a removal mask needs one entry per request ({n}), got "
                                  f"shape {sel.shape}")
-            keep = ~sel
+            drop = sel
         else:
             if sel.dtype.kind not in "iu":
                 raise ValueError(f"remove takes positions (integers) or a boolean mask, got "
@@ -129,18 +203,31 @@ class StepBatch:
             if pos.size and (pos.min() < -n or pos.max() >= n):
                 raise IndexError(f"position out of range for a batch of {n} requests: "
                                  f"{pos.tolist()}")
-            keep = np.ones(n, dtype=bool)
-            keep[pos] = False
-        kept = self._cols[:, :n][:, keep]
+            drop = np.zeros(n, dtype=bool)
+            drop[pos] = True
+        live = self._cols[:, :n]
+        gone = live[:, drop]
+        kept = live[:, ~drop]
         m = kept.shape[1]
         self._cols[:, :m] = kept
+        self._cols[0, m:n] = 0  # free slots schedule nothing (advance adds whole rows)
         self._n = m
+        gs = gone[0].tolist()
+        self._sum_s -= sum(gs)
+        self._sum_c -= sum(gone[1].tolist())
+        counts = self._counts
+        for v, k in Counter(gs).items():
+            left = counts[v] - k
+            if left:
+                counts[v] = left
+            else:
+                del counts[v]
 
     def advance(self) -> None:
         """The step ran: every request's ``computed`` moves on by its ``scheduled``."""
-        n = self._n
-        cols = self._cols
-        np.add(cols[1, :n], cols[0, :n], out=cols[1, :n])
+        crow = self._crow
+        np.add(crow, self._srow, out=crow)  # whole rows: free slots schedule 0
+        self._sum_c += self._sum_s
 
     def schedule(self, scheduled: Any) -> None:
         """Set every request's ``scheduled`` for the next step (a column, or one int for all)."""
@@ -150,26 +237,60 @@ class StepBatch:
             if v < 0:
                 raise ValueError(f"scheduled must be a non-negative integer, got {v}")
             self._cols[0, :n] = v
+            self._sum_s = v * n
+            self._counts = {v: n} if n else {}
             return
-        col = np.asarray(column(scheduled, "scheduled"), dtype=_I64)
+        col = _checked(scheduled, "scheduled")
         if len(col) != n:
             raise ValueError(f"scheduled has {len(col)} entries for {n} requests")
-        if n and col.min() < 0:
-            i = int(np.argmax(col < 0))
-            raise ValueError(f"scheduled[{i}] is {col[i]}; token counts must be non-negative "
-                             f"integers")
         self._cols[0, :n] = col
+        sl = col.tolist()
+        self._sum_s = sum(sl)
+        self._counts = {}
+        self._add_counts(Counter(sl))
+
+    def set_scheduled(self, position: int, scheduled: int) -> None:
+        """Set one request's ``scheduled`` (e.g. a prefill chunk that becomes a decode)."""
+        n = self._n
+        i = _count(position, "position")
+        if not -n <= i < n:
+            raise IndexError(f"position {i} out of range for a batch of {n} requests")
+        v = _count(scheduled, "scheduled")
+        if v < 0:
+            raise ValueError(f"scheduled must be a non-negative integer, got {v}")
+        old = int(self._cols[0, i])
+        self._cols[0, i] = v
+        self._sum_s += v - old
+        counts = self._counts
+        if counts[old] == 1:
+            del counts[old]
+        else:
+            counts[old] -= 1
+        counts[v] = counts.get(v, 0) + 1
 
     def clear(self) -> None:
         """Drop every request (the capacity stays)."""
+        self._srow[:] = 0
         self._n = 0
+        self._sum_s = self._sum_c = 0
+        self._counts = {}
+
+    def _add_counts(self, more: Counter[int]) -> None:
+        counts = self._counts
+        for v, k in more.items():
+            counts[v] = counts.get(v, 0) + k
+
+    def _set_cols(self, cols: np.ndarray) -> None:
+        self._cols = cols
+        self._srow = cols[0]
+        self._crow = cols[1]
 
     def _reserve(self, need: int) -> None:
         cap = self._cols.shape[1]
         if need > cap:
             grown = np.zeros((3, max(need, 2 * cap)), dtype=_I64)
             grown[:, :self._n] = self._cols[:, :self._n]
-            self._cols = grown
+            self._set_cols(grown)
 
     def __repr__(self) -> str:
         return (f"StepBatch({self._n} requests, decode_threshold={self.decode_threshold}, "

@@ -153,14 +153,17 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("extend"), st.lists(st.tuples(st.integers(0, 3000),
                                                     st.integers(0, 100_000)), max_size=8)),
     st.tuples(st.just("remove"), st.integers(0, 1000)),
+    st.tuples(st.just("remove_many"), st.lists(st.integers(0, 1000), max_size=3)),
     st.tuples(st.just("mask"), st.integers(0, 2**16)),
     st.tuples(st.just("advance")),
     st.tuples(st.just("decode")),
+    st.tuples(st.just("schedule"), st.lists(st.integers(0, 3000), min_size=64, max_size=64)),
+    st.tuples(st.just("set"), st.integers(0, 1000), st.integers(0, 3000)),
     st.tuples(st.just("clear")),
 ), max_size=25)
 
 
-@pytest.mark.parametrize("name", SCENARIOS[:3])
+@pytest.mark.parametrize("name", SCENARIOS)
 @SETTINGS
 @given(steps=ops)
 def test_step_batch_follows_its_operations(name: str, steps: list[tuple[Any, ...]]) -> None:
@@ -180,6 +183,10 @@ def test_step_batch_follows_its_operations(name: str, steps: list[tuple[Any, ...
             i = op[1] % len(model)
             sb.remove(i)
             del model[i]
+        elif op[0] == "remove_many" and model:
+            pos = sorted({i % len(model) for i in op[1]})
+            sb.remove(np.array(pos, dtype=np.int64))
+            model = [m for j, m in enumerate(model) if j not in pos]
         elif op[0] == "mask":
             mask = np.array([(op[1] >> (j % 16)) & 1 == 1 for j in range(len(model))],
                             dtype=bool)
@@ -191,6 +198,13 @@ def test_step_batch_follows_its_operations(name: str, steps: list[tuple[Any, ...
         elif op[0] == "decode":
             sb.schedule(1)
             model = [[1, c, p] for _s, c, p in model]
+        elif op[0] == "schedule":
+            sb.schedule(op[1][:len(model)])
+            model = [[v, c, p] for v, (_s, c, p) in zip(op[1], model, strict=False)]
+        elif op[0] == "set" and model:
+            i = op[1] % len(model)
+            sb.set_scheduled(i, op[2])
+            model[i][0] = op[2]
         elif op[0] == "clear":
             sb.clear()
             model = []
@@ -198,9 +212,11 @@ def test_step_batch_follows_its_operations(name: str, steps: list[tuple[Any, ...
         assert sb.scheduled.tolist() == [m[0] for m in model]
         assert sb.computed.tolist() == [m[1] for m in model]
         assert sb.prompt_len.tolist() == [m[2] for m in model]
-    b = Batch([tuple(m) for m in model], decode_threshold=8)
-    assert sb.to_batch() == b
-    same(sb.step_time(k), shared(k, b))
+        b = Batch([tuple(m) for m in model], decode_threshold=8)
+        assert sb.to_batch() == b
+        same(sb.step_time(k), shared(k, b))  # after every operation: the sums stay exact
+    same(sb.step_time(k, per_resource=False), step.finish(step.compose(
+        k.resolved_pool, step.summarise(k.resolved_pool, sb.to_batch())), None))
 
 
 def test_step_batch_refuses_bad_values() -> None:
@@ -222,8 +238,12 @@ def test_step_batch_refuses_bad_values() -> None:
         sb.schedule([-1, 1])
     with pytest.raises(ValueError, match="sm_budget must be a non-negative"):
         StepBatch(sm_budget=-1)
-    sb.computed[0] = -7  # written through the view: refused when priced
-    with pytest.raises(ValueError, match=r"computed\[0\] is -7"):
+    with pytest.raises(ValueError, match="read-only"):
+        sb.computed[0] = -7  # the views are read-only: the sums cannot go stale
+    with pytest.raises(IndexError, match="out of range"):
+        sb.set_scheduled(5, 1)
+    sb.sm_budget = -2  # a public attribute: checked when priced
+    with pytest.raises(ValueError, match="sm_budget must be a non-negative"):
         sb.step_time(open_k(SCENARIOS[0]))
     assert len(sb) == 2 and sb.scheduled.tolist() == [1, 1]
 
@@ -234,3 +254,12 @@ def test_per_resource_is_a_fresh_map_each_call() -> None:
     a, b = k.step_time_arrays(s, c), k.step_time_arrays(s, c)
     assert a.per_resource is not None and a.per_resource is not b.per_resource
     assert Resource.HBM in a.per_resource
+
+
+def test_step_batch_on_a_calibrated_kernel() -> None:
+    kc = calibrated(SCENARIOS[0])
+    sb = StepBatch(decode_threshold=8)
+    sb.extend([2048, 1, 1], [0, 4095, 100])
+    got = sb.step_time(kc)
+    assert got.calibrated is not None
+    same(got, kc.step_time(sb.to_batch()))
