@@ -319,12 +319,17 @@ def simulator_loops(k: kernel.Kernel, calls: int, repeat: int, aisim_python: str
         "decode x64": (np.ones(64, dtype=np.int64), np.arange(4095, 4159, dtype=np.int64)),
         "decode x32": (np.ones(32, dtype=np.int64), np.arange(4095, 4127, dtype=np.int64)),
     }
+    sbs = {}
+    for n, (sc, cc) in cols.items():
+        sbs[n] = StepBatch(decode_threshold=thr)
+        sbs[n].extend(sc, cc)
     bm = Batch(mixed, decode_threshold=thr)
     b64 = Batch([(1, 4095 + i) for i in range(64)], decode_threshold=thr)
     b32 = Batch([(1, 4095 + i) for i in range(32)], decode_threshold=thr)
     t = per_call_us({
         **{f"arrays {n}": (lambda sc=sc: arrays(sc[0], sc[1], decode_threshold=thr))
            for n, sc in cols.items()},
+        **{f"StepBatch {n}": (lambda b=b: b.step_time(k)) for n, b in sbs.items()},
         "step_time mixed 1+63": lambda: k.step_time(bm),
         "step_time decode x64": lambda: k.step_time(b64),
         "step_time decode x32": lambda: k.step_time(b32),
@@ -334,7 +339,8 @@ def simulator_loops(k: kernel.Kernel, calls: int, repeat: int, aisim_python: str
     print("\nMixed batch (one 2,048-token chunk + 63 decodes) vs the decode fast path, µs")
     print(f"  {'input':<12} {'mixed':>7} {'dec x64':>8} {'dec x32':>8} {'÷ x64':>6} {'÷ x32':>6} "
           f"{'target':>7}")
-    for label, key in (("columns", "arrays"), ("Batch", "step_time")):
+    for label, key in (("columns", "arrays"), ("StepBatch", "StepBatch"),
+                       ("Batch", "step_time")):
         mx, d64, d32 = (t[f"{key} mixed 1+63"], t[f"{key} decode x64"],
                         t[f"{key} decode x32"])
         print(f"  {label:<12} {mx:7.2f} {d64:8.2f} {d32:8.2f} {mx / d64:6.2f} {mx / d32:6.2f} "

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from itertools import compress
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -564,63 +564,70 @@ def prefill_request(s: int, c: int, pcp: int, dcp: int
     return pairs, local_sched, chunks
 
 
-def walk_columns(p: _Prepared, sl: list[int], cl: list[int], seen: set[int], thr: int,
-                  budget: int) -> BatchSummary:
+def walk_columns(p: _Prepared, sl: list[int], cl: list[int], seen: Collection[int], thr: int,
+                 budget: int) -> BatchSummary:
     """The walk's :class:`BatchSummary` (equal to :func:`_walk`'s) from the scheduled and
     computed columns as int lists and the distinct scheduled counts, on a pool without
     decode-read signatures or context-gather runs (every pool with a fast path).
 
     Decode aggregates are integer sums (exact in any order); only the prefill requests, found
-    in one C-level pass, are walked one by one, in batch order, so each float sum adds the
-    walk's terms in the walk's order."""
+    with C-level scans (:func:`rows_above`), are walked one by one (:func:`walk_parts`)."""
     n = len(sl)
-    tokens_all = sum(sl)
-    sum_c = sum(cl)
+    rows = rows_above(sl, seen, thr) if n and max(seen) > thr else ()
+    empty = 0
+    if 0 in seen and thr >= 0:  # (0, 0) requests have no context: the walk skips them
+        empty = sum(1 for s, c in zip(sl, cl, strict=True) if s == 0 and c == 0)
+    return walk_parts(p, n, sum(sl), sum(cl), [(sl[i], cl[i]) for i in rows], empty, seen,
+                      budget)
+
+
+def walk_parts(p: _Prepared, n: int, tokens_all: int, sum_c: int,
+               prefills: list[tuple[int, int]], empty: int, seen: Collection[int],
+               budget: int) -> BatchSummary:
+    """:func:`walk_columns` from its parts: the request count, Σ scheduled, Σ computed, the
+    (scheduled, computed) of every request above the decode threshold in batch order, the
+    count of decode-side (0, 0) requests and the distinct scheduled counts. The prefills are
+    walked in order, so each float sum adds the walk's terms in the walk's order."""
     windows = p.windows
     wpairs = [0.0] * len(windows)
     pre_req = pre_tok = withheld = pre_s = pre_c = 0
     causal = 0.0
-    n_pre = 0
-    if n and max(seen) > thr:
-        pcp, dcp = p.pcp, p.dcp
-        rows = _rows_above(sl, seen, thr)
-        n_pre = len(rows)
-        for i in rows:
-            s = sl[i]
-            c = cl[i]
-            pre_s += s
-            pre_c += c
-            if s + c <= 0:
-                continue  # no context: the walk skips it
-            pre_req += 1
+    pcp, dcp = p.pcp, p.dcp
+    for s, c in prefills:
+        pre_s += s
+        pre_c += c
+        if s + c <= 0:
+            continue  # no context: the walk skips it
+        pre_req += 1
+        if pcp > 1 or windows:
             pairs, local_sched, chunks = prefill_request(s, c, pcp, dcp)
-            causal += pairs
-            pre_tok += local_sched
-            withheld += s - local_sched
-            for j, w in enumerate(windows):
-                for cs, cp in chunks:
-                    wpairs[j] += laws.windowed_pairs_for_chunk(cs, cp, w)
-    dec_req = n - n_pre
-    if 0 in seen and thr >= 0:  # (0, 0) requests have no context: the walk skips them
-        dec_req -= sum(1 for s, c in zip(sl, cl, strict=True) if s == 0 and c == 0)
+        else:  # prefill_request without PCP: the whole chunk on every rank
+            pairs, local_sched, chunks = laws.causal_pairs(s, c), s, ()
+        causal += pairs
+        pre_tok += local_sched
+        withheld += s - local_sched
+        for j, w in enumerate(windows):
+            for cs, cp in chunks:
+                wpairs[j] += laws.windowed_pairs_for_chunk(cs, cp, w)
     width = p.uniform_width
     return BatchSummary(
-        n, tokens_all, withheld, pre_req, dec_req, tokens_all - pre_s,
+        n, tokens_all, withheld, pre_req, n - len(prefills) - empty, tokens_all - pre_s,
         sum_c + tokens_all - pre_s - pre_c, pre_tok, causal, sum_c > 0,
         n > 0 and len(seen) == 1 and width in seen, budget, (),
         tuple([4 * x for x in wpairs]) if wpairs else (), ())
 
 
-def _rows_above(sl: list[int], seen: set[int], thr: int) -> list[int]:
+def rows_above(sl: list[int], seen: Collection[int], thr: int) -> list[int]:
     """Positions, in order, of the requests scheduling more than ``thr`` tokens: C-level scans
-    per distinct prefill count (a step's prefill chunks are few), else one pass."""
+    per distinct prefill count (a step's prefill chunks are few), else one pass. ``seen`` is
+    the set of distinct scheduled counts, or a dict of how many requests schedule each."""
     over = [v for v in seen if v > thr]
     if len(over) > 4:
         return list(compress(range(len(sl)), map(thr.__lt__, sl)))
     rows = []
     for v in over:
         i = -1
-        for _ in range(sl.count(v)):
+        for _ in range(seen[v] if isinstance(seen, dict) else sl.count(v)):  # dict: counts
             i = sl.index(v, i + 1)
             rows.append(i)
     if len(over) > 1:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .step import _compose, finish, prepared, walk_columns
+from .step import _compose, finish, prepared, rows_above, walk_parts
 from .step_arrays import column, threshold_and_budget
 from .step_fast import decode_totals, summarize
 from .step_mixed import totals as mixed_totals
@@ -118,9 +118,15 @@ class StepBatch:
             tokens = self._sum_s
             return summarize(decode_totals(p, fast, tokens, self._sum_c + tokens, lo, hi, n,
                                            budget), per)
-        cols = self._cols
-        s = walk_columns(p, cols[0, :n].tolist(), cols[1, :n].tolist(), set(counts), thr,
-                         budget)
+        # A prefill: its rows, found in the scheduled column, are walked; the rest is sums.
+        srow, crow = self._srow, self._crow
+        sl = srow[:n].tolist()
+        rows = rows_above(sl, counts, thr) if hi > thr else ()
+        empty = 0
+        if 0 in counts and thr >= 0:  # (0, 0) requests: no context, the walk skips them
+            empty = int(np.count_nonzero((srow[:n] == 0) & (crow[:n] == 0)))
+        s = walk_parts(p, n, self._sum_s, self._sum_c, [(sl[i], int(crow[i])) for i in rows],
+                       empty, counts, budget)
         t = mixed_totals(p, fast, s)
         if t is not None:
             return summarize(t, per)
