@@ -49,6 +49,7 @@ from .types import MAX_DURATION_NS, RESOURCES, Batch, Resource, StepEstimate
 
 _FIRST = itemgetter(0)
 _SECOND = itemgetter(1)
+_tuple_new = tuple.__new__
 ACTIVATION_BYTES = 2.0  # activations cross collectives at 16 bits (model.md §5.6 ActivationBytes)
 _INF = math.inf
 
@@ -610,11 +611,11 @@ def walk_parts(p: _Prepared, n: int, tokens_all: int, sum_c: int,
             for cs, cp in chunks:
                 wpairs[j] += laws.windowed_pairs_for_chunk(cs, cp, w)
     width = p.uniform_width
-    return BatchSummary(
+    return _tuple_new(BatchSummary, (  # BatchSummary(...) without its Python-level __new__
         n, tokens_all, withheld, pre_req, n - len(prefills) - empty, tokens_all - pre_s,
         sum_c + tokens_all - pre_s - pre_c, pre_tok, causal, sum_c > 0,
         n > 0 and len(seen) == 1 and width in seen, budget, (),
-        tuple([4 * x for x in wpairs]) if wpairs else (), ())
+        tuple([4 * x for x in wpairs]) if wpairs else (), ()))
 
 
 def rows_above(sl: list[int], seen: Collection[int], thr: int) -> list[int]:

@@ -103,11 +103,11 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
 def totals(p: _Prepared, fast: FastPath, s: BatchSummary) -> tuple[Any, ...] | None:
     """(sm_s, hbm_s, nvlink_s, nic_s, host_s, host_ns, overlap_s) of a non-empty scalar summary
     on a pool with a fast path; None for an empty step (the shared path prices it)."""
-    tokens_all = s.tokens_all
+    (_n, tokens_all, withheld, pre_req, dec_req, _dec_tok, dec_kv, pre_tok, causal, _ctx,
+     uniform, budget, _reads, windowed, _runs) = s
     if tokens_all == 0:
         return None
-    tokens = tokens_all - s.withheld
-    budget = s.sm_budget
+    tokens = tokens_all - withheld
     key = tokens if not budget else (tokens, budget)
     table = fast.mixed
     terms = table.get(key)
@@ -116,14 +116,12 @@ def totals(p: _Prepared, fast: FastPath, s: BatchSummary) -> tuple[Any, ...] | N
             table.clear()
         terms = table[key] = _tokens_terms(p, fast, tokens, budget)
     layers, pr, derate, ps, head_sm, head_stage = terms
-    dec = s.decode_requests > 0
-    pre = s.prefill_requests > 0
+    dec = dec_req > 0
+    pre = pre_req > 0
     mixed = dec and pre
-    n_dec_kv = float(s.decode_kv_tokens)
+    n_dec_kv = float(dec_kv)
     tp, hbm_bps, pf = p.tp, p.hbm, p.prefill_floor_s
-    pcp_rows = float(p.pcp * s.prefill_tokens) if s.prefill_tokens > 0 else 0.0
-    causal = s.causal_flops
-    windowed = s.windowed
+    pcp_rows = float(p.pcp * pre_tok) if pre_tok > 0 else 0.0
     tot_sm = tot_hbm = tot_nv = tot_nic = overlap = 0.0
     for (cnt, flops, dsd, rec, dense_sm, rsm, rh, routed, on, cross, elementwise, base, mode,
          fl, kv, rate, weight, floor_lt, floor_ge, widx, q_heads, head_dim, secs,
@@ -154,7 +152,7 @@ def totals(p: _Prepared, fast: FastPath, s: BatchSummary) -> tuple[Any, ...] | N
                 for window, compress, f2, per_tok, r2 in secs:
                     n: Any = n_dec_kv
                     if window > 0:
-                        w = float(window * s.decode_requests)
+                        w = float(window * dec_req)
                         if not (n <= w or n != n):  # Go's min
                             n = w
                     if compress > 1:
@@ -188,7 +186,7 @@ def totals(p: _Prepared, fast: FastPath, s: BatchSummary) -> tuple[Any, ...] | N
     overlap = overlap + head_stage
     if tokens_all > fast.capture:
         host_ns, host_s = fast.eager
-    elif s.uniform_decode:
+    elif uniform:
         host_ns, host_s = fast.hosts[1]
     else:
         host_ns, host_s = fast.hosts[2]
