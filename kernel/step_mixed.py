@@ -38,7 +38,8 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
     """The token-count-only terms of a step (model.md §1.3): (layers, pr, derate, ps, head_sm,
     head stage), per layer (count, flops, dense_shaped·derate, rec, dense SM before the
     attention's SM term, routed SM, routed HBM, routed, NVLink, NIC, elementwise, HBM base),
-    then the layer's constants: the decode fast path's attention tuple, the one-kernel floor
+    then the layer's constants: the decode fast path's attention tuple (per-request seconds
+    before the weight bytes), the one-kernel floor
     rule (floor below the prefill floor, or not), window index, q heads, head dim,
     secondaries, PCP gather (collective, widths) or None."""
     T = float(tokens)
@@ -52,7 +53,7 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
     mfac = T / (T + p.m_half) if p.shape_aware and p.m_half > 0 else None
     ps = peak * (ramp * p.prefill_scale) if p.prefill_scale > 0 else None
     layers = []
-    for L, (mode, fl, kv, rate, weight, secs) in zip(p.layers, fast.attn, strict=True):
+    for L, (mode, fl, kv, rate, weight, secs, preq) in zip(p.layers, fast.attn, strict=True):
         flops: Any = 0.0
         dense_shaped: Any = 0.0
         if L.gemms:
@@ -90,7 +91,7 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
         one_kernel = L.attn and L.one_kernel
         layers.append((
             L.count, flops, dsd, rec, dense_sm, routed_sm, routed_hbm, routed_sm + routed_hbm,
-            on_node, cross, elementwise, base, mode, fl, kv, rate, weight,
+            on_node, cross, elementwise, base, mode, fl, kv, rate, preq, weight,
             one_kernel and L.attn_floor_lt_prefill, one_kernel and not L.attn_floor_lt_prefill,
             L.window_idx, L.q_heads, L.head_dim, secs,
             (L.pcp_gather_coll, L.pcp_widths) if L.pcp_gather else None))
@@ -124,7 +125,7 @@ def totals(p: _Prepared, fast: FastPath, s: BatchSummary) -> tuple[Any, ...] | N
     pcp_rows = float(p.pcp * pre_tok) if pre_tok > 0 else 0.0
     tot_sm = tot_hbm = tot_nv = tot_nic = overlap = 0.0
     for (cnt, flops, dsd, rec, dense_sm, rsm, rh, routed, on, cross, elementwise, base, mode,
-         fl, kv, rate, weight, floor_lt, floor_ge, widx, q_heads, head_dim, secs,
+         fl, kv, rate, preq, weight, floor_lt, floor_ge, widx, q_heads, head_dim, secs,
          pcp_gather) in layers:
         attn: Any = 0.0
         attn_sm: Any = 0.0
@@ -133,6 +134,8 @@ def totals(p: _Prepared, fast: FastPath, s: BatchSummary) -> tuple[Any, ...] | N
             if mode == 1:
                 if dec:
                     attn = fl + n_dec_kv * kv / rate
+                    if preq > 0:  # decision AC4: per-request work
+                        attn = attn + dec_req * preq
             elif dec:  # no measured rate: the KV bytes read at HBM speed
                 hbm_base = (weight + n_dec_kv * kv + elementwise) / hbm_bps
             if mixed:  # the one-kernel backend launches once (model.md §3.4)

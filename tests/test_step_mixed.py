@@ -37,7 +37,8 @@ def prefill_pools(draw: Any) -> ResolvedPool:
     r = draw(pools())
     return replace_coeffs(
         r, attention_prefill_scale=draw(st.sampled_from([0.0, 0.5, 1.3])),
-        attention_prefill_floor_ns=draw(st.sampled_from([0, 5_000, 20_000])))
+        attention_prefill_floor_ns=draw(st.sampled_from([0, 5_000, 20_000])),
+        attention_per_request_ns=draw(st.sampled_from([0, 0, 700])))
 
 
 request = st.tuples(st.integers(0, 5000), st.integers(0, 300_000))
