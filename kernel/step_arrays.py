@@ -151,6 +151,9 @@ def price(r: Any, scheduled: Any, computed: Any, prompt_len: Any, thr: Any, budg
 
 
 def _check_prompt_len(prompt_len: Any, n: int) -> None:
+    if (type(prompt_len) is _ND and prompt_len.ndim == 1 and prompt_len.dtype.kind == "i"
+            and len(prompt_len) == n and (not n or min(prompt_len.tolist()) >= 0)):
+        return  # the common case, checked whole (the messages come from the general path)
     pl = column(prompt_len, "prompt_len")
     if len(pl) != n:
         raise ValueError(f"prompt_len must have one entry per request: {n} scheduled, "
