@@ -117,7 +117,7 @@ def register(group: click.Group) -> None:
                   help="Default: the deployment's setting (vLLM: on).")
     @click.option("--arrival-unit", type=click.Choice(["s", "ms", "us", "ns"]), default="s",
                   show_default=True, help="Unit of a request file's arrival column.")
-    @click.option("--seed", default=0, show_default=True, type=int,
+    @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
                   help="Seed of a generated load.")
     @with_repos
     def replay_cmd(requests: str, scenario: str, out_dir: str, estimate: str,
