@@ -1,4 +1,4 @@
-"""Request sets for the replay tests, in the contract's REQUEST_SCHEMA (REPLAY_CONTRACT.md §1).
+"""Request sets for the replay tests, in the contract's REQUEST_SCHEMA (docs/requests.md).
 
 Built here so the engine's tests do not depend on the request readers; when
 ``kernel.replay.requests`` is present its schema is used, so a drift shows up as a failure.

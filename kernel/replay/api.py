@@ -165,7 +165,7 @@ def _placements(k: Kernel, node_offset: int) -> list[Placement]:
 
 def replay(k: Any, requests: Any, options: ReplayOptions | None = None, *,
            slo: dict[str, float] | None = None) -> ReplayResult:
-    """Replay ``requests`` on the deployment ``k`` prices (REPLAY_CONTRACT.md §2).
+    """Replay ``requests`` on the deployment ``k`` prices (docs/replay.md).
 
     ``k``: a :class:`kernel.Kernel` (one pool; its DP engine cores behind the router), or the
     [prefill, decode] kernels of a disaggregated deployment (:func:`open_pools`): each request

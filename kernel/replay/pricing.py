@@ -1,4 +1,4 @@
-"""The replay's one step-pricing seam (REPLAY_CONTRACT.md §3).
+"""The replay's one step-pricing seam (docs/replay.md).
 
 Every step the replay runs is priced here and nowhere else: per-request numpy int64 arrays
 (scheduled, computed, prompt_len) for one engine step in, the kernel's :class:`StepEstimate`

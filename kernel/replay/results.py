@@ -28,7 +28,7 @@ NS = 1e9
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """What :func:`kernel.replay.replay` returns (REPLAY_CONTRACT.md §2)."""
+    """What :func:`kernel.replay.replay` returns (docs/replay.md)."""
 
     requests: pa.Table  # one row per request: times, latencies, tokens, status, reason
     steps: pa.Table  # one row per request per step, in the trace schema `price` reads
