@@ -78,6 +78,7 @@ from .partition import (
     scatter,
 )
 from .sink import ROW_GROUP_ROWS, Sink
+from .spill import spill_plan, spill_units
 from .summed import ChunkTerms, Summed, rows_stay_near, summed_for
 
 if TYPE_CHECKING:
@@ -295,6 +296,12 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
     failure: list[BaseException] = []
     est = _estimated_bytes(ts)
     in_memory = st.mode != "external" and (est is None or est <= memory_budget)
+    # (beyond the budget, a source whose id range is known is partitioned to disk: BT1)
+    spill = (spill_plan(ts.id_ranges, memory_budget)
+             if not in_memory and st.mode != "external" and ts.id_ranges is not None
+             else None)
+    total_rows = (ts.num_rows if ts.num_rows is not None
+                  else sum(r[2] for r in ts.id_ranges or []))
     tables = ts.chunks()
     summed = summed_for(eng, ts, memory_budget) if in_memory else None
     if summed is not None:  # rows far apart are grouped instead: decided on the first chunk
@@ -303,7 +310,7 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
         if first is not None and not rows_stay_near(first):
             summed = None
     prior = (plan_from_ranges(ts.id_ranges, PRICE_ROWS)
-             if in_memory and ts.id_ranges is not None else None)
+             if in_memory and ts.id_ranges is not None else spill)
     parts: Iterator[tuple[Held, ChunkTerms | None, int]] = _validated(
         eng, tables, pool, failure, None if summed is not None else prior, summed)
     if in_memory and summed is not None:
@@ -334,9 +341,28 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
         else:
             yield from _memory_units(eng, held, prior, pool, workers)
             return
-    st.mode = "external"
-    yield from _external_units(eng, ts, (_unscattered(h) for h in chain(
-        held, (p[0] for p in parts))), failure, chunk_rows, tmp_parent, sort_memory)
+        if prior is not None and all(isinstance(h, Scattered) and h.part is prior
+                                     for h in held):
+            spill = prior  # (the rows held so far are spilled first, scattered as they are)
+
+    def external(rows: Iterator[Rows]) -> Iterator[Unit]:
+        st.mode = "external"
+        return _external_units(eng, ts, rows, failure, chunk_rows, tmp_parent, sort_memory)
+
+    rest = chain(_drained(held), (p[0] for p in parts))
+    if spill is not None:
+        st.mode = "spill"
+        yield from spill_units(eng, rest, spill, total_rows, memory_budget, tmp_parent,
+                               external)
+        return
+    yield from external(_unscattered(h) for h in rest)
+
+
+def _drained(held: list[Held]) -> Iterator[Held]:
+    """The held chunks, each let go as it is taken (a list would keep them all)."""
+    held.reverse()
+    while held:
+        yield held.pop()
 
 
 def _unscattered(h: Held) -> Rows:
