@@ -17,9 +17,12 @@ A run is a pipeline (``docs/traces.md`` "Streaming"):
    * ``sorted`` — anything else, while the validated rows fit ``memory_budget``: grouped in
      memory by batch id range without a comparison sort (:mod:`kernel.bulk.partition`), each
      chunk scattered to its pieces on the worker that validated it;
-   * ``external`` — beyond that budget: validated rows go through DuckDB's external sort
-     (``ORDER BY batch_id, row``, spilling to a temporary directory beyond ``sort_memory``)
-     and come back grouped, batch ids increasing.
+   * ``spill`` — beyond that budget, when the id range is known before reading: the rows
+     partitioned to disk by batch-id range and grouped one spill group at a time
+     (:mod:`kernel.bulk.spill`, decision BT1);
+   * ``external`` — beyond that budget otherwise: validated rows go through DuckDB's
+     external sort (``ORDER BY batch_id, row``, spilling to a temporary directory beyond
+     ``sort_memory``) and come back grouped, batch ids increasing.
 4. **price**: groups of whole batches are priced on a thread pool (numpy releases the GIL in
    the heavy loops), results taken in order;
 5. **write**: a ``ParquetWriter`` on a writer thread (:mod:`kernel.bulk.sink`), so that the
@@ -27,7 +30,7 @@ A run is a pipeline (``docs/traces.md`` "Streaming"):
    rows but for the last few results, each written as it comes, to a temporary name
    renamed at the end.
 
-Output order: batch_id order in ``summed``, ``sorted`` and ``external`` mode and in ``grouped``
+Output order: batch_id order in ``summed``, ``sorted``, ``spill`` and ``external`` mode and in ``grouped``
 mode when batch ids rise from chunk to chunk (then the parquet records ``sorting_columns``);
 trace order otherwise.
 """
@@ -589,8 +592,9 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     output's (the rejects file's) key-value metadata. ``workers`` threads price (default: the
     cores). A source in no known order is grouped in memory while its validated rows fit in
     ``memory_budget`` bytes (default: ``sort_memory``; ``"1GB"``, ``"512MiB"`` or an int),
-    else sorted by DuckDB, which spills to ``tmp_dir`` (default: beside ``dst``) beyond
-    ``sort_memory``; ``order="sort"`` does this even for a grouped source,
+    else partitioned by batch-id range into spill files in ``tmp_dir`` (default: beside
+    ``dst``) when the id range is known before reading, else sorted by DuckDB, which spills
+    there beyond ``sort_memory``; ``order="sort"`` does this even for a grouped source,
     ``order="external"`` always takes DuckDB. ``measured`` names a trace column of
     measured step times in ``measured_unit`` (``measured_ns`` and each estimate's relative
     error; bad values are rejects). ``tune_malloc`` applies
