@@ -478,9 +478,9 @@ def _external_units(eng: Engine, ts: TraceSource, parts: Iterator[Rows],
 
 @dataclass
 class Stream:
-    """A run's priced results, in output order; ``mode`` is grouped, sorted or external
-    (known for sure once the results are consumed), ``sorted_ids`` whether the output is in
-    batch_id order."""
+    """A run's priced results, in output order; ``mode`` is grouped, summed, sorted, spill or
+    external (known for sure once the results are consumed), ``sorted_ids`` whether the
+    output is in batch_id order."""
 
     mode: str
     sorted_ids: bool
