@@ -1,7 +1,8 @@
 """Benchmark: bulk pricing parquet -> parquet, every issue-13 bulk target as a ratio in one run.
 
     python benchmarks/price_trace.py                     # 1M batches, all ratios (a few minutes)
-    python benchmarks/price_trace.py --big               # also the 10M-batch RSS checks
+    python benchmarks/price_trace.py --big               # also the 10M-batch ratios and RSS
+    python benchmarks/price_trace.py --rss-sizes 1000000,10000000,30000000  # sorted RSS by size
 
 It generates a synthetic trace (32 requests per batch on average, ~5% prefill rows, sorted by
 ``batch_id``) and from it the same rows in other orders (batches reversed, request-major,
@@ -16,7 +17,10 @@ every variant alike. Figures printed:
 * each row order / the sorted trace;
 * in-memory ``k.price`` / ``price_file`` on the same trace, and the in-memory peak RSS over the
   input table's size;
-* with ``--big``: peak RSS of ``price_file`` at 10M batches, sorted and shuffled.
+* with ``--big``: request-major and shuffled ÷ sorted at ``--big-batches`` (10M) batches,
+  beyond the default ``memory_budget`` (mode ``spill``, issue 31), each with its peak RSS;
+* with ``--rss-sizes``: peak RSS of the sorted trace at each size, and the largest ÷ the
+  smallest (issue 31: flat within 10% from 1M to 30M).
 
 Every child tunes glibc's malloc first (``kernel.malloc.tune``), as the command line does (a
 library call does it only when asked), so before and after run under the same settings.
@@ -25,9 +29,10 @@ library call does it only when asked), so before and after run under the same se
 ``AFTER_IO`` those after the pyarrow.dataset rewrite (request-major and shuffled traces then
 went through DuckDB's sort), so one run prints before, io, now and the target side by side.
 The request-major trace is now summed per batch as it streams (``summed`` mode), the shuffled
-one scattered to pieces of whole batches in memory (``sorted`` mode); the 10M-batch shuffled
-trace, beyond ``memory_budget``, goes through DuckDB (``external`` mode). The mode of each run
-is printed beside it.
+one scattered to pieces of whole batches in memory (``sorted`` mode); at 10M batches both,
+beyond ``memory_budget``, are partitioned to disk by batch-id range and grouped one spill group
+at a time (``spill`` mode; before issue 31 they went through DuckDB's sort, ``external``). The
+mode of each run is printed beside it.
 """
 
 from __future__ import annotations
@@ -92,7 +97,12 @@ TARGETS = {
     "k.price peak RSS / input table": ("<=", 3.0),
     "peak RSS 10M sorted (GiB)": ("<=", 1.0),
     "peak RSS 10M shuffled (GiB)": ("<=", 2.0),
+    "peak RSS 10M request-major (GiB)": ("<=", 2.0),
+    "request-major / sorted (10M)": ("<=", 1.5),
+    "shuffled / sorted (10M)": ("<=", 1.5),
+    "sorted peak RSS, largest / smallest": ("<=", 1.1),
 }
+BIG_ORDERS = ("sorted", "request-major", "shuffled")
 
 
 def _peak_rss_bytes() -> int:
@@ -231,6 +241,22 @@ def figures(best: dict[str, dict[str, float]], orders: tuple[str, ...]
     return wall, cpu
 
 
+def big_figures(best: dict[str, dict[str, float]], fig: dict[str, float],
+                cpu: dict[str, float]) -> None:
+    """The ``--big`` and ``--rss-sizes`` figures, added to ``fig`` (wall) and ``cpu``."""
+    for o in BIG_ORDERS:
+        if f"big-{o}" in best:
+            fig[f"peak RSS 10M {o} (GiB)"] = best[f"big-{o}"]["peak_rss"] / 2**30
+    s = best.get("big-sorted")
+    for o in BIG_ORDERS[1:]:
+        if s is not None and f"big-{o}" in best:
+            fig[f"{o} / sorted (10M)"] = best[f"big-{o}"]["seconds"] / s["seconds"]
+            cpu[f"{o} / sorted (10M)"] = best[f"big-{o}"]["cpu"] / s["cpu"]
+    rss = sorted((int(k[4:]), v["peak_rss"]) for k, v in best.items() if k.startswith("rss-"))
+    if len(rss) > 1:
+        fig["sorted peak RSS, largest / smallest"] = rss[-1][1] / rss[0][1]
+
+
 def _fmt(name: str, v: float | None) -> str:
     return "-" if v is None else (f"{v:.2f}" if "GiB" in name or "/" in name else f"{v:.3g}")
 
@@ -254,10 +280,14 @@ def run_all(args: argparse.Namespace, orders: tuple[str, ...],
                 keep("memory", run_child("memory", traces[o], out, args.scenario))
 
     if args.big:
-        big = make_traces(work, args.big_batches, ("sorted", "shuffled"))
-        for o in ("sorted", "shuffled"):
-            best[f"big-{o}"] = run_child("file", big[o], work / "priced-big.parquet",
-                                         args.scenario)
+        big = make_traces(work, args.big_batches, BIG_ORDERS)
+        for _ in range(max(args.big_repeat, 1)):  # (interleaved, as above)
+            for o in BIG_ORDERS:
+                keep(f"big-{o}", run_child("file", big[o], work / "priced-big.parquet",
+                                           args.scenario))
+    for n in args.rss_sizes:
+        t = make_traces(work, n, ("sorted",))["sorted"]
+        best[f"rss-{n}"] = run_child("file", t, work / "priced-rss.parquet", args.scenario)
 
 
 def main() -> int:
@@ -265,6 +295,9 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=1_000_000)
     ap.add_argument("--big", action="store_true", help="also the 10M-batch RSS checks")
     ap.add_argument("--big-batches", type=int, default=10_000_000)
+    ap.add_argument("--big-repeat", type=int, default=1, help="best of this many big runs")
+    ap.add_argument("--rss-sizes", type=lambda v: [int(x) for x in v.split(",") if x],
+                    default=[], help="sorted traces of these batch counts: peak RSS each")
     ap.add_argument("--orders", default=",".join(ORDERS))
     ap.add_argument("--scenario", default=DEFAULT_SCENARIO)
     ap.add_argument("--dir", default=None, help="where traces go (kept; default: a tmp dir)")
@@ -288,15 +321,12 @@ def main() -> int:
     else:
         run_all(args, orders, best)
     fig, cpu_fig = figures(best, orders)
-    for o in ("sorted", "shuffled"):
-        if f"big-{o}" in best:
-            fig[f"peak RSS 10M {o} (GiB)"] = best[f"big-{o}"]["peak_rss"] / 2**30
+    big_figures(best, fig, cpu_fig)
     s = best["sorted"]
     if args.before_json:
         old = json.loads(Path(args.before_json).read_text())["runs"]
         w, c = figures(old, orders)
-        w.update({f"peak RSS 10M {o} (GiB)": old[f"big-{o}"]["peak_rss"] / 2**30
-                  for o in ("sorted", "shuffled") if f"big-{o}" in old})
+        big_figures(old, w, c)
         BEFORE.clear()
         BEFORE.update({k: (v, c.get(k)) for k, v in w.items()})
     print(f"\nscenario {args.scenario}, {s['batches']:,.0f} batches, {s['rows']:,.0f} request "
@@ -322,6 +352,16 @@ def main() -> int:
               f"{_fmt(name, cpu_fig.get(name)):>6}")
     print("  (wall-time ratios are the targets; CPU-time ratios show the same work with the "
           "other jobs on this shared machine taken out)")
+    for o in BIG_ORDERS:
+        if f"big-{o}" in best:
+            b = best[f"big-{o}"]
+            print(f"  big {o:<14} {b['batches']:,.0f} batches: {b['seconds']:.2f}s wall, "
+                  f"{b['cpu']:.2f}s CPU, peak RSS {b['peak_rss'] / 2**30:.2f} GiB "
+                  f"({b.get('mode', '?')})")
+    for n in args.rss_sizes:
+        b = best[f"rss-{n}"]
+        print(f"  sorted {n:>12,} batches: {b['seconds']:.2f}s wall, peak RSS "
+              f"{b['peak_rss'] / 2**30:.3f} GiB ({b.get('mode', '?')})")
     if args.json:
         Path(args.json).write_text(json.dumps({"figures": fig, "cpu_figures": cpu_fig,
                                                "runs": best}, indent=1))

@@ -389,7 +389,9 @@ def test_every_grouping_path_prices_any_order_like_the_sorted_trace(tmp_path: Pa
             "memory, planned from statistics": (src, {}, "sorted"),
             "memory, planned after reading": (csv, {}, "sorted"),
             "external": (src, {"order": "external"}, "external"),
-            "external from the start": (src, {"memory_budget": 1}, "external"),
+            "spill from the start": (src, {"memory_budget": 1}, "spill"),
+            "spill from half-way": (src, {"memory_budget": half}, "spill"),
+            "external from the start": (csv, {"memory_budget": 1}, "external"),
             "external from half-way": (csv, {"memory_budget": half}, "external"),
         }
         rejects = []
@@ -404,7 +406,7 @@ def test_every_grouping_path_prices_any_order_like_the_sorted_trace(tmp_path: Pa
             assert got.equals(want.priced), (name, path)  # bit for bit, batch_id order
             assert pq.ParquetFile(dst).metadata.row_group(0).sorting_columns
             rejects.append(pl.read_parquet(rej).sort("row"))
-        for kw in ({}, {"memory_budget": half}, {"order": "external"}):
+        for kw in ({}, {"memory_budget": half}, {"memory_budget": 1}, {"order": "external"}):
             for source in (other, other.lazy()):  # in memory: the same paths
                 res = bulk.price_result(r, source, chunk_rows=64, on_reject="ignore", **kw)
                 assert res.priced.equals(want.priced), (name, kw)
@@ -413,7 +415,7 @@ def test_every_grouping_path_prices_any_order_like_the_sorted_trace(tmp_path: Pa
         # their wording depend on the source's types: CSV text, parquet ints)
         key = ["row", "batch_id", "reason", "column", "source"]
         assert all(x.select(key).equals(rejects[0].select(key)) for x in rejects), name
-        assert all(x.equals(rejects[0]) for x in rejects[2:4]), name  # parquet, both paths
+        assert all(x.equals(rejects[0]) for x in rejects[2:5]), name  # parquet, every path
         assert _reasons(rejects[0]) == _reasons(want.rejects), name
     assert not list(tmp_path.glob(".blis-*"))
 
@@ -504,7 +506,8 @@ def test_kept_and_produced_columns_follow_the_rows_through_every_grouping(
     for kw in ({}, {"order": "external"}, {"memory_budget": 1}):
         c = bulk.price_file(r, src, dst, chunk_rows=40, progress=False, producers=[TWICE],
                             keep=["replica", "tag"], **kw)
-        assert c.mode == ("sorted" if not kw else "external")
+        assert c.mode == ("sorted" if not kw else "spill" if "memory_budget" in kw
+                          else "external")
         assert pl.read_parquet(dst).equals(want), kw
 
 

@@ -17,9 +17,12 @@ A run is a pipeline (``docs/traces.md`` "Streaming"):
    * ``sorted`` — anything else, while the validated rows fit ``memory_budget``: grouped in
      memory by batch id range without a comparison sort (:mod:`kernel.bulk.partition`), each
      chunk scattered to its pieces on the worker that validated it;
-   * ``external`` — beyond that budget: validated rows go through DuckDB's external sort
-     (``ORDER BY batch_id, row``, spilling to a temporary directory beyond ``sort_memory``)
-     and come back grouped, batch ids increasing.
+   * ``spill`` — beyond that budget, when the id range is known before reading: the rows
+     partitioned to disk by batch-id range and grouped one spill group at a time
+     (:mod:`kernel.bulk.spill`, decision BT1);
+   * ``external`` — beyond that budget otherwise: validated rows go through DuckDB's
+     external sort (``ORDER BY batch_id, row``, spilling to a temporary directory beyond
+     ``sort_memory``) and come back grouped, batch ids increasing.
 4. **price**: groups of whole batches are priced on a thread pool (numpy releases the GIL in
    the heavy loops), results taken in order;
 5. **write**: a ``ParquetWriter`` on a writer thread (:mod:`kernel.bulk.sink`), so that the
@@ -27,7 +30,7 @@ A run is a pipeline (``docs/traces.md`` "Streaming"):
    rows but for the last few results, each written as it comes, to a temporary name
    renamed at the end.
 
-Output order: batch_id order in ``summed``, ``sorted`` and ``external`` mode and in ``grouped``
+Output order: batch_id order in ``summed``, ``sorted``, ``spill`` and ``external`` mode and in ``grouped``
 mode when batch ids rise from chunk to chunk (then the parquet records ``sorting_columns``);
 trace order otherwise.
 """
@@ -78,6 +81,7 @@ from .partition import (
     scatter,
 )
 from .sink import ROW_GROUP_ROWS, Sink
+from .spill import spill_plan, spill_units
 from .summed import ChunkTerms, Summed, rows_stay_near, summed_for
 
 if TYPE_CHECKING:
@@ -295,6 +299,12 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
     failure: list[BaseException] = []
     est = _estimated_bytes(ts)
     in_memory = st.mode != "external" and (est is None or est <= memory_budget)
+    # (beyond the budget, a source whose id range is known is partitioned to disk: BT1)
+    spill = (spill_plan(ts.id_ranges, memory_budget)
+             if not in_memory and st.mode != "external" and ts.id_ranges is not None
+             else None)
+    total_rows = (ts.num_rows if ts.num_rows is not None
+                  else sum(r[2] for r in ts.id_ranges or []))
     tables = ts.chunks()
     summed = summed_for(eng, ts, memory_budget) if in_memory else None
     if summed is not None:  # rows far apart are grouped instead: decided on the first chunk
@@ -303,7 +313,7 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
         if first is not None and not rows_stay_near(first):
             summed = None
     prior = (plan_from_ranges(ts.id_ranges, PRICE_ROWS)
-             if in_memory and ts.id_ranges is not None else None)
+             if in_memory and ts.id_ranges is not None else spill)
     parts: Iterator[tuple[Held, ChunkTerms | None, int]] = _validated(
         eng, tables, pool, failure, None if summed is not None else prior, summed)
     if in_memory and summed is not None:
@@ -334,9 +344,28 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
         else:
             yield from _memory_units(eng, held, prior, pool, workers)
             return
-    st.mode = "external"
-    yield from _external_units(eng, ts, (_unscattered(h) for h in chain(
-        held, (p[0] for p in parts))), failure, chunk_rows, tmp_parent, sort_memory)
+        if prior is not None and all(isinstance(h, Scattered) and h.part is prior
+                                     for h in held):
+            spill = prior  # (the rows held so far are spilled first, scattered as they are)
+
+    def external(rows: Iterator[Rows]) -> Iterator[Unit]:
+        st.mode = "external"
+        return _external_units(eng, ts, rows, failure, chunk_rows, tmp_parent, sort_memory)
+
+    rest = chain(_drained(held), (p[0] for p in parts))
+    if spill is not None:
+        st.mode = "spill"
+        yield from spill_units(eng, rest, spill, total_rows, memory_budget, tmp_parent,
+                               external)
+        return
+    yield from external(_unscattered(h) for h in rest)
+
+
+def _drained(held: list[Held]) -> Iterator[Held]:
+    """The held chunks, each let go as it is taken (a list would keep them all)."""
+    held.reverse()
+    while held:
+        yield held.pop()
 
 
 def _unscattered(h: Held) -> Rows:
@@ -449,9 +478,9 @@ def _external_units(eng: Engine, ts: TraceSource, parts: Iterator[Rows],
 
 @dataclass
 class Stream:
-    """A run's priced results, in output order; ``mode`` is grouped, sorted or external
-    (known for sure once the results are consumed), ``sorted_ids`` whether the output is in
-    batch_id order."""
+    """A run's priced results, in output order; ``mode`` is grouped, summed, sorted, spill or
+    external (known for sure once the results are consumed), ``sorted_ids`` whether the
+    output is in batch_id order."""
 
     mode: str
     sorted_ids: bool
@@ -563,8 +592,9 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     output's (the rejects file's) key-value metadata. ``workers`` threads price (default: the
     cores). A source in no known order is grouped in memory while its validated rows fit in
     ``memory_budget`` bytes (default: ``sort_memory``; ``"1GB"``, ``"512MiB"`` or an int),
-    else sorted by DuckDB, which spills to ``tmp_dir`` (default: beside ``dst``) beyond
-    ``sort_memory``; ``order="sort"`` does this even for a grouped source,
+    else partitioned by batch-id range into spill files in ``tmp_dir`` (default: beside
+    ``dst``) when the id range is known before reading, else sorted by DuckDB, which spills
+    there beyond ``sort_memory``; ``order="sort"`` does this even for a grouped source,
     ``order="external"`` always takes DuckDB. ``measured`` names a trace column of
     measured step times in ``measured_unit`` (``measured_ns`` and each estimate's relative
     error; bad values are rejects). ``tune_malloc`` applies

@@ -1,0 +1,249 @@
+"""Grouping rows of any order beyond the memory budget: a partition by batch id range to disk.
+
+Mode ``spill`` (``docs/traces.md``, decision BT1). The batch-id range is planned before
+reading (parquet row-group statistics, an in-memory table's range) into pieces of whole
+batches (:mod:`kernel.bulk.partition`), and consecutive pieces into *spill groups* of about
+a quarter of ``memory_budget`` each. Then, in two passes over the rows, each linear:
+
+1. **partition**: every chunk, just validated, is scattered to its pieces on the worker
+   that validated it (as in ``sorted`` mode); a writer thread appends each group's slice of
+   it, narrow columns as they are, to that group's file (an Arrow IPC stream per slice; the
+   slice's piece offsets stay in memory, a few integers per slice);
+2. **group**: the groups are read back one by one, ids increasing (the next one read ahead
+   on a reader thread, each file removed once read), and each piece is gathered from the
+   slices in input order and priced where it lies, exactly as ``sorted`` mode prices its
+   pieces.
+
+Each batch keeps its rows in input order, so the prices are bit-for-bit those of the sorted
+trace. Memory holds two groups (about half ``memory_budget``) plus what pricing holds, at
+any trace size; the disk holds the validated rows once (~12 bytes a row). The files live in
+a scratch directory registered for removal on SIGINT/SIGTERM (``pipeline.safe_output``) and
+removed when the run ends, however it ends.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline import safe_output
+
+from ..trace import KEEP_PREFIX, Rows
+from .engine import PRICE_ROWS, Engine, Priced
+from .partition import Partition, Scattered, fits, gather_piece, plan_from_ranges, scatter
+
+__all__ = ["ROW_BYTES", "group_bounds", "spill_plan", "spill_units"]
+
+ROW_BYTES = 16  # bytes a held row is taken to cost (12 with the usual narrow columns, RO14)
+MAX_FILES = 256  # spill groups at most (open files)
+WRITE_AHEAD = 2  # scattered chunks waiting for the writer thread
+_POOL = pa.system_memory_pool()  # (read-back rows in the heap kernel.malloc governs)
+
+Unit = Callable[[], Priced]
+
+
+def group_rows(budget: int) -> int:
+    """Rows of one spill group: two are held at once, in a quarter of ``budget`` each."""
+    return max(1, budget // 4 // ROW_BYTES)
+
+
+def spill_plan(ranges: list[tuple[int, int, int]], budget: int) -> Partition | None:
+    """Pieces of at most :data:`~kernel.bulk.engine.PRICE_ROWS` rows, and at most one spill
+    group's (a tiny budget makes tiny pieces: how the tests force many groups)."""
+    return plan_from_ranges(ranges, min(PRICE_ROWS, group_rows(budget)))
+
+
+def group_bounds(part: Partition, total_rows: int, budget: int) -> np.ndarray:
+    """The first piece of each spill group, then ``part.n``: consecutive pieces of about
+    :func:`group_rows` rows together (the pieces hold about ``total_rows / part.n`` each),
+    at most :data:`MAX_FILES` groups."""
+    per_piece = max(1, -(-total_rows // max(part.n, 1)))
+    per = max(1, group_rows(budget) // per_piece, -(-part.n // MAX_FILES))
+    return np.append(np.arange(0, part.n, per), part.n).astype(np.int64)
+
+
+@dataclass
+class _Slice:
+    """One chunk's rows of one spill group: where its record lies in the group's file, and
+    where each of the group's pieces starts in it."""
+
+    pos: int
+    size: int
+    offsets: np.ndarray  # int64, one per piece of the group and one more
+
+
+def _record(rows: Rows) -> pa.RecordBatch:
+    """The rows as a record batch, narrow columns as they are (zero-copy), ``bad`` only when
+    a row is bad."""
+    cols: dict[str, pa.Array] = {"row": pa.array(rows.row), "batch_id": pa.array(rows.batch_id),
+                                 "scheduled": pa.array(rows.scheduled),
+                                 "computed": pa.array(rows.computed)}
+    if rows.bad.any():
+        cols["bad"] = pa.array(rows.bad)
+    for name in ("decode_threshold", "sm_budget"):
+        v = getattr(rows, name)
+        if v is not None:
+            cols[name] = pa.array(v)
+    for k, a in (rows.extra or {}).items():
+        cols[KEEP_PREFIX + k] = a
+    return pa.record_batch(cols)
+
+
+def _rows(rb: pa.RecordBatch) -> Rows:
+    names = set(rb.schema.names)
+
+    def col(name: str) -> np.ndarray | None:
+        return rb.column(name).to_numpy(zero_copy_only=False) if name in names else None
+
+    n = rb.num_rows
+    bad = col("bad")
+    extra = {x[len(KEEP_PREFIX):]: rb.column(x) for x in rb.schema.names
+             if x.startswith(KEEP_PREFIX)}
+    return Rows(col("row"), col("batch_id"), col("scheduled"), col("computed"),  # type: ignore[arg-type]
+                np.broadcast_to(np.False_, (n,)) if bad is None else bad,
+                col("decode_threshold"), col("sm_budget"), extra or None)
+
+
+class SpillFiles:
+    """The spill groups' files in ``directory``: scattered chunks appended on a writer
+    thread, in order, then each group read back whole."""
+
+    def __init__(self, directory: Path, part: Partition, bounds: np.ndarray):
+        self.dir = directory
+        self.part = part
+        self.bounds = bounds
+        self.n = int(bounds.size - 1)
+        self.index: list[list[_Slice]] = [[] for _ in range(self.n)]
+        self.files: dict[int, pa.NativeFile] = {}
+        self.rows_written = 0
+        self.stopped = False  # (a signal: write nothing more, the directory is going)
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="blis-spill")
+        self._writes: deque[Future[None]] = deque()
+
+    def path(self, g: int) -> Path:
+        return self.dir / f"group-{g:05d}.arrow"
+
+    def add(self, s: Scattered) -> None:
+        """Queue a chunk scattered by this plan (calling thread; raises a writer failure)."""
+        while len(self._writes) >= WRITE_AHEAD:
+            self._writes.popleft().result()
+        self._writes.append(self._writer.submit(self._write, s))
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def _write(self, s: Scattered) -> None:
+        cuts = s.offsets[self.bounds]
+        for g in np.flatnonzero(np.diff(cuts)).tolist():
+            if self.stopped:
+                return
+            lo, hi = int(cuts[g]), int(cuts[g + 1])
+            a, b = int(self.bounds[g]), int(self.bounds[g + 1])
+            f = self.files.get(g)
+            if f is None:
+                f = self.files[g] = pa.OSFile(str(self.path(g)), "w")
+            rb = _record(s.rows.slice(lo, hi))
+            pos = f.tell()
+            with pa.ipc.new_stream(f, rb.schema) as w:
+                w.write_batch(rb)
+            self.index[g].append(_Slice(pos, f.tell() - pos, s.offsets[a:b + 1] - lo))
+            self.rows_written += hi - lo
+
+    def finish(self) -> None:
+        """Wait for every write, close the files."""
+        while self._writes:
+            self._writes.popleft().result()
+        self._writer.shutdown()
+        for f in self.files.values():
+            f.close()
+
+    def close(self) -> None:
+        """Stop the writer (dropping what is queued) and close the files (on failure)."""
+        self._writer.shutdown(wait=True, cancel_futures=True)
+        self._writes.clear()
+        for f in self.files.values():
+            if not f.closed:
+                f.close()
+
+    def read(self, g: int) -> list[Scattered]:
+        """Group ``g``'s slices, in input order, as chunks scattered by the whole plan (the
+        pieces of other groups empty); its file is removed once read."""
+        if not self.index[g]:
+            return []
+        path = self.path(g)
+        with pa.OSFile(str(path), "r", memory_pool=_POOL) as f:
+            buf = f.read_buffer()  # (one read of the whole group)
+        path.unlink()
+        a, b = int(self.bounds[g]), int(self.bounds[g + 1])
+        out = []
+        for sl in self.index[g]:
+            rb = pa.ipc.open_stream(buf.slice(sl.pos, sl.size)).read_next_batch()
+            offsets = np.empty(self.part.n + 1, np.int64)
+            offsets[:a] = 0
+            offsets[a:b + 1] = sl.offsets
+            offsets[b + 1:] = sl.offsets[-1]
+            out.append(Scattered(_rows(rb), offsets, self.part))
+        self.index[g] = []
+        return out
+
+
+def spill_units(eng: Engine, parts: Iterator[Rows | Scattered], part: Partition,
+                total_rows: int, budget: int, tmp_parent: Path,
+                fallback: Callable[[Iterator[Rows]], Iterator[Unit]]) -> Iterator[Unit]:
+    """Validated chunks (scattered by ``part`` on the pool, or not: then here) partitioned
+    to spill files, then priced group by group, pieces of whole batches in id order. A chunk
+    with ids outside the plan (statistics that do not cover the rows: they never should)
+    sends everything to ``fallback`` (DuckDB's sort): the rows spilled so far read back
+    first, then the rest."""
+    bounds = group_bounds(part, total_rows, budget)
+    tmp = safe_output.make_temp_dir(tmp_parent, ".blis-spill-")  # removed on SIGINT/SIGTERM
+    files = SpillFiles(tmp, part, bounds)
+    stop = safe_output.on_interrupt(files.stop)
+    reader: ThreadPoolExecutor | None = None
+    try:
+        for h in parts:
+            if isinstance(h, Scattered) and h.part is part:
+                files.add(h)
+                continue
+            rows = h.absolute() if isinstance(h, Scattered) else h
+            if fits(part, rows.batch_id):
+                files.add(scatter(rows, part))
+                continue
+            files.finish()
+            spilled = (s.absolute() for g in range(files.n) for s in files.read(g))
+            rest = (x.absolute() if isinstance(x, Scattered) else x for x in parts)
+            yield from fallback(chain(spilled, [rows], rest))
+            return
+        files.finish()
+
+        def piece(chunks: list[Scattered], k: int) -> Priced:
+            return eng.price_range_task(gather_piece(chunks, k), part.piece_lo(k),
+                                        part.piece_span(k))
+
+        reader = ThreadPoolExecutor(1, thread_name_prefix="blis-spill-read")
+        ahead = reader.submit(files.read, 0)
+        for g in range(files.n):
+            chunks = ahead.result()
+            if g + 1 < files.n:  # (read while this group is priced)
+                ahead = reader.submit(files.read, g + 1)
+            if not chunks:
+                continue
+            a, b = int(bounds[g]), int(bounds[g + 1])
+            sizes = sum(np.diff(c.offsets[a:b + 1]) for c in chunks)
+            for k in (a + np.flatnonzero(sizes)).tolist():
+                yield partial(piece, chunks, k)
+            del chunks
+    finally:
+        if reader is not None:
+            reader.shutdown(wait=True, cancel_futures=True)
+        safe_output.off_interrupt(stop)
+        files.close()
+        safe_output.remove_temp_dir(tmp)

@@ -1,0 +1,223 @@
+"""Mode ``spill``: traces in no known order beyond the memory budget, partitioned to disk by
+batch-id range and grouped one spill group at a time (``kernel/bulk/spill.py``). A tiny
+``memory_budget`` forces it (and many groups) on small traces."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+from kernel import bulk
+from kernel.bulk import spill
+from kernel.bulk.engine import Engine
+
+from .bulk_pools import VARIANTS, pool
+from .test_bulk import random_trace
+from .test_bulk_io import _orders, _reasons, _with_bad_rows
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def groups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of spill groups of each spill run (recorded as the files are set up)."""
+    seen: list[int] = []
+    init = spill.SpillFiles.__init__
+
+    def record(self: spill.SpillFiles, *a: Any, **kw: Any) -> None:
+        init(self, *a, **kw)
+        seen.append(self.n)
+
+    monkeypatch.setattr(spill.SpillFiles, "__init__", record)
+    return seen
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_spill_prices_every_row_order_like_the_sorted_trace(tmp_path: Path, seed: int,
+                                                            groups: list[int]) -> None:
+    r = pool(**VARIANTS["dcp4-ctxgather"])
+    df = _with_bad_rows(random_trace(300, seed), seed)
+    want = bulk.price_result(r, df, on_reject="ignore")
+    assert want.rejects.height > 6
+    for name, other in {"sorted": df, **_orders(df, seed)}.items():
+        src = tmp_path / f"{name}.parquet"
+        other.write_parquet(src, row_group_size=97)
+        # one piece a group ... a few groups, and (14 bytes a row: under the rows' size,
+        # over its lower bound) spilled from half-way, the rows held so far first
+        for budget in (1, 3_000, 10_000, 14 * df.height):
+            dst, rej = tmp_path / "o.parquet", tmp_path / "rej.parquet"
+            # (order="sort": a sorted source too is grouped rather than streamed whole)
+            c = bulk.price_file(r, src, dst, rejects=rej, chunk_rows=64, progress=False,
+                                memory_budget=budget, order="sort")
+            assert c.mode == "spill", (name, budget)
+            assert c.rows_in == df.height == c.rows_priced + c.rows_rejected
+            assert (c.rows_priced, c.rows_rejected) == (want.counts.rows_priced,
+                                                        want.counts.rows_rejected)
+            assert pl.read_parquet(dst).equals(want.priced), (name, budget)  # bit for bit
+            assert _reasons(pl.read_parquet(rej)) == _reasons(want.rejects), (name, budget)
+    assert max(groups) > 10 and min(groups) >= 1
+    assert not list(tmp_path.glob(".blis-*"))
+
+
+def test_spill_of_in_memory_tables_and_per_batch_columns_property() -> None:
+    """Random traces (with and without per-batch columns and bad rows), any order, chunk
+    size and budget: the spilled run prices exactly as the sorted trace in memory."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    r = pool(**VARIANTS["window-pcp2"])
+
+    @settings(max_examples=12, deadline=None)
+    @given(n=st.integers(1, 120), seed=st.integers(0, 10**6),
+           order=st.sampled_from(["shuffled", "request-major", "reversed", "late"]),
+           chunk=st.integers(3, 300), share=st.floats(0, 0.9),
+           per_batch=st.booleans(), bad=st.booleans())
+    def check(n: int, seed: int, order: str, chunk: int, share: float, per_batch: bool,
+              bad: bool) -> None:
+        df = random_trace(n, seed, per_batch_cols=per_batch)
+        if bad and df.height >= 6:
+            df = _with_bad_rows(df, seed)
+        want = bulk.price_result(r, df, on_reject="ignore")
+        budget = 1 + int(share * 8 * df.height)  # (under the rows' least size: spilled)
+        got = bulk.price_result(r, _orders(df, seed)[order], chunk_rows=chunk,
+                                memory_budget=budget, order="sort", on_reject="ignore")
+        assert got.counts.mode == "spill"
+        assert got.priced.equals(want.priced)
+        assert got.counts.rows_in == got.counts.rows_priced + got.counts.rows_rejected
+        assert _reasons(got.rejects) == _reasons(want.rejects)
+
+    check()
+
+
+def test_spill_groups_are_bounded_and_cover_every_piece() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from kernel.bulk.partition import plan_from_ranges
+
+    @settings(max_examples=80, deadline=None)
+    @given(rows=st.integers(1, 10**10), span=st.integers(1, 10**9),
+           budget=st.integers(1, 10**11))
+    def check(rows: int, span: int, budget: int) -> None:
+        part = plan_from_ranges([(0, span - 1, rows)], spill.group_rows(budget))
+        assert part is not None
+        b = spill.group_bounds(part, rows, budget)
+        assert b[0] == 0 and b[-1] == part.n and bool(np.all(np.diff(b) > 0))
+        assert b.size - 1 <= spill.MAX_FILES
+        per_piece = -(-rows // part.n)
+        widest = int(np.diff(b).max())
+        # a group holds about group_rows rows, unless one piece is more (a piece is at
+        # least a cell) or the file limit makes groups wider
+        assert (widest * per_piece <= max(spill.group_rows(budget), per_piece)
+                or widest == -(-part.n // spill.MAX_FILES))
+
+    check()
+
+
+def test_statistics_that_do_not_cover_the_rows_go_to_duckdb(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk outside the plan (statistics that lie: they never should) sends the rows
+    spilled so far, then the rest, to DuckDB's sort; prices unchanged, no file left."""
+    from kernel import sources
+
+    r = pool(**VARIANTS["window-pcp2"])
+    df = random_trace(200, 5)
+    want = bulk.price(r, df)
+    src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
+    _orders(df, 5)["shuffled"].write_parquet(src, row_group_size=64)
+    lo, hi = int(df["batch_id"].min()), int(df["batch_id"].max())
+    monkeypatch.setattr(sources, "_id_ranges",
+                        lambda frags, col: [(lo, (lo + hi) // 2, df.height)])
+    c = bulk.price_file(r, src, dst, chunk_rows=50, progress=False, memory_budget=1)
+    assert c.mode == "external" and c.rows_in == df.height
+    assert pl.read_parquet(dst).equals(want)
+    assert not list(tmp_path.glob(".blis-*"))
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_a_failure_while_spilled_groups_are_priced_leaves_no_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: type[BaseException]) -> None:
+    r = pool(**VARIANTS["window-pcp2"])
+    src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
+    _orders(random_trace(300, 7), 7)["shuffled"].write_parquet(src, row_group_size=64)
+    calls = []
+    price = Engine.price_range_task
+
+    def failing(self: Engine, *a: Any) -> Any:
+        calls.append(1)
+        assert [p.name[:12] for p in tmp_path.iterdir() if p.name.startswith(".blis")] \
+            == [".blis-spill-"]  # (the spill directory exists while groups are priced)
+        if len(calls) == 5:
+            raise error("stop")
+        return price(self, *a)
+
+    monkeypatch.setattr(Engine, "price_range_task", failing)
+    with pytest.raises(error, match="stop"):
+        bulk.price_file(r, src, dst, chunk_rows=50, progress=False, memory_budget=3_000,
+                        workers=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
+
+
+def test_a_bad_row_under_strict_mid_spill_leaves_no_file(tmp_path: Path) -> None:
+    from kernel.trace import RejectedRowError
+
+    r = pool(**VARIANTS["window-pcp2"])
+    df = _with_bad_rows(random_trace(300, 8), 8)
+    src = tmp_path / "t.parquet"
+    _orders(df, 8)["shuffled"].write_parquet(src, row_group_size=64)
+    with pytest.raises(RejectedRowError):
+        bulk.price_file(r, src, tmp_path / "o.parquet", chunk_rows=50, progress=False,
+                        memory_budget=1, strict=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
+
+
+_SIGNALLED = """
+import sys
+from pipeline import safe_output
+from kernel import bulk
+from tests.bulk_pools import VARIANTS, pool
+safe_output.install_signal_handlers()
+bulk.price_file(pool(**VARIANTS["window-pcp2"]), sys.argv[1], sys.argv[2], chunk_rows=500,
+                progress=False, memory_budget=1, workers=1)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_mid_spill_leaves_no_file(tmp_path: Path, sig: int) -> None:
+    from .test_safe_output import _shuffled_trace
+
+    trace = tmp_path / "t.parquet"
+    _shuffled_trace(trace, 200_000, 8)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", _SIGNALLED, str(trace),
+                             str(out_dir / "priced.parquet")], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:  # until spill files are being written
+            if any(p.name.startswith(".blis-spill-") and any(p.iterdir())
+                   for p in out_dir.iterdir()):
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.005)
+        else:
+            pytest.fail("spilling never started")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + sig, err.decode()
+    assert list(out_dir.iterdir()) == []
