@@ -61,6 +61,10 @@ def run_capacity(requests: str, scenarios: list[str], rates: list[float], out_di
 
     if Path(requests).exists():
         source: Any = load_requests(requests, arrival_unit, seed, None)
+        rejected_in = getattr(source, "rejects", None)
+        if rejected_in is not None and rejected_in.num_rows:
+            click.echo(f"{rejected_in.num_rows:,} input rows rejected by the reader "
+                       f"(kernel.replay.read_requests; see its rejects)", err=True)
     elif "=" in requests:
         source = parse_load(requests)
     else:

@@ -223,7 +223,13 @@ def sweep_rates(scenarios: Sequence[str], source: RequestSet | LoadSpec, rates: 
         shared = runner.share(source)
         calls = [(name, saved[name], shared, r, _factor(r, base), options, slo, seed,
                   min_attainment) for name in scenarios for r in rates]
-        rows = runner.run(replay_point, calls, retries)
+        # the highest rates are the longest replays: start them first, so no worker is left
+        # with one long replay at the end (the rows come back in the table's order)
+        order = sorted(range(len(calls)), key=lambda i: -calls[i][3])
+        done = runner.run(replay_point, [calls[i] for i in order], retries)
+        rows: list[dict[str, Any]] = [{}] * len(calls)
+        for i, row in zip(order, done, strict=True):
+            rows[i] = row
     finally:
         runner.close()
     curve = pa.Table.from_pylist(rows, schema=_schema())

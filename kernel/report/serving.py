@@ -50,6 +50,7 @@ class ServingData:
     scenario: str = ""
     curve: pa.Table | None = None
     max_rate: pa.Table | None = None
+    curve_slo: dict[str, float] = field(default_factory=dict)  # the sweep's SLOs (its stamp)
 
 
 def is_serving_dir(path: str | Path) -> bool:
@@ -84,11 +85,17 @@ def read_serving(path: str | Path) -> ServingData:
                 raise ValueError(f"{p / 'summary.json'}: expected an object with a 'summary' "
                                  f"mapping, as `blis-kernel replay` writes")
             summary = doc["summary"]
+    curve_slo: dict[str, float] = {}
     if (p / "curve.parquet").is_file():
         curve = pq.read_table(p / "curve.parquet")
+        from ..stamp import Stamp
+
+        st = Stamp.from_metadata(curve.schema.metadata)
+        if st is not None and isinstance(st.options.get("slo"), dict):
+            curve_slo = {str(k): float(v) for k, v in st.options["slo"].items()}
         if (p / "max_rate.parquet").is_file():
             best = pq.read_table(p / "max_rate.parquet")
-    return ServingData(str(p), requests, engine, summary, scenario, curve, best)
+    return ServingData(str(p), requests, engine, summary, scenario, curve, best, curve_slo)
 
 
 # -- pure data --------------------------------------------------------------------------------
@@ -230,9 +237,10 @@ def kv_figure(engine_steps: pa.Table) -> Figure:
     return fig
 
 
-def capacity_figure(curve: pa.Table, max_rate: pa.Table | None = None) -> Figure:
+def capacity_figure(curve: pa.Table, max_rate: pa.Table | None = None,
+                    slo: dict[str, float] | None = None) -> Figure:
     """The latency-throughput curve: TTFT p50/p99 and ITL p99 against achieved throughput,
-    one colour per scenario; the highest rate within the SLOs circled."""
+    one colour per scenario; the highest rate within the SLOs circled, the SLOs as lines."""
     fig = charts._new(12.0, 4.2)
     axes = fig.subplots(1, 2)
     names = list(dict.fromkeys(curve.column("scenario").to_pylist()))
@@ -252,6 +260,10 @@ def capacity_figure(curve: pa.Table, max_rate: pa.Table | None = None) -> Figure
                     j = [r["rate"] for r in rows].index(b)
                     ax.plot([x[j]], [y[j]], "o", markersize=10, fillstyle="none",
                             color=f"C{i}")
+        for ax, key in ((axes[0], "ttft"), (axes[1], "itl")):
+            if slo and key in slo:
+                ax.axhline(slo[key] * 1e3, color="#555555", linestyle=":", linewidth=1,
+                           label=f"{key.upper()} SLO")
         axes[0].set_ylabel("TTFT (ms)")
         axes[1].set_ylabel("ITL p99 (ms)")
         for ax in axes:
@@ -284,10 +296,10 @@ def serving_charts(data: ServingData, embed: str = "svg") -> list[Chart]:
                             "KV blocks in use per engine core at each step "
                             "(engine_steps.parquet).", embed))
     if data.curve is not None and data.curve.num_rows:
-        out.append(Chart.of(capacity_figure(data.curve, data.max_rate), ids["capacity"],
+        out.append(Chart.of(capacity_figure(data.curve, data.max_rate, data.curve_slo), ids["capacity"],
                             "Latency-throughput curve",
                             "One point per swept rate (curve.parquet); circled: the highest "
-                            "rate within the SLOs.", embed))
+                            "rate within the SLOs; dotted: the SLOs (a request meets the ITL SLO by its own p99 ITL).", embed))
     return out
 
 
