@@ -4,7 +4,6 @@ printed curve and highest rates, and the stamped files."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +76,7 @@ def run_capacity(requests: str, scenarios: list[str], rates: list[float], out_di
                              connect_timeout=connect_timeout)
     except RuntimeError as exc:  # lost workers, named by the executor
         raise click.ClickException(str(exc)) from None
-    paths = write_capacity(result, out_dir, command=" ".join(sys.argv[1:]) or None)
+    paths = write_capacity(result, out_dir)
     console = output_console()
     console.print(protect_key(curve_table(result.curve)))
     click.echo(f"{result.curve.num_rows} replays of {result.source} (base rate "

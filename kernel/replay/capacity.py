@@ -255,8 +255,7 @@ def _schema() -> pa.Schema:
     return pa.schema(fields)
 
 
-def write_capacity(result: CapacityResult, out_dir: str | os.PathLike[str], *,
-                   command: str | None = None) -> dict[str, Path]:
+def write_capacity(result: CapacityResult, out_dir: str | os.PathLike[str]) -> dict[str, Path]:
     """``OUT_DIR/curve.parquet`` and ``max_rate.parquet``, stamped (kinds
     ``replay-capacity-curve`` / ``replay-capacity-max-rate``: every scenario and its documents,
     the replay options, the SLOs, the source and its base rate)."""
@@ -269,8 +268,6 @@ def write_capacity(result: CapacityResult, out_dir: str | os.PathLike[str], *,
     options: dict[str, Any] = {"replay": result.options.to_dict(), "slo": result.slo,
                                "min_attainment": result.min_attainment,
                                "base_rate": result.base_rate}
-    if command:
-        options["command"] = command
     names = tuple(dict.fromkeys(result.curve.column("scenario").to_pylist()))
     paths: dict[str, Path] = {}
     for name, kind, table in (("curve", "replay-capacity-curve", result.curve),
