@@ -129,3 +129,13 @@ def test_read_serving_names_a_broken_summary(replay_dir, tmp_path):
     (bad / "summary.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match="summary.json"):
         read_serving(bad)
+
+
+def test_a_replay_that_rejects_every_request_still_reports(tmp_path):
+    out = tmp_path / "rej"
+    res = CliRunner().invoke(cli, ["replay", "rate=2,duration=3,prompt=fixed:2000000,"
+                                   "output=fixed:16", "--scenario", S, "-o", str(out), "--report"])
+    assert res.exit_code == 0, res.output
+    got = _values((out / "report.html").read_text())
+    rejected = pq.read_table(out / "rejects.parquet").num_rows
+    assert rejected > 0 and got["rejected"] == rejected and got["finished"] == 0

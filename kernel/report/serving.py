@@ -195,7 +195,8 @@ def latency_time_figure(requests: pa.Table) -> Figure:
                    color="#ff7f0e")
         ax.scatter(t, _ns(requests, "ttft_ns")[done] / 1e6, s=6, alpha=0.6, label="TTFT",
                    color="#1f77b4")
-        ax.set_yscale("log")
+        if done.any():  # a log axis needs a value (a replay may reject every request)
+            ax.set_yscale("log")
         ax.set_xlabel("arrival (s from the trace start)")
         ax.set_ylabel("latency (ms)")
         ax.legend(fontsize=8)
@@ -268,7 +269,8 @@ def capacity_figure(curve: pa.Table, max_rate: pa.Table | None = None,
         axes[1].set_ylabel("ITL p99 (ms)")
         for ax in axes:
             ax.set_xlabel("achieved throughput (requests/s)")
-            ax.set_yscale("log")
+            if any(np.isfinite(line.get_ydata()).any() for line in ax.get_lines()):
+                ax.set_yscale("log")
             ax.legend(fontsize=7)
     return fig
 
