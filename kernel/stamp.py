@@ -34,6 +34,8 @@ KINDS: tuple[str, ...] = ("priced", "rejects", "sweep-partition", "sweep-rejects
 # a serving replay's outputs (kernel/replay/output.py)
 KINDS += ("replay-requests", "replay-steps", "replay-engine-steps", "replay-summary",
           "replay-rejects")
+# a capacity sweep's outputs (kernel/replay/capacity.py)
+KINDS += ("replay-capacity-curve", "replay-capacity-max-rate")
 
 
 class StampError(ValueError):

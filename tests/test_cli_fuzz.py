@@ -170,6 +170,8 @@ CASES = [
     case("compare-mislabel", "compare {d}/ps.parquet --scenario qwen3-30b-a3b-h100-tp2", 1,
          "was priced on scenario"),
     case("report-bad-suffix", "report {d}/p.parquet -o {d}/r.txt", 2, "suffix"),
+    case("report-directory-not-a-replay", "report {d} -o {d}/r.html", 2,
+         "not a replay's output"),
     case("anatomy-bad-suffix", f"anatomy {S} -o {{d}}/a.txt", 2, "suffix"),
     case("anatomy-output-fifo", f"anatomy {S} -o {{d}}/fifo.png", 1, "FIFO"),
     case("anatomy-zero-batch", f"anatomy {S} -o {{d}}/a.png --max-batch 0", 2, "range"),
@@ -250,6 +252,21 @@ CASES = [
     case("replay-output-is-a-file", f"replay rate=1,duration=1 --scenario {S} -o "
          "{d}/t.parquet", 2, "is a file"),
     case("replay-half-stage", f"replay rate=5 --scenario {S} -o {{d}}/o", 1, "go together"),
+    # -- replay --rates (capacity) and --report ---------------------------------------------
+    case("replay-bad-rates", f"replay rate=1,duration=1 --scenario {S} -o {{d}}/o --rates 2,x",
+         2, "comma-separated rates"),
+    case("replay-rate-twice", f"replay rate=1,duration=1 --scenario {S} -o {{d}}/o --rates 2,2",
+         2, "given twice"),
+    case("replay-grid-without-rates", f"replay rate=1,duration=1 --scenario {S} --scenario {S} "
+         "-o {d}/o", 2, "needs --rates"),
+    case("replay-grid-repeats-a-scenario", f"replay rate=1,duration=1 --scenario {S} --scenario "
+         f"{S} -o {{d}}/o --rates 1 --cluster inline", 1, "scenarios repeat"),
+    case("replay-rates-closed-loop", f"replay users=2,requests_per_user=2 --scenario {S} -o "
+         "{d}/o --rates 1 --cluster inline", 1, "closed-loop"),
+    case("replay-rates-bad-cluster", f"replay rate=1,duration=1 --scenario {S} -o {{d}}/o "
+         "--rates 1 --cluster nowhere", 2, "scheduler address"),
+    case("replay-rates-zero-attainment", f"replay rate=1,duration=1 --scenario {S} -o {{d}}/o "
+         "--rates 1 --min-attainment 0", 2, "range"),
     case("validate-name-too-long", f"validate {LONG}", 1, "too long"),
     case("validate-unknown-name", "validate no-such-scenario", 2, "no such file"),
 ]

@@ -2,7 +2,11 @@
 
 REQUESTS is a request file (any source ``kernel.replay.read_requests`` reads) or a load spec
 (``kernel.replay.generate``); writes requests.parquet, steps.parquet, engine_steps.parquet,
-rejects.parquet and summary.json/.parquet under OUT_DIR (stamped) and prints the summary.
+rejects.parquet and summary.json/.parquet under OUT_DIR (stamped) and prints the summary;
+``--report`` adds OUT_DIR/report.html. With ``--rates`` (and ``--scenario`` repeated for a grid)
+it is a capacity sweep (``kernel.replay.capacity.sweep_rates``): curve.parquet and
+max_rate.parquet under OUT_DIR, the curve and each scenario's highest rate within the SLOs
+printed.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from typing import Any
 
 import click
 
-from kernel.cli.common import make_repos, with_repos
+from kernel.cli.common import connect_timeout_option, make_repos, with_repos
+from kernel.cli.replay_capacity import SWEEP_CLUSTER
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ns|us|µs|ms|s)?\s*$")
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}
@@ -37,6 +42,24 @@ def parse_slo(text: str | None) -> dict[str, float] | None:
             raise click.BadParameter(f"unknown SLO {key!r}; allowed: ttft, itl, tpot, e2e",
                                      param_hint="--slo")
         out[key] = float(m.group(1)) * _UNIT[m.group(2)]
+    return out
+
+
+def parse_rates(text: str) -> list[float]:
+    """``2,4,8`` → [2.0, 4.0, 8.0]: positive, finite, distinct requests/s."""
+    out: list[float] = []
+    for part in text.split(","):
+        try:
+            v = float(part)
+        except ValueError:
+            v = float("nan")
+        if not (v > 0 and v != float("inf")):
+            raise click.BadParameter(f"{part.strip()!r}: expected comma-separated rates in "
+                                     f"requests/s, each a number > 0 (e.g. 2,4,8,16)",
+                                     param_hint="--rates")
+        if v in out:
+            raise click.BadParameter(f"rate {part.strip()} is given twice", param_hint="--rates")
+        out.append(v)
     return out
 
 
@@ -90,7 +113,8 @@ def _contract_table(source: str, arrival_unit: str) -> Any:
 def register(group: click.Group) -> None:
     @group.command("replay")
     @click.argument("requests")
-    @click.option("--scenario", required=True, help="The deployment to replay on.")
+    @click.option("--scenario", "scenarios", required=True, multiple=True,
+                  help="The deployment to replay on (repeat with --rates for a grid).")
     @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
                   help="Directory for the outputs (created).")
     @click.option("--estimate", type=click.Choice(["no_overlap", "overlap", "calibrated"]),
@@ -119,21 +143,56 @@ def register(group: click.Group) -> None:
                   show_default=True, help="Unit of a request file's arrival column.")
     @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
                   help="Seed of a generated load.")
+    @click.option("--report", "with_report", is_flag=True,
+                  help="Also write OUT_DIR/report.html (the serving report).")
+    @click.option("--rates", default=None,
+                  help="Capacity sweep: replay at each arrival rate (requests/s, comma-separated, "
+                       "e.g. 2,4,8,16) on every --scenario.")
+    @click.option("--min-attainment", default=0.9, show_default=True,
+                  type=click.FloatRange(0, 1, min_open=True),
+                  help="With --rates: a rate meets the SLOs when this share of its requests "
+                       "meets every one.")
+    @click.option("--cluster", default="local:2", show_default=True, type=SWEEP_CLUSTER,
+                  help="With --rates: inline (this process), local[:N] (N local processes), "
+                       "dask-local:N, or a Dask scheduler ADDRESS.")
+    @connect_timeout_option
     @with_repos
-    def replay_cmd(requests: str, scenario: str, out_dir: str, estimate: str,
+    def replay_cmd(requests: str, scenarios: tuple[str, ...], out_dir: str, estimate: str,
                    calibration: str | None, router: str, slo: str | None,
                    async_scheduling: bool, pool: int, dp: int | None,
                    max_num_seqs: int | None, max_num_batched_tokens: int | None,
                    long_prefill_token_threshold: int, prefix_caching: bool | None,
-                   arrival_unit: str, seed: int, scenarios_root: str | None,
-                   catalog_root: str | None, registry_root: str | None) -> None:
-        """Replay REQUESTS (a request file or a load spec) on SCENARIO."""
+                   arrival_unit: str, seed: int, with_report: bool, rates: str | None,
+                   min_attainment: float, cluster: str, connect_timeout: float,
+                   scenarios_root: str | None, catalog_root: str | None,
+                   registry_root: str | None) -> None:
+        """Replay REQUESTS (a request file or a load spec) on SCENARIO; with --rates, at
+        every rate on every scenario (a capacity sweep)."""
         import kernel
         from kernel.replay import ReplayOptions, replay, write_replay
         from pipeline.load import open_inputs
 
         slos = parse_slo(slo)
         repos = make_repos(scenarios_root, catalog_root, registry_root)
+        opts = ReplayOptions(estimate=estimate, router=router,
+                             async_scheduling=async_scheduling, seed=seed, dp=dp,
+                             max_num_seqs=max_num_seqs,
+                             max_num_batched_tokens=max_num_batched_tokens,
+                             long_prefill_token_threshold=long_prefill_token_threshold,
+                             enable_prefix_caching=prefix_caching)
+        if rates is not None:
+            from kernel.cli.replay_capacity import run_capacity
+
+            run_capacity(requests, list(scenarios), parse_rates(rates), out_dir, opts, slos,
+                         min_attainment=min_attainment, cluster=cluster,
+                         connect_timeout=connect_timeout, repos=repos, pool=pool,
+                         calibration=calibration, arrival_unit=arrival_unit, seed=seed,
+                         with_report=with_report)
+            return
+        if len(scenarios) > 1:
+            raise click.UsageError("--scenario is repeated: a grid of scenarios needs --rates "
+                                   "(one replay takes one scenario)")
+        scenario = scenarios[0]
         k = kernel.open(scenario, repos, pool, calibration=calibration)
         target: Any = k
         roles = ([p.role for p in open_inputs(scenario, repos, 0).deployment.pools]
@@ -142,12 +201,6 @@ def register(group: click.Group) -> None:
             target = [k, kernel.open(scenario, repos, 1, calibration=calibration)]
         reqs = load_requests(requests, arrival_unit, seed,
                              int(k.resolved_pool.max_model_len) or None)
-        opts = ReplayOptions(estimate=estimate, router=router,
-                             async_scheduling=async_scheduling, seed=seed, dp=dp,
-                             max_num_seqs=max_num_seqs,
-                             max_num_batched_tokens=max_num_batched_tokens,
-                             long_prefill_token_threshold=long_prefill_token_threshold,
-                             enable_prefix_caching=prefix_caching)
         result = replay(target, reqs, opts, slo=slos)
         rejected_in = getattr(reqs, "rejects", None)
         if rejected_in is not None and rejected_in.num_rows:
@@ -166,4 +219,10 @@ def register(group: click.Group) -> None:
                 v = s[key]
                 click.echo(f"  {key:<24} {v:,.6g}" if isinstance(v, float) else
                            f"  {key:<24} {v:,}")
+        if with_report:
+            from kernel.report.html import write
+            from kernel.report.serving import read_serving, serving_report
+
+            paths["report"] = write(serving_report(read_serving(out_dir)),
+                                    Path(out_dir) / "report.html")
         click.echo(f"wrote {', '.join(str(p) for p in paths.values())}")

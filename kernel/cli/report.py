@@ -195,6 +195,29 @@ def _reasons(rejects: pl.DataFrame) -> dict[str, int]:
     return {str(r): int(n) for r, n in counts.iter_rows()}
 
 
+def _serving_report(directory: str, output: str, scenario: str | None,
+                    trace_path: str | None) -> None:
+    """``report OUT_DIR -o FILE.html``: the serving section of a replay's directory."""
+    from kernel.report import html
+    from kernel.report.serving import is_serving_dir, read_serving, serving_report
+
+    if not is_serving_dir(directory):
+        raise click.BadParameter(f"{directory} is a directory but not a replay's output (no "
+                                 "requests.parquet from `blis-kernel replay`, no curve.parquet "
+                                 "from `replay --rates`)", param_hint="PRICED")
+    if scenario is not None or trace_path is not None:
+        raise click.UsageError("--scenario and --trace apply to a priced trace; a replay's "
+                               "directory names its own scenario: drop them")
+    _check_output(output, (".html",))
+    safe_output.check_outputs([], [("-o", output)])
+    try:
+        data = read_serving(directory)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    html.write(serving_report(data), output)
+    click.echo(f"wrote {output}")
+
+
 def register(group: click.Group) -> None:
     @group.command("anatomy")
     @click.argument("scenario")
@@ -231,7 +254,7 @@ def register(group: click.Group) -> None:
         click.echo(f"wrote {output}")
 
     @group.command("report")
-    @click.argument("priced", type=click.Path(exists=True, dir_okay=False))
+    @click.argument("priced", type=click.Path(exists=True))
     @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
                   help="Output file: .html (the report) or .png/.svg/.pdf (the distribution).")
     @click.option("--scenario", default=None,
@@ -247,12 +270,16 @@ def register(group: click.Group) -> None:
     def report(priced: str, output: str, scenario: str | None, trace_path: str | None,
                scenarios_root: str | None,
                catalog_root: str | None, registry_root: str | None) -> None:
-        """Report on a priced trace (PRICED.parquet from `blis-kernel price`)."""
+        """Report on a priced trace (PRICED.parquet from `blis-kernel price`), or on a
+        replay's output directory (`blis-kernel replay`, with or without --rates)."""
         from kernel.cli.stamped import kernel_for
         from kernel.priced import read_priced
         from kernel.report import charts, html
         from kernel.report.summary import summarise
 
+        if Path(priced).is_dir():  # a replay's outputs: the serving report (issue 29)
+            _serving_report(priced, output, scenario, trace_path)
+            return
         _check_output(output, (*CHART_SUFFIXES, ".html"))
         safe_output.check_outputs([("PRICED", priced)], [("-o", output)])
         pf = read_priced(priced)

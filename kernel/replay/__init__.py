@@ -2,9 +2,11 @@
 :func:`generate` builds one from a :class:`LoadSpec` (:func:`parse_load`,
 :func:`inference_perf_spec`); both give a :class:`RequestSet` (docs/requests.md).
 :func:`replay` runs them through the vLLM scheduler of :mod:`kernel.replay.engine` and prices
-every step (:class:`ReplayResult`; :func:`write_replay` writes it; docs/replay.md)."""
+every step (:class:`ReplayResult`; :func:`write_replay` writes it; docs/replay.md).
+:func:`sweep_rates` replays a source at many rates on many scenarios (capacity planning)."""
 
 from .api import ReplayOptions, open_pools, replay
+from .capacity import CapacityResult, sweep_rates, write_capacity
 from .formats import FORMATS, detect_format, read_requests, write_requests
 from .inference_perf import inference_perf_spec
 from .loads import ARRIVALS, LoadSpec, SharedPrefix, Stage, generate, parse_load
@@ -16,3 +18,4 @@ __all__ = ["ARRIVALS", "FORMATS", "REJECT_SCHEMA", "REQUEST_SCHEMA", "LoadSpec",
            "ReplayResult", "RequestSet", "SharedPrefix", "Stage", "detect_format", "generate",
            "inference_perf_spec", "open_pools", "parse_load", "read_requests", "replay", "scale_rate",
            "summarise", "write_replay", "write_requests"]
+__all__ += ["CapacityResult", "sweep_rates", "write_capacity"]
