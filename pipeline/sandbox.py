@@ -42,6 +42,9 @@ def open_read_only(path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
     if not os.path.isfile(path):
         raise SandboxError(f"no database file {os.fspath(path)!r}; --db names an existing "
                            "DuckDB file (write one with `blis-kernel price --db`)")
+    from . import safe_output
+
+    safe_output.note_read("--db", path)
     con = duckdb.connect(os.fspath(path), read_only=True,
                          config={"enable_external_access": False,
                                  "autoinstall_known_extensions": False,

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from . import safe_output
 from .errors import DocumentError, Problem
 
 
@@ -257,6 +258,7 @@ def _one_line(text: str) -> str:
 def read_documents(path: str | Path, text: str | None = None) -> list[Tree]:
     """Every YAML document in a file, as trees of :class:`Scalar`/:class:`Mapping`/:class:`Sequence`."""
     file = str(path)
+    safe_output.note_read("the document", path)
     if text is None:
         try:
             raw = Path(path).read_bytes()

@@ -83,8 +83,11 @@ class Group(click.Group):
     """The top-level group: the single place exceptions become CLI errors."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        from pipeline.safe_output import command_scope
+
         try:
-            return super().invoke(ctx)
+            with command_scope():  # every output is checked against what the command read
+                return super().invoke(ctx)
         except click.exceptions.Exit:
             raise
         except click.ClickException as exc:

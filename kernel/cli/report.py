@@ -254,7 +254,8 @@ def register(group: click.Group) -> None:
         from kernel.report.summary import summarise
 
         _check_output(output, (*CHART_SUFFIXES, ".html"))
-        safe_output.check_outputs([("PRICED", priced)], [("-o", output)])
+        safe_output.check_outputs([("PRICED", priced), ("--trace", trace_path)],
+                                  [("-o", output)])
         pf = read_priced(priced)
         frame = pf.frame
         missing = {"batch_id", "overlap_ns", "no_overlap_ns", "bottleneck"} - set(frame.columns)
