@@ -8,6 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
+from . import safe_output
 from .decode import decode, decode_map
 from .documents import (
     Chip,
@@ -20,7 +21,6 @@ from .documents import (
     Scenario,
     StorageDevice,
 )
-from . import safe_output
 from .errors import DocumentError, Problem
 from .resources import data_dir
 from .rules import PACKS, RulesPack, lookup

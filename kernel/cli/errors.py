@@ -84,10 +84,17 @@ class Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         from pipeline.safe_output import command_scope
+        from pipeline.yamlio import DEFAULT_MAX_DOCUMENT_BYTES, DEFAULT_MAX_SCALAR_BYTES, set_limits
 
         try:
-            with command_scope():  # every output is checked against what the command read
-                return super().invoke(ctx)
+            # every output is checked against what the command read (RL1); each command
+            # starts from the default size limits (RL4), which its options may raise
+            before = set_limits(DEFAULT_MAX_DOCUMENT_BYTES, DEFAULT_MAX_SCALAR_BYTES)
+            try:
+                with command_scope():
+                    return super().invoke(ctx)
+            finally:
+                set_limits(*before)
         except click.exceptions.Exit:
             raise
         except click.ClickException as exc:

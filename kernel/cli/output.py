@@ -55,7 +55,7 @@ def resolve_format(fmt: str | None, out: str | None, formats: tuple[str, ...] = 
     if fmt:
         named = SUFFIXES.get(Path(out).suffix.lower()) if out and out != "-" else None
         if named is not None and named != fmt:
-            raise click.BadParameter(f"{out}: the suffix {Path(out).suffix} says {named}, but "
+            raise click.BadParameter(f"{out}: the suffix {Path(str(out)).suffix} says {named}, but "
                                      f"--format is {fmt}; make them agree",
                                      param_hint="-o/--output")
         return fmt

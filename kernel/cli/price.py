@@ -16,6 +16,7 @@ from pipeline.load import Repos
 from .calibrate import MeasuredRun, price_options
 from .common import (
     CLUSTER,
+    FiniteFloatRange,
     connect_timeout_option,
     make_repos,
     parse_column_options,
@@ -266,9 +267,9 @@ def register(group: click.Group) -> None:
             if path is not None and Path(trace).is_dir() and safe_output.inside(path, trace):
                 raise click.UsageError(f"{label} {path} is inside the TRACE directory, where it "
                                        "would become part of the trace: write it elsewhere")
-        for label, path in (("--batches", batches_path),
+        for label, read in (("--batches", batches_path),
                             ("--calibration", measured.get("calibration"))):
-            safe_output.note_read(label, path)
+            safe_output.note_read(label, read)
         if not streamed:
             out = safe_output.check_target(out, "-o")
         if rej is not None:
@@ -337,10 +338,10 @@ def register(group: click.Group) -> None:
     @click.option("--batches", "-n", default=100_000, show_default=True,
                   type=click.IntRange(1, 1 << 40), help="Steps.")
     @click.option("--mix", default=0.05, show_default=True,
-                  type=click.FloatRange(0, 1, max_open=True),
+                  type=FiniteFloatRange(0, 1, max_open=True),
                   help="Prefill share: the fraction of request rows that are prefill chunks.")
     @click.option("--requests", default=32.0, show_default=True,
-                  type=click.FloatRange(0, 1 << 20, min_open=True),
+                  type=FiniteFloatRange(0, 1 << 20, min_open=True),
                   help="Mean requests per batch.")
     @click.option("--prompt", default="lognormal:1024:1.0", show_default=True,
                   help="Prompt lengths: fixed:N, uniform:LO:HI, lognormal:MEAN:SIGMA, "
