@@ -69,6 +69,8 @@ def with_repos(func: F) -> F:
 
 def make_repos(scenarios_root: str | None, catalog_root: str | None,
                registry_root: str | None) -> Repos:
+    from pipeline import safe_output
+
     ctx = click.get_current_context(silent=True)
     off = bool(ctx and ctx.meta.get(_NO_ASSUMED_WIDTHS))
     pricing = str(ctx.meta.get(_PRICING, PRICINGS[0])) if ctx else PRICINGS[0]
@@ -76,6 +78,10 @@ def make_repos(scenarios_root: str | None, catalog_root: str | None,
     if layer and pricing == "reference":
         raise click.UsageError("--layer needs --pricing measured (the reference prices with the "
                                "scenario's coefficient sets alone)")
+    for label, root in (("--scenarios-root", scenarios_root), ("--catalog", catalog_root),
+                        ("--registry", registry_root)):
+        safe_output.note_read_dir(label, root)  # nothing is written into a root read (RL1)
+    safe_output.note_read_dir("--layer", layer)
     return Repos(scenarios=scenarios_root, catalog=catalog_root, registry=registry_root,
                  assumed_collective_widths=not off, pricing=pricing, layer=layer)
 

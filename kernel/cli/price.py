@@ -267,9 +267,12 @@ def register(group: click.Group) -> None:
             if path is not None and Path(trace).is_dir() and safe_output.inside(path, trace):
                 raise click.UsageError(f"{label} {path} is inside the TRACE directory, where it "
                                        "would become part of the trace: write it elsewhere")
-        for label, read in (("--batches", batches_path),
+        for label, read in (("--batches", batches_path), ("--scenario", scenario),
                             ("--calibration", measured.get("calibration"))):
-            safe_output.note_read(label, read)
+            if read and Path(read).is_file():
+                safe_output.note_read(label, read)
+        if db:
+            safe_output.check_reads(db, "--db")
         if not streamed:
             out = safe_output.check_target(out, "-o")
         if rej is not None:

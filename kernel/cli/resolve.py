@@ -194,4 +194,8 @@ def register(group: click.Group) -> None:
             run_query(con, query, fmt, out, timeout=timeout, max_rows=max_rows,
                       stamp=for_database(con) if _resolved_db(con) else None)
         except duckdb.Error as exc:  # the first line says what; the rest draws a caret
-            raise click.ClickException(f"SQL: {str(exc).splitlines()[0]}") from None
+            from kernel.cli.errors import resource_error
+
+            actionable = resource_error(exc, "sql")
+            raise click.ClickException(actionable or f"SQL: {str(exc).splitlines()[0]}") \
+                from None
