@@ -169,5 +169,6 @@ def read_table(path: str | Path, columns: Sequence[str] | None = None) -> pa.Tab
     else:
         import polars as pl
 
-        t = pl.read_ndjson(path).to_arrow() if Path(path).stat().st_size else pa.table({})
+        t = (pl.read_ndjson(path, infer_schema_length=None).to_arrow()
+             if Path(path).stat().st_size else pa.table({}))
     return t.select(list(columns)) if columns else t

@@ -125,7 +125,7 @@ class FiniteFloatRange(click.FloatRange):
                 ctx: click.Context | None) -> Any:
         import math
 
-        number = super(click.FloatRange, self).convert(value, param, ctx)  # (a float)
+        number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return super().convert(number, param, ctx)
