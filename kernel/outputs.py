@@ -85,8 +85,7 @@ def plain_schema(schema: pa.Schema) -> pa.Schema:
 class TableWriter:
     """Arrow tables written one after another as ``fmt`` to ``sink`` (a binary stream).
 
-    ``to_stdout`` makes Arrow IPC the streaming format (a reader of a pipe cannot seek to a
-    file footer). Parquet keeps ``use_dictionary``, ``sorting_columns`` and ``compression``;
+    ``to_stdout`` marks a pipe (every format is written front to back). Parquet keeps ``use_dictionary``, ``sorting_columns`` and ``compression``;
     :meth:`close` adds ``extra`` key-value metadata to a parquet footer (other formats fix
     their metadata when they start, or have none)."""
 
@@ -106,8 +105,9 @@ class TableWriter:
                                       use_dictionary=use_dictionary,
                                       sorting_columns=sorting or None)
         elif fmt == "arrow":
-            self.w = (pa.ipc.new_stream(sink, schema) if to_stdout
-                      else pa.ipc.new_file(sink, schema))
+            # the IPC file format on stdout too (it is written front to back, no seek), as
+            # the table commands always wrote it
+            self.w = pa.ipc.new_file(sink, schema)
         elif fmt == "csv":
             import pyarrow.csv as pcsv
 

@@ -190,7 +190,7 @@ def test_price_streams_to_stdout(fmt: str, d: Path) -> None:
         import pyarrow.parquet as pq
         n = pq.read_table(io.BytesIO(raw)).num_rows
     elif fmt == "arrow":
-        n = pa.ipc.open_stream(raw).read_all().num_rows
+        n = pa.ipc.open_file(pa.BufferReader(raw)).read_all().num_rows
     elif fmt == "csv":
         n = pl.read_csv(io.BytesIO(raw)).height
     else:
