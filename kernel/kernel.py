@@ -83,8 +83,12 @@ class Kernel:
         prompt_len), decode_threshold, sm_budget))`` bit for bit, without a Python object per
         request (:mod:`kernel.step_arrays`). ``per_resource=False`` leaves the map out."""
         if self._cal is None:
-            return step_arrays.price(self._r, scheduled, computed, prompt_len, decode_threshold,
-                                     sm_budget, {} if per_resource else None)
+            est = step_arrays.price(self._r, scheduled, computed, prompt_len, decode_threshold,
+                                    sm_budget, {} if per_resource else None)
+            if est.bottleneck is Resource.HOST:  # (only a host-bound step can be empty: RL8)
+                values = scheduled.to_pylist() if hasattr(scheduled, "to_pylist") else scheduled
+                refuse_empty(Batch([(int(x), 0) for x in values]))
+            return est
         sl, cl, _seen = step_arrays.counts_of(scheduled, computed, prompt_len)
         thr, budget = step_arrays.threshold_and_budget(decode_threshold, sm_budget)
         return self.step_time_into(step_arrays.as_batch(sl, cl, thr, budget),

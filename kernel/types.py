@@ -162,9 +162,6 @@ class Batch:
         if sm_budget < 0:
             raise ValueError(f"sm_budget must be a non-negative integer (0 = all SMs), "
                              f"got {sm_budget!r}")
-        if decode_threshold < 0:  # as --decode-threshold and a trace's column (RL8)
-            raise ValueError(f"decode_threshold must be a non-negative integer, got "
-                             f"{decode_threshold!r}")
         object.__setattr__(self, "requests", reqs)
         object.__setattr__(self, "decode_threshold", decode_threshold)
         object.__setattr__(self, "sm_budget", sm_budget)

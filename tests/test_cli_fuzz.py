@@ -328,6 +328,14 @@ CASES = [
     case("calibrate-block-size-17", "calibrate {d}/t.parquet -s {d}/b17.yaml --measured m -o "
          "{d}/c.yaml", 1, "multiple of 16"),
     case("measurements-output-is-a-fifo", "measurements splitwise -o {d}/fifo", 1, "exists"),
+    case("requests-output-is-the-source", "requests {d}/rq/requests.parquet -o "
+         "{d}/rq/requests.parquet", 1, "same file"),
+    case("replay-output-folder-holds-its-requests", f"replay {{d}}/rq/requests.parquet "
+         f"--scenario {S} -o {{d}}/rq", 1, "same file"),
+    case("replay-scalar-too-long", "replay {d}/rq/requests.parquet --scenario {d}/long.yaml "
+         "-o {d}/rpo", 1, "--max-scalar-bytes"),
+    case("replay-block-size-17", "replay {d}/rq/requests.parquet --scenario {d}/b17.yaml "
+         "-o {d}/rpo", 1, "multiple of 16"),
 ]
 
 # validate prints each problem as a line (not an ``Error:``) and exits 1.
@@ -391,6 +399,10 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "sw2").mkdir()
     (root / "sw2" / "scen.yaml").write_text(text)
     (root / "cat").mkdir()
+    (root / "rq").mkdir()
+    import polars as pl
+    pl.DataFrame({"arrival": [0.0, 0.1], "prompt_tokens": [100, 50], "output_tokens": [4, 3]}
+                 ).write_parquet(root / "rq" / "requests.parquet")
     qwen = (data_dir() / "catalog" / "models" / "qwen3-30b-a3b" / "config.json").read_bytes()
     (root / "qcfg").mkdir()
     (root / "qcfg" / "config.json").write_bytes(qwen)

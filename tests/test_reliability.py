@@ -53,6 +53,15 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     .read_bytes())
     cat = root / "cat"
     (cat / "models").mkdir(parents=True)
+    reqs = pl.DataFrame({"arrival": [0.0, 0.1], "prompt_tokens": [100, 50],
+                         "output_tokens": [4, 3]})
+    reqs.write_parquet(root / "reqs.parquet")
+    (root / "rp").mkdir()
+    reqs.write_parquet(root / "rp" / "requests.parquet")  # a name replay writes in its folder
+    (root / "vc").mkdir()
+    (root / "vc" / "engine.json").write_text(
+        '{"model": "meta-llama/Llama-2-70b-hf", "vllm_version": "0.15.1", '
+        '"parallel_config": {"tensor_parallel_size": 4}}')
     return root
 
 
@@ -84,6 +93,14 @@ WALK = {
     ("demo", "--out"): ("demo --batches 5 --scenario {d}/scen.yaml --out {out}", ["scen.yaml"]),
     ("measurements splitwise", "-o"): ("measurements splitwise -o {out}", []),
     ("trace synth", "-o"): ("trace synth -n 5 -o {out}", []),
+    ("requests", "-o"): ("requests {d}/reqs.parquet -o {out}", ["reqs.parquet"]),
+    ("requests", "--rejects"): ("requests {d}/reqs.parquet --rejects {out}", ["reqs.parquet"]),
+    ("replay", "-o"): (f"replay {{d}}/rp/requests.parquet --scenario {S} -o {{out}}",
+                       ["rp", "scen.yaml"]),
+    ("scenario from-vllm-config", "-o"): ("scenario from-vllm-config {d}/vc/engine.json "
+                                          "--hardware h100 -o {out}", ["vc/engine.json"]),
+    ("registry fit", "-o"): ("registry fit --operator-tables {d}/cat --chip h100 --engine "
+                             "vllm:0.31.0 -o {out}", ["cat"]),
 }
 OUTPUT_NAMES = {"out", "output", "out_dir", "rejects", "db", "catalog"}
 NOT_OUTPUTS = {("sql", "db"), ("graph derive", "catalog")}  # inputs named like outputs
@@ -341,8 +358,6 @@ def test_zero_token_batches_are_rejected_in_bulk_and_refused_in_scalar(tmp_path:
         for call in (k.step_time, k.utilisation, k.check):
             with pytest.raises(ValueError, match="no forward pass"):
                 call(batch)
-    with pytest.raises(ValueError, match="decode_threshold"):
-        kernel.Batch([kernel.Request(1, 1)], decode_threshold=-1)
 
 
 def test_a_negative_decode_threshold_in_a_trace_is_a_reject(tmp_path: Path) -> None:
