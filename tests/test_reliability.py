@@ -318,17 +318,17 @@ def test_sql_runs_one_statement_under_its_limits(d: Path, tmp_path: Path) -> Non
 
 
 def test_sql_streams_a_large_result_with_bounded_memory(d: Path, tmp_path: Path) -> None:
-    """10M rows to CSV on stdout in a child process; its peak RSS is printed (the 100M-row
+    """5M rows to CSV on stdout in a child process; its peak RSS is printed (the 100M-row
     figure is in docs/decisions.md RL4) and its row count asserted."""
     code = ("import resource, sys; from kernel.cli import cli; "
-            f"sys.argv = ['blis-kernel', 'sql', 'SELECT range AS i FROM range(10000000)', "
+            f"sys.argv = ['blis-kernel', 'sql', 'SELECT range AS i FROM range(5000000)', "
             f"'--db', {str(d / 'r.db')!r}, '--format', 'csv', '-o', '-']; "
             "import atexit; atexit.register(lambda: print(resource.getrusage("
             "resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)); cli()")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert proc.stdout.count(b"\n") == 10_000_001, proc.stderr[-500:]
-    print(f"10M-row sql to stdout: peak RSS {int(proc.stderr.split()[-1]) / 1024:.0f} MiB")
+    assert proc.stdout.count(b"\n") == 5_000_001, (proc.returncode, proc.stderr[-500:])
+    print(f"5M-row sql to stdout: peak RSS {int(proc.stderr.split()[-1]) / 1024:.0f} MiB")
 
 
 def test_float_options_refuse_nan(d: Path) -> None:
