@@ -83,7 +83,10 @@ def _check_inputs(inputs: Inputs) -> None:
     validate_bundle = getattr(validate, "validate_bundle", None)
     if validate_bundle is not None:
         report = validate_bundle(inputs)
-        errors = [p for p in report.field if p.severity == "error"]
+        from pipeline.validate_limits import other_pools
+
+        skip = {id(p) for p in other_pools(report.field, inputs.pool_index)}
+        errors = [p for p in report.field if p.severity == "error" and id(p) not in skip]
         if errors:
             raise DocumentError(errors)
         return

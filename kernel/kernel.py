@@ -40,6 +40,18 @@ if TYPE_CHECKING:
     from .transfer import PDTransferDemand
     from .utilisation import Utilisation
 
+
+def refuse_empty(batch: Batch) -> None:
+    """A batch with no request, or none that schedules a token, is no forward pass: pricing
+    it would report the host's fixed cost as a step (docs/decisions.md RL8). The cost law
+    itself (:func:`kernel.step.step_time_into`, model.md §1.5) still gives host time for it."""
+    if not batch.requests:
+        raise ValueError("an empty batch (no request) is no forward pass: give at least one "
+                         "request that schedules a token")
+    if not any(r.scheduled for r in batch.requests):
+        raise ValueError(f"a batch of {len(batch.requests)} request(s) that schedule no token "
+                         "is no forward pass: at least one request must schedule a token")
+
 class Kernel:
     """Prices one pool of one deployment. Build it with :func:`kernel.new` or :func:`kernel.open`."""
 
@@ -57,7 +69,10 @@ class Kernel:
         """One forward pass over ``batch``: Overlap, NoOverlap, bottleneck and breakdown
         (and ``calibrated`` when the kernel carries a calibration)."""
         if self._cal is None:  # the simulator's per-step call: one level less
-            return step.step_time_into(self._r, batch, {})
+            est = step.step_time_into(self._r, batch, {})
+            if est.bottleneck is Resource.HOST:  # (only a host-bound step can be empty)
+                refuse_empty(batch)
+            return est
         return self.step_time_into(batch, {})
 
     def step_time_arrays(self, scheduled: Any, computed: Any, prompt_len: Any = None, *,
@@ -68,8 +83,12 @@ class Kernel:
         prompt_len), decode_threshold, sm_budget))`` bit for bit, without a Python object per
         request (:mod:`kernel.step_arrays`). ``per_resource=False`` leaves the map out."""
         if self._cal is None:
-            return step_arrays.price(self._r, scheduled, computed, prompt_len, decode_threshold,
-                                     sm_budget, {} if per_resource else None)
+            est = step_arrays.price(self._r, scheduled, computed, prompt_len, decode_threshold,
+                                    sm_budget, {} if per_resource else None)
+            if est.bottleneck is Resource.HOST:  # (only a host-bound step can be empty: RL8)
+                values = scheduled.to_pylist() if hasattr(scheduled, "to_pylist") else scheduled
+                refuse_empty(Batch([(int(x), 0) for x in values]))
+            return est
         sl, cl, _seen = step_arrays.counts_of(scheduled, computed, prompt_len)
         thr, budget = step_arrays.threshold_and_budget(decode_threshold, sm_budget)
         return self.step_time_into(step_arrays.as_batch(sl, cl, thr, budget),
@@ -78,7 +97,11 @@ class Kernel:
     def step_time_into(self, batch: Batch, per: dict[Resource, int] | None) -> StepEstimate:
         """:meth:`step_time`, clearing and filling the caller's ``per`` dict (None: no map)."""
         if self._cal is None:
-            return step.step_time_into(self._r, batch, per)
+            est = step.step_time_into(self._r, batch, per)
+            if est.bottleneck is Resource.HOST:
+                refuse_empty(batch)
+            return est
+        refuse_empty(batch)
         from .calibration.law import TERMS, calibrated_ns
 
         s = step.summarise(self._r, batch)
@@ -109,6 +132,7 @@ class Kernel:
     def utilisation(self, batch: Batch) -> Utilisation:
         """Per-rank FLOPs, HBM and network bytes of one step as its terms count them, and
         MFU/MBU against the chip's catalog peaks over its NoOverlap time."""
+        refuse_empty(batch)
         est = step.step_time_into(self._r, batch, None)
         return utilisation.step_utilisation(self._r, batch, est.no_overlap)
 

@@ -48,7 +48,10 @@ def read_priced(path: str | os.PathLike[str]) -> PricedFile:
     The stamp (see :mod:`kernel.stamp`) carries the scenario, pool, document digests, options,
     trace and row counts the file was written with; a CSV or a foreign file has none.
     """
+    from pipeline import safe_output
+
     p = Path(path)
+    safe_output.note_read("the priced file", p)
     suffix = p.suffix.lower()
     if suffix == ".csv":
         frame = pl.read_csv(p)

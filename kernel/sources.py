@@ -42,6 +42,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from pipeline import safe_output
+
 from .trace import (
     _CHECK_ONLY,
     CANONICAL,
@@ -260,6 +262,11 @@ def _open_paths(src: Any, columns: Mapping[str, str] | None, chunk_rows: int,
         if not files:
             raise TraceError(f"no file matches the glob {src}")
     path = Path(files[0]) if files else Path(src)
+    for f in files or ():  # no output of this command may land on what it reads (RL1)
+        safe_output.note_read("the trace", f)
+    if files is None:
+        (safe_output.note_read_dir if path.is_dir() else safe_output.note_read)("the trace",
+                                                                                  path)
     try:
         if files is None and path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.is_file()

@@ -103,6 +103,10 @@ class StepBatch:
         r = k.resolved_pool
         p = prepared(r)
         fast = p.fast
+        if not self._sum_s:  # no token scheduled: no forward pass (RL8), as k.step_time says
+            from .kernel import refuse_empty
+
+            refuse_empty(self.to_batch())
         if not n or fast is None or k.calibration is not None:
             cols = self._cols
             return k.step_time_arrays(cols[0, :n], cols[1, :n], decode_threshold=thr,

@@ -57,7 +57,8 @@ REQUIRED = ("batch_id", "scheduled", "computed", "prompt_len")
 OPTIONAL = ("cached_tokens", "decode_threshold", "sm_budget")
 CANONICAL = REQUIRED + OPTIONAL
 BATCH_COLUMNS = ("decode_threshold", "sm_budget")  # constant within a batch
-COUNTS = ("scheduled", "computed", "prompt_len", "cached_tokens", "sm_budget")  # >= 0
+# >= 0 (a trace's decode_threshold is validated like the option: RL8)
+COUNTS = ("scheduled", "computed", "prompt_len", "cached_tokens", "sm_budget", "decode_threshold")
 INT64_MAX = np.iinfo(np.int64).max
 _I32_MIN, _I32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 _U16_MAX = int(np.iinfo(np.uint16).max)
@@ -72,6 +73,7 @@ CONFLICT = "conflicting_batch_value"
 UNKNOWN_BATCH = "unknown_batch_id"
 DUPLICATE_BATCH = "duplicate_batch_id"
 BATCH_REJECTED = "batch_rejected"
+ZERO_TOKENS = "zero_tokens"  # a batch that schedules no token is no forward pass (RL8)
 
 REJECT_SCHEMA = pa.schema([
     ("row", pa.int64()),  # 0-based row number in the input (per-batch table: in that table)

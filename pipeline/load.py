@@ -8,6 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
+from . import safe_output
 from .decode import decode, decode_map
 from .documents import (
     Chip,
@@ -135,6 +136,7 @@ def load_document(tp: type[T], path: str | Path, doc_index: int = 0) -> tuple[T,
     and registry files are shared by every scenario that names them).
     """
     stat = os.stat(path)
+    safe_output.note_read(f"the {getattr(tp, '__name__', 'document').lower()} document", path)
     kind: Any = tp  # a class is hashable; typing's type[T] does not say so
     doc, loaded = _load_document_cached(kind, str(Path(path).resolve()), str(path), doc_index,
                                         stat.st_mtime_ns, stat.st_size)
@@ -278,6 +280,9 @@ def open_inputs(scenario: str | os.PathLike[str], repos: Repos | None = None,
         raise DocumentError(Problem(file, "pools", f"pool index {pool} is outside the "
                                     f"deployment's {len(dep.pools)} pool(s)"))
     catalog, registry = repos.catalog_root(), repos.registry_root()
+    for label, root in (("--catalog", repos.catalog), ("--registry", repos.registry)):
+        if root is not None:  # a command writes nothing into a folder it reads (RL1)
+            safe_output.note_read_dir(label, root)
     sources: dict[str, Loaded] = {"scenario": s_loaded, "deployment": d_loaded}
 
     model_dir = repos.catalog_file(f"models/{scen.model}") if _stem_ok(scen.model) else catalog

@@ -13,6 +13,17 @@ Every writer of the package goes through here:
 * :func:`temp_dir` makes a scratch directory, removed when the block ends.
 * :func:`install_signal_handlers` makes SIGINT and SIGTERM remove every temporary file and
   directory still registered, then exit with 128 + the signal number.
+
+One output policy for every command (docs/decisions.md RL1, RL2):
+
+* Inside :func:`command_scope` (the CLI runs every command in one) each reader records what
+  it read (:func:`note_read`: a trace, a scenario and every document it loaded, a config, a
+  calibration, a database; :func:`note_read_dir`: a catalog or registry folder). Every
+  temporary name and every final rename checks its target against them, so no command, not
+  even one added later, can write over what it read, whatever its own checks.
+* Temporaries carry their owner (pid and the process's start time) in their names, and the
+  first temporary a run makes in a directory removes those whose owner is gone (a kill -9
+  leaves them), RL5.
 """
 
 from __future__ import annotations
@@ -29,14 +40,18 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 
-__all__ = ["UnsafeOutput", "atomic", "check_outputs", "check_target", "cleanup", "commit",
-           "discard", "install_signal_handlers", "make_temp_dir", "release", "remove_temp_dir",
-           "same_file", "temp_dir", "temp_name"]
+__all__ = ["UnsafeOutput", "atomic", "check_outputs", "check_reads", "check_target", "cleanup",
+           "command_scope", "commit", "discard", "install_signal_handlers", "make_temp_dir",
+           "note_read", "note_read_dir", "owner_tag", "release", "remove_stale",
+           "remove_temp_dir", "same_file", "temp_dir", "temp_name"]
 
 _TEMPS: dict[str, bool] = {}  # path -> is a directory
 _STOPS: list[Callable[[], object]] = []  # called first on a signal
 _LOCK = threading.Lock()
 _INSTALLED = False
+# What the running command read: None outside a command (the library API records nothing).
+_READS: list[tuple[str, str, bool]] | None = None  # (label, path, is a directory)
+_SWEPT: set[str] = set()  # directories whose stale temporaries this process has removed
 
 PathLike = str | os.PathLike[str]
 
@@ -75,6 +90,7 @@ def check_target(path: PathLike, label: str = "output") -> Path:
     """The file to write for ``path`` (a symlink's target); refuse a non-regular target."""
     p = Path(path)
     real = Path(os.path.realpath(p)) if p.is_symlink() else p
+    check_reads(real, label)
     try:
         st = os.stat(real)
     except FileNotFoundError:
@@ -111,6 +127,21 @@ def check_outputs(inputs: Iterable[tuple[str, PathLike | None]],
                                    "own file")
 
 
+def check_output_dir(label: str, out_dir: PathLike,
+                     inputs: Iterable[tuple[str, PathLike | None]]) -> None:
+    """Refuse an output directory that holds an input, or lies inside an input directory
+    (for writers whose files are named inside it, some by other processes)."""
+    for in_label, src in inputs:
+        if src is None or not os.path.lexists(src):
+            continue
+        if same_file(out_dir, src) or inside(src, out_dir):
+            raise UnsafeOutput(f"{label} {os.fspath(out_dir)!r} holds {in_label} "
+                               f"{os.fspath(src)!r}; write the output elsewhere")
+        if os.path.isdir(src) and inside(out_dir, src):
+            raise UnsafeOutput(f"{label} {os.fspath(out_dir)!r} is inside {in_label} "
+                               f"{os.fspath(src)!r}; write the output elsewhere")
+
+
 def _register(path: Path, is_dir: bool) -> None:
     with _LOCK:
         _TEMPS[os.fspath(path)] = is_dir
@@ -123,9 +154,14 @@ def release(path: PathLike) -> None:
 
 
 def temp_name(target: PathLike) -> Path:
-    """A registered temporary name beside ``target`` (hidden, unique to this process)."""
+    """A registered temporary name beside ``target`` (hidden, unique to this process, named
+    for its owner); refuses a target the running command read, and removes the temporaries
+    a dead process left in that directory."""
     t = Path(target)
-    tmp = t.with_name(f".{t.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    check_reads(t)
+    remove_stale(t.parent)
+    name = t.name[:160]  # room for the owner tag within NAME_MAX
+    tmp = t.with_name(f".{name}.{owner_tag()}.{secrets.token_hex(4)}.tmp")
     _register(tmp, False)
     return tmp
 
@@ -138,7 +174,13 @@ def discard(tmp: PathLike) -> None:
 
 
 def commit(tmp: PathLike, target: PathLike) -> None:
-    """Rename a finished temporary file over its target and forget it."""
+    """Rename a finished temporary file over its target and forget it (refused, the
+    temporary removed, if the command read ``target`` since the temporary was made)."""
+    try:
+        check_reads(target)
+    except UnsafeOutput:
+        discard(tmp)
+        raise
     os.replace(tmp, target)
     release(tmp)
 
@@ -160,8 +202,9 @@ def make_temp_dir(parent: PathLike, prefix: str = ".blis-") -> Path:
     """A scratch directory under ``parent``, registered for signal cleanup (remove it with
     :func:`remove_temp_dir`)."""
     Path(parent).mkdir(parents=True, exist_ok=True)
+    remove_stale(parent)
     while True:  # registered before it exists: a signal at any moment finds it
-        path = Path(parent) / f"{prefix}{os.getpid()}-{secrets.token_hex(6)}"
+        path = Path(parent) / f"{prefix}{owner_tag()}-{secrets.token_hex(6)}"
         _register(path, True)
         try:
             path.mkdir(mode=0o700)
@@ -265,3 +308,144 @@ def inside(path: PathLike, directory: PathLike) -> bool:
         return Path(path).resolve().is_relative_to(Path(directory).resolve())
     except (OSError, RuntimeError):
         return False
+
+
+# -- what the running command read (RL1) ----------------------------------------------------
+
+
+@contextlib.contextmanager
+def command_scope() -> Iterator[None]:
+    """Record, for the block, every path read through :func:`note_read`/:func:`note_read_dir`
+    and refuse any output onto them (the CLI runs each command in one)."""
+    global _READS
+    with _LOCK:
+        outer, _READS = _READS, []
+        _SWEPT.clear()  # each command looks again for what a dead run left
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _READS = outer
+
+
+def note_read(label: str, path: PathLike | None) -> None:
+    """Record that the running command read the file ``path`` (no-op outside a command)."""
+    if _READS is None or path is None:
+        return
+    with _LOCK:
+        if _READS is not None:
+            _READS.append((label, os.fspath(path), False))
+
+
+def note_read_dir(label: str, path: PathLike | None) -> None:
+    """Record that the running command read the folder ``path`` (a catalog, a registry, a
+    trace directory): nothing may be written inside it."""
+    if _READS is None or path is None:
+        return
+    with _LOCK:
+        if _READS is not None:
+            _READS.append((label, os.fspath(path), True))
+
+
+def reads() -> list[tuple[str, str, bool]]:
+    """What the running command has read so far (empty outside a command)."""
+    with _LOCK:
+        return list(_READS or ())
+
+
+def check_reads(target: PathLike, label: str = "output") -> None:
+    """Refuse ``target`` if the running command read it, or reads inside a folder it read."""
+    noted = reads()
+    if not noted:
+        return
+    for in_label, src, is_dir in noted:
+        if is_dir:
+            if inside(target, src):
+                raise UnsafeOutput(f"{label} {os.fspath(target)!r} is inside {in_label} "
+                                   f"{src!r}, which this command reads; write the output "
+                                   "elsewhere")
+        elif os.path.lexists(src) and same_file(target, src):
+            raise UnsafeOutput(f"{label} {os.fspath(target)!r} is the same file as {in_label} "
+                               f"{src!r}, which this command reads; write the output elsewhere")
+
+
+# -- temporaries that name their owner (RL5) ------------------------------------------------
+
+_TAG_PID = r"(\d+)-(\d+)"
+
+
+def _start_time(pid: int) -> int:
+    """The start time of process ``pid`` in clock ticks since boot (Linux), 0 if unknown;
+    -1 when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read()
+    except FileNotFoundError:
+        return -1
+    except OSError:
+        return 0
+    # the command name (field 2) may hold spaces and parentheses: split after the last ')'
+    fields = stat_line[stat_line.rfind(b")") + 2:].split()
+    try:
+        return int(fields[19])  # field 22 of proc(5)
+    except (IndexError, ValueError):
+        return 0
+
+
+_OWNER: str | None = None
+
+
+def owner_tag() -> str:
+    """``blis<pid>-<start time>``: which process made a temporary, across pid reuse."""
+    global _OWNER
+    pid = os.getpid()
+    if _OWNER is None or not _OWNER.startswith(f"blis{pid}-"):  # (a forked worker: its own)
+        _OWNER = f"blis{pid}-{max(_start_time(pid), 0)}"
+    return _OWNER
+
+
+def _owner_gone(pid: int, start: int) -> bool:
+    if pid == os.getpid():
+        return False
+    now = _start_time(pid)
+    if now == -1:
+        if os.path.isdir("/proc/self"):
+            return True
+        try:  # no /proc: ask the kernel whether the pid exists
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
+    return start != 0 and now != 0 and now != start
+
+
+def remove_stale(directory: PathLike) -> list[str]:
+    """Remove the temporaries in ``directory`` whose owner process is gone (once per
+    directory per process); returns the names removed."""
+    import re
+
+    key = os.path.abspath(directory)
+    with _LOCK:
+        if key in _SWEPT:
+            return []
+        _SWEPT.add(key)
+    pattern = re.compile(rf"^\..*[.-]blis{_TAG_PID}[.-][0-9a-f]+(\.tmp)?$")
+    removed = []
+    try:
+        names = os.listdir(key)
+    except OSError:
+        return []
+    for name in names:
+        m = pattern.match(name)
+        if m is None or not _owner_gone(int(m.group(1)), int(m.group(2))):
+            continue
+        path = os.path.join(key, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        removed.append(name)
+    return removed

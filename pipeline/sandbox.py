@@ -16,6 +16,8 @@ writable connection, and nothing here is applied to it.
 from __future__ import annotations
 
 import os
+import re
+from typing import Any
 
 import duckdb
 
@@ -42,6 +44,9 @@ def open_read_only(path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
     if not os.path.isfile(path):
         raise SandboxError(f"no database file {os.fspath(path)!r}; --db names an existing "
                            "DuckDB file (write one with `blis-kernel price --db`)")
+    from . import safe_output
+
+    safe_output.note_read("--db", path)
     con = duckdb.connect(os.fspath(path), read_only=True,
                          config={"enable_external_access": False,
                                  "autoinstall_known_extensions": False,
@@ -63,8 +68,29 @@ def check_query(con: duckdb.DuckDBPyConnection, query: str) -> None:
     if not statements:
         raise SandboxError("the query holds no statement; give a SELECT")
     for st in statements:
-        if st.type not in READING:
-            kind = str(st.type).rsplit(".", 1)[-1]
-            raise SandboxError(f"{kind} statements are not allowed: `blis-kernel sql` is "
-                               "read-only; give SELECT (WITH, FROM, DESCRIBE, SHOW, SUMMARIZE) "
-                               "or EXPLAIN")
+        _check_statement(con, st)
+    if len(statements) > 1:
+        raise SandboxError(f"the query holds {len(statements)} statements; `blis-kernel sql` "
+                           "runs one (its result is one table): run them one at a time")
+
+
+_EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+|\([^)]*\)\s*)*", re.IGNORECASE)
+
+
+def _check_statement(con: duckdb.DuckDBPyConnection, st: Any, depth: int = 0) -> None:
+    if st.type not in READING:
+        kind = str(st.type).rsplit(".", 1)[-1]
+        raise SandboxError(f"{kind} statements are not allowed: `blis-kernel sql` is "
+                           "read-only; give SELECT (WITH, FROM, DESCRIBE, SHOW, SUMMARIZE) "
+                           "or EXPLAIN")
+    if st.type == duckdb.StatementType.EXPLAIN:
+        # EXPLAIN ANALYZE runs what it explains: that statement must read only too (RL7)
+        inner = _EXPLAIN.sub("", st.query, count=1)
+        try:
+            explained = con.extract_statements(inner) if inner != st.query else []
+        except duckdb.Error:
+            explained = []
+        if len(explained) != 1 or depth > 2:
+            raise SandboxError("EXPLAIN is allowed of one reading statement (SELECT, WITH, "
+                               "FROM, DESCRIBE, SHOW, SUMMARIZE)")
+        _check_statement(con, explained[0], depth + 1)

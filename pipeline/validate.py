@@ -33,6 +33,7 @@ from .validate_common import join
 from .validate_deployment import validate_deployment
 from .validate_graph import validate_graph, validate_identity
 from .validate_hardware import validate_chip, validate_fabric, validate_storage
+from .validate_limits import validate_pricing_limits
 from .validate_scenario import validate_scenario
 
 __all__ = [
@@ -102,6 +103,9 @@ def validate_documents(*, scenario: Scenario | None = None, deployment: Deployme
         if scenario is None:
             found.append(Problem(file, "deployment", "a deployment is checked against a "
                                  "scenario's cluster, but the bundle has no scenario"))
+        # what the engine refuses at startup and the kernel cannot hold (RL9)
+        found += _prefixed("deployment", validate_pricing_limits(
+            deployment, model, file, lines, src("model")[0] if model is not None else None))
     if model is not None:
         found += _prefixed("model", validate_graph(model, *src("model")))
     if chip is not None:

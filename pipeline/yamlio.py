@@ -9,12 +9,14 @@ keys are an error, as in yaml.v3.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from . import safe_output
 from .errors import DocumentError, Problem
 
 
@@ -71,6 +73,56 @@ _LOADER = _Loader
 # uses none; a billion-laughs document would add ~10^9), and no document nests deeper.
 MAX_ALIAS_NODES = 100_000
 MAX_DEPTH = 200
+# Size bounds (docs/decisions.md RL4): a document's bytes are checked before it is read, a
+# scalar's once libyaml has composed the nodes (linear, milliseconds per MB) and before
+# anything decodes, copies or resolves it. The largest embedded document is 0.24 MB, its
+# longest scalar under 1 KB; a scalar copied into every resolution row is what made a 4 MB
+# name cost gigabytes. Raise them with --max-document-bytes / --max-scalar-bytes or
+# :func:`set_limits`.
+DEFAULT_MAX_DOCUMENT_BYTES = 16 << 20
+DEFAULT_MAX_SCALAR_BYTES = 64 << 10
+_LIMITS = {"document": DEFAULT_MAX_DOCUMENT_BYTES, "scalar": DEFAULT_MAX_SCALAR_BYTES}
+
+
+def set_limits(max_document_bytes: int | None = None, max_scalar_bytes: int | None = None
+               ) -> tuple[int, int]:
+    """Set the document and scalar size limits (None keeps one); returns the previous pair."""
+    before = (_LIMITS["document"], _LIMITS["scalar"])
+    for key, value in (("document", max_document_bytes), ("scalar", max_scalar_bytes)):
+        if value is not None:
+            if int(value) < 1:
+                raise ValueError(f"the {key} size limit must be at least 1 byte, got {value}")
+            _LIMITS[key] = int(value)
+    return before
+
+
+def limits() -> tuple[int, int]:
+    """The (document, scalar) size limits in bytes."""
+    return _LIMITS["document"], _LIMITS["scalar"]
+
+
+def _too_big(file: str, what: str, size: int, limit: int, option: str, line: int = 0
+             ) -> DocumentError:
+    return DocumentError(Problem(file, "", f"{what} is {size:,} bytes, over the limit of "
+                                 f"{limit:,} bytes ({option} N raises it)", line=line))
+
+
+def _check_scalars(node: yaml.Node, file: str, limit: int) -> None:
+    """Refuse a scalar (or mapping key) longer than ``limit`` characters, by the nodes."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, yaml.ScalarNode):
+            size = len(n.value)
+            if size > limit and len(n.value.encode("utf-8", "surrogatepass")) > limit:
+                raise _too_big(file, "a YAML scalar", len(n.value.encode("utf-8",
+                                                                          "surrogatepass")),
+                               limit, "--max-scalar-bytes", n.start_mark.line + 1)
+        else:
+            stack.extend(_children(n))
 
 
 class _Unusual(Exception):
@@ -257,7 +309,15 @@ def _one_line(text: str) -> str:
 def read_documents(path: str | Path, text: str | None = None) -> list[Tree]:
     """Every YAML document in a file, as trees of :class:`Scalar`/:class:`Mapping`/:class:`Sequence`."""
     file = str(path)
+    safe_output.note_read("the document", path)
+    max_doc, max_scalar = limits()
     if text is None:
+        try:  # the size first: a huge file is refused before a byte of it is read
+            size = os.stat(path).st_size
+        except OSError:
+            size = 0
+        if size > max_doc:
+            raise _too_big(file, "the document file", size, max_doc, "--max-document-bytes")
         try:
             raw = Path(path).read_bytes()
         except OSError as exc:
@@ -269,6 +329,9 @@ def read_documents(path: str | Path, text: str | None = None) -> list[Tree]:
             raise DocumentError(Problem(file, "", f"not UTF-8 text (byte 0x{raw[exc.start]:02x} "
                                         f"at offset {exc.start}); a document is UTF-8 YAML"
                                         )) from None
+    if len(text) > max_doc and len(text.encode("utf-8", "surrogatepass")) > max_doc:
+        raise _too_big(file, "the document text", len(text.encode("utf-8", "surrogatepass")),
+                       max_doc, "--max-document-bytes")
     if "\x00" in text:
         raise DocumentError(Problem(file, "", "a binary file (it holds NUL bytes); a document "
                                     "is UTF-8 YAML text"))
@@ -286,6 +349,8 @@ def read_documents(path: str | Path, text: str | None = None) -> list[Tree]:
     for n in nodes:
         if n is not None:
             _check_size(n, file, aliases="&" in text)
+            if len(text) > max_scalar // 4:  # (no scalar can be longer than its text)
+                _check_scalars(n, file, max_scalar)
     docs = [_convert_document(n, file) for n in nodes if n is not None]
     if not docs:
         raise DocumentError(Problem(file, "", "the file holds no YAML document"))

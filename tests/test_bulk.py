@@ -44,9 +44,12 @@ def random_trace(n: int, seed: int, *, per_batch_cols: bool = True) -> pl.DataFr
     c = np.where(rng.random(m) < 0.25, 0, rng.integers(0, 300_000, m))
     uniform = rng.random(n) < 0.1  # some all-decode batches
     s = np.where(uniform[np.searchsorted(np.unique(bid), bid)], 1, s)
+    # a batch scheduling no token is no forward pass (a reject, RL8): its first row gets one
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    s[starts[np.add.reduceat(s, starts) == 0]] = 1
     cols = {"batch_id": bid, "scheduled": s, "computed": c, "prompt_len": c + s}
     if per_batch_cols:
-        thr = rng.choice([1, 1, 1, 1, 0, 4, -1, 2], n)
+        thr = rng.choice([1, 1, 1, 1, 0, 4, 2], n)  # (a negative one is a reject: RL8)
         sm = rng.choice([0, 0, 0, 40, 66, 132, 10_000], n)
         dense = np.searchsorted(np.unique(bid), bid)
         cols["decode_threshold"] = thr[dense]
@@ -59,6 +62,8 @@ def scalar_prices(r, df: pl.DataFrame, *, thr: int = 1, sm: int = 0) -> pl.DataF
     has_thr = "decode_threshold" in df.columns
     for (b,), grp in df.group_by("batch_id", maintain_order=True):
         reqs = list(zip(grp["scheduled"].to_list(), grp["computed"].to_list(), strict=True))
+        if not any(s for s, _ in reqs):
+            continue  # no token scheduled: no forward pass, a reject in bulk (RL8)
         batch = Batch(reqs, decode_threshold=int(grp["decode_threshold"][0]) if has_thr else thr,
                       sm_budget=int(grp["sm_budget"][0]) if has_thr else sm)
         per: dict[Resource, int] = {}

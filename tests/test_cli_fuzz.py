@@ -269,6 +269,90 @@ CASES = [
          "--rates 1 --min-attainment 0", 2, "range"),
     case("validate-name-too-long", f"validate {LONG}", 1, "too long"),
     case("validate-unknown-name", "validate no-such-scenario", 2, "no such file"),
+    # -- issue 33 classes, per command: an output onto an input (RL1), a format by suffix
+    #    (RL3), a bounded input (RL4), meaningless input (RL8/RL9), a bad number (RL7) ------
+    case("step-scalar-too-long", "step {d}/long.yaml --batch 1x1@1", 1, "--max-scalar-bytes"),
+    case("step-zero-token-batch", f"step {S} --batch 2x0@5", 1, "no forward pass"),
+    case("step-block-size-17", "step {d}/b17.yaml --batch 1x1@1", 1, "multiple of 16"),
+    case("memory-scalar-too-long", "memory {d}/long.yaml", 1, "--max-scalar-bytes"),
+    case("memory-token-budget-zero", "memory {d}/mbt0.yaml", 1, "schedules no token"),
+    case("memory-document-too-big", "memory {d}/long.yaml --max-document-bytes 1000", 1,
+         "--max-document-bytes"),
+    case("resolved-scalar-too-long", "resolved {d}/long.yaml", 1, "--max-scalar-bytes"),
+    case("resolved-output-format-mismatch", f"resolved {S} --format csv -o {{d}}/r.jsonl", 2,
+         "agree"),
+    case("provenance-output-inside-catalog", f"provenance {S} --catalog {{d}}/cat -o "
+         "{d}/cat/p.csv", 1, "inside"),
+    case("evidence-output-inside-catalog", f"evidence {S} --catalog {{d}}/cat --format json "
+         "-o {d}/cat/e.json", 1, "inside"),
+    sql("sql-two-statements", "SELECT 1; SELECT 2", 1, "2 statements"),
+    sql("sql-explain-analyze-create", "EXPLAIN ANALYZE CREATE TABLE x AS SELECT 1", 1,
+        "CREATE", "--scenario", S),
+    sql("sql-timeout-nan", "SELECT 1", 2, "finite", "--db", "{d}/r.db", "--timeout", "nan"),
+    sql("sql-over-max-rows", "SELECT * FROM range(20)", 1, "--max-rows", "--db", "{d}/r.db",
+        "--max-rows", "5"),
+    sql("sql-runaway-query", "SELECT count(*) FROM range(100000000000) a", 1, "--timeout",
+        "--db", "{d}/r.db", "--timeout", "0.3"),
+    sql("sql-output-is-db", "SELECT 1", 1, "same file", "--db", "{d}/r.db", "--format", "csv",
+        "-o", "{d}/r.db"),
+    sql("sql-output-format-mismatch", "SELECT 1", 2, "agree", "--db", "{d}/r.db", "--format",
+        "csv", "-o", "{d}/x.parquet"),
+    case("synth-mix-nan", "trace synth --mix nan -o {d}/s.parquet", 2, "finite"),
+    case("synth-output-json", "trace synth -n 5 -o {d}/s.json", 2, "suffix"),
+    case("price-output-json", "price {d}/t.parquet -o {d}/o.json", 2, ".jsonl"),
+    case("price-rejects-unknown-suffix", "price {d}/t.parquet -o {d}/o.parquet --rejects "
+         "{d}/r.txt", 2, "cannot tell the format"),
+    case("price-format-mismatch", "price {d}/t.parquet -o {d}/o.csv --format parquet", 2,
+         "agree"),
+    case("price-db-is-scenario", "price {d}/t.parquet -s {d}/scen.yaml -o {d}/o.parquet "
+         "--db {d}/scen.yaml", 1, "same file"),
+    case("price-output-inside-catalog", f"price {{d}}/t.parquet -s {S} --catalog {{d}}/cat "
+         "-o {d}/cat/o.parquet", 1, "inside"),
+    case("price-scalar-too-long", "price {d}/t.parquet -s {d}/long.yaml -o {d}/o.parquet", 1,
+         "--max-scalar-bytes"),
+    case("price-block-size-17", "price {d}/t.parquet -s {d}/b17.yaml -o {d}/o.parquet", 1,
+         "multiple of 16"),
+    case("price-connect-timeout-nan", "price {d}/t.parquet -o {d}/od --cluster 127.0.0.1:1 "
+         "--connect-timeout nan", 2, "finite"),
+    case("price-stdout-with-db", "price {d}/t.parquet -o - --db {d}/x.db", 2, "-o -"),
+    case("report-output-is-the-trace", "report {d}/p.parquet --trace {d}/tt.html -o "
+         "{d}/tt.html", 1, "same file"),
+    case("report-scalar-too-long", "report {d}/ps.parquet -o {d}/r.html --scenario "
+         "{d}/long.yaml", 1, "--max-scalar-bytes"),
+    case("anatomy-scalar-too-long", "anatomy {d}/long.yaml -o {d}/a.png", 1,
+         "--max-scalar-bytes"),
+    case("anatomy-block-size-17", "anatomy {d}/b17.yaml -o {d}/a.png", 1, "multiple of 16"),
+    case("anatomy-output-inside-catalog", f"anatomy {S} --catalog {{d}}/cat -o "
+         "{d}/cat/a.png", 1, "inside"),
+    case("compare-block-size-17", "compare {d}/t.parquet --scenario {d}/b17.yaml", 1,
+         "multiple of 16"),
+    case("compare-output-inside-catalog", f"compare {{d}}/t.parquet --scenario {S} --catalog "
+         "{d}/cat -o {d}/cat/c.html", 1, "inside"),
+    case("sweep-connect-timeout-nan", f"sweep {{d}}/t.parquet --scenarios {S} -o {{d}}/sw "
+         "--connect-timeout nan", 2, "finite"),
+    case("sweep-output-holds-scenario", "sweep {d}/t.parquet --scenarios {d}/sw2/scen.yaml "
+         "-o {d}/sw2", 1, "holds"),
+    case("demo-scalar-too-long", "demo --batches 5 --scenario {d}/long.yaml --out {d}/demo",
+         1, "--max-scalar-bytes"),
+    case("demo-out-inside-catalog", f"demo --batches 5 --scenario {S} --catalog {{d}}/cat "
+         "--out {d}/cat/demo", 1, "inside"),
+    case("graph-derive-into-config-folder", "graph derive {d}/qcfg/config.json -o {d}/qcfg", 1,
+         "folder of CONFIG"),
+    case("catalog-add-model-onto-its-own-config", "catalog add-model "
+         "{d}/cat2/models/qcfg/config.json --name qcfg --catalog {d}/cat2", 1, "same file"),
+    case("calibrate-output-is-scenario", "calibrate {d}/t.parquet -s {d}/scen.yaml --measured "
+         "m -o {d}/scen.yaml", 1, "same file"),
+    case("calibrate-block-size-17", "calibrate {d}/t.parquet -s {d}/b17.yaml --measured m -o "
+         "{d}/c.yaml", 1, "multiple of 16"),
+    case("measurements-output-is-a-fifo", "measurements splitwise -o {d}/fifo", 1, "exists"),
+    case("requests-output-is-the-source", "requests {d}/rq/requests.parquet -o "
+         "{d}/rq/requests.parquet", 1, "same file"),
+    case("replay-output-folder-holds-its-requests", f"replay {{d}}/rq/requests.parquet "
+         f"--scenario {S} -o {{d}}/rq", 1, "same file"),
+    case("replay-scalar-too-long", "replay {d}/rq/requests.parquet --scenario {d}/long.yaml "
+         "-o {d}/rpo", 1, "--max-scalar-bytes"),
+    case("replay-block-size-17", "replay {d}/rq/requests.parquet --scenario {d}/b17.yaml "
+         "-o {d}/rpo", 1, "multiple of 16"),
 ]
 
 # validate prints each problem as a line (not an ``Error:``) and exits 1.
@@ -278,6 +362,10 @@ VALIDATE_CASES = [
     ("validate-int-beyond-int64", "{d}/seqs.yaml", "out of range"),
     ("validate-recursive-alias", "{d}/recursive.yaml", "recursive"),
     ("validate-heads-not-divisible-by-tp", "{d}/tp3.yaml", "refuses"),
+    ("validate-scalar-too-long", "{d}/long.yaml", "--max-scalar-bytes"),
+    ("validate-block-size-17", "{d}/b17.yaml", "multiple of 16"),
+    ("validate-token-budget-zero", "{d}/mbt0.yaml", "schedules no token"),
+    ("validate-max-model-len-beyond-int32", "{d}/mml.yaml", "beyond int32"),
 ]
 
 
@@ -318,6 +406,25 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "scen.yaml").write_text(text)
     (root / "seqs.yaml").write_text(text.replace("max_num_seqs: 256", "max_num_seqs: 1e20"))
     (root / "tp3.yaml").write_text(text.replace("tp: 1", "tp: 3"))
+    (root / "long.yaml").write_text(text.replace("block_size: 16", "block_size: 16\n"
+                                                 "      cudagraph_mode: " + "P" * 70_000))
+    (root / "b17.yaml").write_text(text.replace("block_size: 16", "block_size: 17"))
+    (root / "mbt0.yaml").write_text(text.replace("max_num_batched_tokens: 8192",
+                                                 "max_num_batched_tokens: 0"))
+    (root / "mml.yaml").write_text(text.replace("max_model_len: 32768", "max_model_len: 1e12"))
+    (root / "tt.html").write_bytes((root / "t.parquet").read_bytes())
+    (root / "sw2").mkdir()
+    (root / "sw2" / "scen.yaml").write_text(text)
+    (root / "cat").mkdir()
+    (root / "rq").mkdir()
+    import polars as pl
+    pl.DataFrame({"arrival": [0.0, 0.1], "prompt_tokens": [100, 50], "output_tokens": [4, 3]}
+                 ).write_parquet(root / "rq" / "requests.parquet")
+    qwen = (data_dir() / "catalog" / "models" / "qwen3-30b-a3b" / "config.json").read_bytes()
+    (root / "qcfg").mkdir()
+    (root / "qcfg" / "config.json").write_bytes(qwen)
+    (root / "cat2" / "models" / "qcfg").mkdir(parents=True)
+    (root / "cat2" / "models" / "qcfg" / "config.json").write_bytes(qwen)
     db.load_scenarios([S], con=db.open_db(root / "r.db")).close()
     return root
 

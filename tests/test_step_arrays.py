@@ -92,6 +92,13 @@ def test_columns_price_as_a_batch(name: str, rows: list[tuple[int, int]], thr: i
                                   budget: int) -> None:
     k = open_k(name)
     b = Batch(rows, decode_threshold=thr, sm_budget=budget)
+    if not b.tokens():  # no token scheduled: no forward pass, refused by both (RL8)
+        for s, c in inputs(rows):
+            with pytest.raises(ValueError, match="no forward pass"):
+                k.step_time_arrays(s, c, decode_threshold=thr, sm_budget=budget)
+        with pytest.raises(ValueError, match="no forward pass"):
+            k.step_time(b)
+        return
     want = shared(k, b)
     same(k.step_time(b), want)
     for s, c in inputs(rows):
@@ -112,6 +119,10 @@ def test_the_simulator_shapes_on_every_sample_pool(rows: list[tuple[int, int]]) 
         k = open_k(name)
         b = Batch(rows, decode_threshold=8)
         s, c = inputs(rows)[0]
+        if not b.tokens():  # (refused: RL8)
+            with pytest.raises(ValueError, match="no forward pass"):
+                k.step_time_arrays(s, c, decode_threshold=8)
+            continue
         same(k.step_time_arrays(s, c, decode_threshold=8), shared(k, b))
 
 
@@ -214,7 +225,13 @@ def test_step_batch_follows_its_operations(name: str, steps: list[tuple[Any, ...
         assert sb.prompt_len.tolist() == [m[2] for m in model]
         b = Batch([tuple(m) for m in model], decode_threshold=8)
         assert sb.to_batch() == b
+        if not b.tokens():  # no token scheduled: refused, as k.step_time refuses it (RL8)
+            with pytest.raises(ValueError, match="no forward pass"):
+                sb.step_time(k)
+            continue
         same(sb.step_time(k), shared(k, b))  # after every operation: the sums stay exact
+    if not sb.to_batch().tokens():
+        return
     same(sb.step_time(k, per_resource=False), step.finish(step.compose(
         k.resolved_pool, step.summarise(k.resolved_pool, sb.to_batch())), None))
 

@@ -134,7 +134,9 @@ def test_per_batch_columns_kept_only_when_present() -> None:
                            pl.lit(0).alias("sm_budget")).to_arrow()
     rows = coerce(t, 0)
     assert rows.decode_threshold is not None and rows.decode_threshold.tolist() == [-1] * 6
-    assert not rows.bad.any()  # a negative decode threshold is legal
+    assert rows.bad.all()  # a negative decode threshold is refused, as the option is (RL8)
+    zero = FRAME.with_columns(pl.lit(0).alias("decode_threshold")).to_arrow()
+    assert not coerce(zero, 0).bad.any()
     neg_sm = FRAME.with_columns(pl.lit(-3).alias("sm_budget")).to_arrow()
     assert coerce(neg_sm, 0).bad.all()
 

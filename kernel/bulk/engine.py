@@ -135,6 +135,14 @@ class Priced:
     batches: int
 
 
+
+def schedules_tokens(scheduled: np.ndarray, g: Groups) -> bool:
+    """Every batch of ``g`` schedules a token (else the grouped path rejects the ones that do
+    not: :func:`kernel.bulk.groups.batch_checks`, RL8)."""
+    if scheduled.all():
+        return True
+    return bool(np.bincount(g.inv, weights=scheduled != 0, minlength=g.n).all())
+
 class Engine:
     def __init__(self, r: ResolvedPool, names: Mapping[str, str], *, decode_threshold: int,
                  sm_budget: int, strict: bool, batch_table: BatchTable | None,
@@ -224,13 +232,14 @@ class Engine:
         int64, a piece of ordinary size), else grouped first. Batches come out in id order."""
         if self._in_place(rows, span):
             g = groups_in_range(rows.batch_id, lo, span)
-            if sums_fit(rows.scheduled, rows.computed, int(g.counts.max())):
+            if sums_fit(rows.scheduled, rows.computed, int(g.counts.max())) \
+                    and schedules_tokens(rows.scheduled, g):
                 out = price_grouped(self.r, rows, g, **self.defaults, spec=self.spec)
                 return Priced(out, [], len(rows), g.n)
         rows = group_piece(rows, lo, span)
         return self.price_task(rows, runs(rows.batch_id))
 
-    def _in_place(self, rows: Rows, span: int) -> bool:
+    def _in_place(self, rows: Rows, span: int) -> bool:  # (and schedules_tokens, sums_fit)
         return (0 < len(rows) <= PRICE_ROWS * 3 // 2 and span <= max(1 << 16, 4 * len(rows))
                 and self.over_limit is None and rows.decode_threshold is None
                 and rows.sm_budget is None and not rows.bad.any())

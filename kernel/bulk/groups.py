@@ -23,6 +23,7 @@ from ..trace import (
     CONFLICT,
     INT64_MAX,
     OVERFLOW,
+    ZERO_TOKENS,
     Rows,
     all_distinct,
     record_rejects,
@@ -165,9 +166,10 @@ def group(rows: Rows) -> tuple[Rows, Groups]:
 
 def batch_checks(rows: Rows, g: Groups, inline_batch_cols: tuple[str, ...],
                   rejects: list[pa.Table] | None, strict: bool) -> tuple[Rows, Groups]:
-    """Reject whole batches: a rejected row, an int64 sum overflow, a per-batch conflict."""
+    """Reject whole batches: a rejected row, an int64 sum overflow, a per-batch conflict, no
+    token scheduled."""
     nb = g.n
-    reason = np.zeros(nb, np.int8)  # 1 sibling rejected, 2 overflow, 3 conflict
+    reason = np.zeros(nb, np.int8)  # 1 sibling rejected, 2 overflow, 3 conflict, 4 no token
     detail: dict[int, str] = {}
     column: dict[int, str] = {}
     if rows.bad.any():
@@ -201,6 +203,12 @@ def batch_checks(rows: Rows, g: Groups, inline_batch_cols: tuple[str, ...],
             column[int(b)] = name
             detail[int(b)] = f"{name} differs within the batch ({vmin[b]} vs {vmax[b]})"
         reason[conflict] = 3
+    if nb and not s.all():  # (only a batch with a zero row can schedule nothing)
+        empty = (np.maximum.reduceat(s, g.starts) == 0) & (reason == 0)
+        for b in np.flatnonzero(empty):
+            column[int(b)] = "scheduled"
+            detail[int(b)] = "the batch schedules no token (scheduled is 0 on every row)"
+        reason[empty] = 4
     if not reason.any():
         return rows, g
     rej_row = reason[g.inv] != 0
@@ -212,7 +220,8 @@ def batch_checks(rows: Rows, g: Groups, inline_batch_cols: tuple[str, ...],
             bad_idx = np.flatnonzero(rows.bad)
             for i in bad_idx[::-1]:
                 first_bad[int(g.inv[i])] = int(rows.row[i])
-        reasons = [(BATCH_REJECTED, OVERFLOW, CONFLICT)[int(reason[b]) - 1] for b in rb]
+        reasons = [(BATCH_REJECTED, OVERFLOW, CONFLICT, ZERO_TOKENS)[int(reason[b]) - 1]
+                   for b in rb]
         details = [f"row {first_bad[int(b)]} of this batch was rejected" if reason[b] == 1
                    else detail[int(b)] for b in rb]
         cols = ["" if reason[b] == 1 else column[int(b)] for b in rb]

@@ -1,4 +1,5 @@
-"""The output file of :func:`kernel.bulk.price_file`: parquet (or CSV), encoded on a writer
+"""The output file of :func:`kernel.bulk.price_file`: parquet, Arrow IPC, CSV or JSON Lines by
+suffix (:mod:`kernel.outputs`; ``-`` streams to stdout), encoded on a writer
 thread of its own, to a temporary name renamed at the end.
 
 The writer thread is what lets the calling thread keep the pricing workers fed: encoding a
@@ -17,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline import safe_output
 
@@ -28,7 +28,9 @@ WRITE_AHEAD = 2  # row groups waiting for the writer thread before write() block
 
 
 class Sink:
-    """A parquet (or CSV, by suffix) file written to a temporary name, then renamed.
+    """A parquet (Arrow IPC, CSV, JSON Lines: by suffix, or ``fmt``) file written to a
+    temporary name, then renamed; ``-`` is stdout (a run that fails there has already
+    written part of its rows, as any pipe does).
 
     Tables are gathered into row groups of at least ``row_group_rows`` rows (but those
     :meth:`flush` ends early: a run flushes each of its last few results as it comes, so
@@ -42,14 +44,19 @@ class Sink:
     def __init__(self, path: Path, schema: pa.Schema, *, compression: str = "lz4",
                  row_group_rows: int = ROW_GROUP_ROWS,
                  metadata: Mapping[str, str | bytes] | None = None,
-                 sorted_by: tuple[str, ...] = ()):
+                 sorted_by: tuple[str, ...] = (), fmt: str | None = None):
+        from ..outputs import is_stdout, table_format
+
         self.path = path
-        self.tmp = safe_output.temp_name(path)  # removed on SIGINT/SIGTERM too
+        self.to_stdout = is_stdout(path)  # ``-``: streamed to stdout, nothing to rename
+        # the format its suffix names (RL3): parquet, Arrow IPC, CSV or JSON Lines
+        self.fmt = table_format(path, fmt, default="csv")
+        self.tmp = None if self.to_stdout else safe_output.temp_name(path)  # (signal-safe)
         self.stamped = bool(metadata)  # a stamped file also gets the run's counts at the end
         if metadata:
             schema = schema.with_metadata({**(schema.metadata or {}), **metadata})
         self.schema = schema
-        self.csv = path.suffix.lower() == ".csv"
+        self.csv = self.fmt == "csv"
         self.compression = compression
         self.row_group_rows = max(int(row_group_rows), 1)
         self.sorted_by = sorted_by
@@ -60,24 +67,22 @@ class Sink:
         self._writes: deque[Future[None]] = deque()
 
     def _open(self) -> None:
+        from ..outputs import TableWriter, stdout_sink
+
+        if self.to_stdout:
+            self.w = TableWriter(stdout_sink(), self.schema, self.fmt, to_stdout=True,
+                                 compression=self.compression)
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.csv:
-            import pyarrow.csv as pcsv
-            self.w = pcsv.CSVWriter(str(self.tmp), _plain(self.schema))
-        else:
-            dict_cols = [f.name for f in self.schema
-                         if pa.types.is_string(f.type) or pa.types.is_dictionary(f.type)]
-            sorting = [pq.SortingColumn(self.schema.get_field_index(c))
-                       for c in self.sorted_by]
-            self.w = pq.ParquetWriter(str(self.tmp), self.schema, compression=self.compression,
-                                      use_dictionary=dict_cols,
-                                      sorting_columns=sorting or None)
+        dict_cols = [f.name for f in self.schema
+                     if pa.types.is_string(f.type) or pa.types.is_dictionary(f.type)]
+        self.w = TableWriter(str(self.tmp), self.schema, self.fmt,
+                             compression=self.compression, use_dictionary=dict_cols,
+                             sorting_columns=self.sorted_by)
 
     def _encode(self, t: pa.Table) -> None:
         """On the writer thread: ``t`` as one row group."""
-        if self.csv:
-            t = t.cast(_plain(t.schema))
-        self.w.write_table(t, row_group_size=max(t.num_rows, 1))
+        self.w.write(t)
 
     def _wait(self, keep: int) -> None:
         """Wait until at most ``keep`` row groups are still to encode (raising a failure)."""
@@ -108,10 +113,9 @@ class Sink:
         self.flush()
         self._wait(0)
         self._writer.shutdown()
-        if extra and not self.csv:
-            self.w.add_key_value_metadata(dict(extra))
-        self.w.close()
-        safe_output.commit(self.tmp, self.path)
+        self.w.close(extra)
+        if self.tmp is not None:
+            safe_output.commit(self.tmp, self.path)
 
     def abort(self) -> None:
         self.pending = []
@@ -121,7 +125,8 @@ class Sink:
             with contextlib.suppress(Exception):  # never over the failure being handled
                 self.w.close()
             self.w = None
-        safe_output.discard(self.tmp)
+        if self.tmp is not None:
+            safe_output.discard(self.tmp)
 
 
 def _plain(schema: pa.Schema) -> pa.Schema:

@@ -582,11 +582,13 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                sort_memory: str = SORT_MEMORY, memory_budget: int | str | None = None,
                tune_malloc: bool = False,
                measured: str | None = None, measured_unit: str = "ns",
-               reject_over_limit: bool = False) -> PriceCounts:
+               reject_over_limit: bool = False, out_format: str | None = None) -> PriceCounts:
     """Stream ``src`` (any source :func:`kernel.sources.open_trace` takes) into parquet at
     ``dst``, in bounded memory, whatever the row order (module docstring).
 
-    ``rejects`` (parquet, or CSV by suffix) receives the rejected rows; ``strict`` raises
+    ``dst`` and ``rejects`` are parquet, Arrow IPC, CSV or JSON Lines by suffix
+    (:mod:`kernel.outputs`; ``dst`` ``-`` streams ``out_format``, default CSV, to stdout).
+    ``rejects`` receives the rejected rows; ``strict`` raises
     :class:`RejectedRowError` at the first one. ``keep`` and ``producers`` add columns
     (:mod:`kernel.bulk.columns`); ``metadata`` (``rejects_metadata``) is written into the
     output's (the rejects file's) key-value metadata. ``workers`` threads price (default: the
@@ -631,7 +633,7 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                            tmp_parent=Path(tmp_dir) if tmp_dir else dst.parent,
                            sort_memory=sort_memory, memory_budget=memory_budget,
                            order=order)
-        sinks.append(Sink(dst, spec.schema(), metadata=metadata,
+        sinks.append(Sink(dst, spec.schema(), metadata=metadata, fmt=out_format,
                            sorted_by=("batch_id",) if st.sorted_ids else ()))
         for p in st.results:
             eng.take_priced(p)

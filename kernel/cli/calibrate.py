@@ -319,10 +319,12 @@ class MeasuredRun:
                 "decode_requests", "tokens", "bottleneck"]
         if self.k.calibration is not None:
             cols.append("calibrated_ns")
-        priced = (pl.read_csv(out, columns=cols) if out.suffix.lower() == ".csv"
-                  else pl.read_parquet(out, columns=cols))
+        from kernel.outputs import read_table
+
+        priced = pl.DataFrame(pl.from_arrow(read_table(out, cols)))  # any table format (RL3)
         table = accuracy_table(priced.with_columns(pl.col("bottleneck").cast(pl.String)))
         path = out.with_name(out.stem + ".accuracy.csv")
-        table.write_csv(path)
+        with safe_output.atomic(path, "accuracy summary") as tmp:
+            table.write_csv(tmp)
         click.echo(format_table(table, ("all", "phase")))
         click.echo(f"accuracy by phase, batch tokens and bottleneck -> {path}")

@@ -35,7 +35,23 @@ repos_options = [
                  callback=lambda ctx, _param, value: ctx.meta.__setitem__(_LAYER, value),
                  help="A registry layer (as `registry fit` writes it) to price with instead of "
                       "the embedded measured layer; needs --pricing measured."),
+    # bounds on what a YAML document may hold, checked before it is decoded (RL4)
+    click.option("--max-document-bytes", "max_document_bytes", type=click.IntRange(1),
+                 expose_value=False, is_eager=True,
+                 callback=lambda _ctx, _param, value: _set_limits(document=value),
+                 help="Largest YAML document file read, in bytes (default 16 MiB)."),
+    click.option("--max-scalar-bytes", "max_scalar_bytes", type=click.IntRange(1),
+                 expose_value=False, is_eager=True,
+                 callback=lambda _ctx, _param, value: _set_limits(scalar=value),
+                 help="Longest YAML scalar (a name, a number, a text) read, in bytes "
+                      "(default 64 KiB)."),
 ]
+
+
+def _set_limits(document: int | None = None, scalar: int | None = None) -> None:
+    from pipeline.yamlio import set_limits
+
+    set_limits(document, scalar)
 _NO_ASSUMED_WIDTHS = "blis.no_assumed_widths"
 _PRICING = "blis.pricing"
 _LAYER = "blis.layer"
@@ -53,6 +69,8 @@ def with_repos(func: F) -> F:
 
 def make_repos(scenarios_root: str | None, catalog_root: str | None,
                registry_root: str | None) -> Repos:
+    from pipeline import safe_output
+
     ctx = click.get_current_context(silent=True)
     off = bool(ctx and ctx.meta.get(_NO_ASSUMED_WIDTHS))
     pricing = str(ctx.meta.get(_PRICING, PRICINGS[0])) if ctx else PRICINGS[0]
@@ -60,6 +78,10 @@ def make_repos(scenarios_root: str | None, catalog_root: str | None,
     if layer and pricing == "reference":
         raise click.UsageError("--layer needs --pricing measured (the reference prices with the "
                                "scenario's coefficient sets alone)")
+    for label, root in (("--scenarios-root", scenarios_root), ("--catalog", catalog_root),
+                        ("--registry", registry_root)):
+        safe_output.note_read_dir(label, root)  # nothing is written into a root read (RL1)
+    safe_output.note_read_dir("--layer", layer)
     return Repos(scenarios=scenarios_root, catalog=catalog_root, registry=registry_root,
                  assumed_collective_widths=not off, pricing=pricing, layer=layer)
 
@@ -95,9 +117,23 @@ class ClusterParam(click.ParamType):
 
 CLUSTER = ClusterParam()
 
+class FiniteFloatRange(click.FloatRange):
+    """A float range that refuses NaN and infinities (a NaN compares false with both bounds,
+    so a plain range lets it through), RL7."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        import math
+
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+
 connect_timeout_option = click.option(
     "--connect-timeout", default=10.0, show_default=True,
-    type=click.FloatRange(0, 3600, min_open=True),
+    type=FiniteFloatRange(0, 3600, min_open=True),
     help="Seconds to wait for a --cluster scheduler address before giving up.")
 
 

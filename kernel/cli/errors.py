@@ -49,6 +49,60 @@ def _os_error(exc: OSError) -> str:
     return ", ".join(parts)
 
 
+def _memory_limit() -> str:
+    """The memory this process may use, as a phrase (the address-space limit, else RAM)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft not in (resource.RLIM_INFINITY, -1):
+        return f"the process's address-space limit of {soft / 2**30:.1f} GiB (ulimit -v)"
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return f"the machine's {total / 2**30:.1f} GiB of memory"
+    except (ValueError, OSError, AttributeError):
+        return "the memory available"
+
+
+# What to change, per command, when memory runs out (RL10).
+_MEMORY_OPTIONS = {
+    "price": "--chunk-rows (fewer rows per chunk)",
+    "sql": "--max-rows, or write a file (-o F.parquet) that streams",
+    "sweep": "fewer worker processes (--cluster local:N)",
+    "calibrate": "fewer or smaller traces",
+    "report": "a smaller priced file",
+}
+
+
+def resource_error(exc: BaseException, command: str | None) -> str | None:
+    """One actionable line for an out-of-memory, lock or resource failure from DuckDB, Arrow
+    or numpy (None: not one of those)."""
+    import duckdb
+
+    text = " ".join(str(exc).split())
+    lowered = text.lower()
+    is_memory = (isinstance(exc, MemoryError | getattr(duckdb, "OutOfMemoryException", ()))
+                 or type(exc).__name__ in ("ArrowMemoryError", "_ArrayMemoryError")
+                 or "out of memory" in lowered or "unable to allocate" in lowered
+                 or "failed to allocate" in lowered)
+    if is_memory:
+        option = _MEMORY_OPTIONS.get(command or "", "smaller inputs")
+        return (f"out of memory ({type(exc).__name__}) within {_memory_limit()}; use {option}, "
+                "or run where more memory is free")
+    if isinstance(exc, duckdb.IOException) and "lock" in lowered:
+        import re
+
+        held = re.search(r"PID (\d+)", text)
+        who = f" by process {held.group(1)}" if held else " by another process"
+        name = re.search(r'file "([^"]+)"', text)
+        where = f" {name.group(1)!r}" if name else ""
+        return (f"the database{where} is locked{who}; wait for it to finish, or give "
+                "another --db file")
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        return ("too many open files (the process's limit: ulimit -n); raise it, or price "
+                "fewer files at once")
+    return None
+
+
 def describe(exc: BaseException) -> str:
     """One line for an expected failure (no ``error:`` tag: click adds ``Error:``)."""
     from pipeline.errors import DocumentError
@@ -83,8 +137,18 @@ class Group(click.Group):
     """The top-level group: the single place exceptions become CLI errors."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        from pipeline.safe_output import command_scope
+        from pipeline.yamlio import DEFAULT_MAX_DOCUMENT_BYTES, DEFAULT_MAX_SCALAR_BYTES, set_limits
+
         try:
-            return super().invoke(ctx)
+            # every output is checked against what the command read (RL1); each command
+            # starts from the default size limits (RL4), which its options may raise
+            before = set_limits(DEFAULT_MAX_DOCUMENT_BYTES, DEFAULT_MAX_SCALAR_BYTES)
+            try:
+                with command_scope():
+                    return super().invoke(ctx)
+            finally:
+                set_limits(*before)
         except click.exceptions.Exit:
             raise
         except click.ClickException as exc:
@@ -96,6 +160,10 @@ class Group(click.Group):
         except Exception as exc:
             if os.environ.get("BLIS_DEBUG"):
                 raise
+            sub = ctx.invoked_subcommand
+            actionable = resource_error(exc, sub)
+            if actionable is not None:
+                raise click.ClickException(actionable) from None
             if isinstance(exc, _expected()):
                 raise click.ClickException(describe(exc)) from None
             click.echo(f"Error: internal error (a bug, please report it): "

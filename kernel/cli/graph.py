@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from pipeline import safe_output
 from pipeline.derive import DeriveError, supported_architectures
 from pipeline.derive.catalog import add_model, check_catalog, derive_file, write_graph
 from pipeline.resources import data_dir
@@ -39,6 +40,14 @@ def derive_cmd(config: str | None, quant: str | None, name: str | None, out: str
         return
     if config is None or out is None:
         raise click.UsageError("CONFIG and -o DIR are required (or use --check)")
+    # CONFIG's own folder is (or would become) its catalog entry, whose graph.yaml a catalog
+    # reads beside it: `catalog add-model` writes entries, `--check` compares them (RL1).
+    if safe_output.same_file(out, Path(config).parent):
+        raise safe_output.UnsafeOutput(f"-o {out!r} is the folder of CONFIG {config!r}, a "
+                                       "catalog entry's place; write the graph elsewhere (or "
+                                       "use `catalog add-model`)")
+    safe_output.check_outputs([("CONFIG", config), ("--quant", quant)],
+                              [("-o", Path(out) / "graph.yaml")])
     try:
         graph = derive_file(config, name, quant)
     except DeriveError as exc:

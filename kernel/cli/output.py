@@ -1,7 +1,8 @@
-"""Where a command's rows go: a rich table, or parquet / Arrow IPC / CSV / JSON.
+"""Where a command's rows go: a rich table, or parquet / Arrow IPC / CSV / JSON / JSON Lines.
 
 ``--format`` picks the format; without it ``-o FILE`` infers it from the suffix, and no
-``-o`` (or ``-o -``) writes to stdout, binary formats included. Parquet and IPC files carry
+``-o`` (or ``-o -``) writes to stdout, binary formats included. A suffix that names another
+format than ``--format`` is an error (RL3). Parquet and IPC files carry
 the stamp (:mod:`kernel.stamp`). A table never truncates its key column: it is printed whole,
 without wrapping, and a console that is not a terminal is made wide enough for every row.
 """
@@ -26,10 +27,11 @@ from rich.table import Table
 from kernel.stamp import Stamp, stamped
 from pipeline import safe_output
 
-FORMATS = ("table", "parquet", "arrow", "csv", "json")
+FORMATS = ("table", "parquet", "arrow", "csv", "json", "jsonl")
 TEXT_FORMATS = ("table", "json", "csv")
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".ipc": "arrow",
-            ".feather": "arrow", ".csv": "csv", ".json": "json", ".txt": "table"}
+            ".feather": "arrow", ".csv": "csv", ".json": "json", ".jsonl": "jsonl",
+            ".ndjson": "jsonl", ".txt": "table"}
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,6 +53,11 @@ def format_options(formats: tuple[str, ...] = FORMATS, output: bool = True) -> C
 def resolve_format(fmt: str | None, out: str | None, formats: tuple[str, ...] = FORMATS) -> str:
     """The explicit ``--format``, else the one ``out``'s suffix names, else ``table``."""
     if fmt:
+        named = SUFFIXES.get(Path(out).suffix.lower()) if out and out != "-" else None
+        if named is not None and named != fmt:
+            raise click.BadParameter(f"{out}: the suffix {Path(str(out)).suffix} says {named}, but "
+                                     f"--format is {fmt}; make them agree",
+                                     param_hint="-o/--output")
         return fmt
     if out and out != "-":
         suffix = Path(out).suffix.lower()
@@ -157,6 +164,9 @@ def encode(table: pa.Table, fmt: str, sink: BinaryIO, stamp: Stamp | None = None
     elif fmt == "json":
         sink.write((json.dumps(table.to_pylist(), indent=2, default=_json_default) + "\n")
                    .encode())
+    elif fmt == "jsonl":
+        for row in table.to_pylist():
+            sink.write((json.dumps(row, default=_json_default) + "\n").encode())
     else:  # pragma: no cover - the choices are fixed
         raise ValueError(fmt)
 

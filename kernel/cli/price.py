@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from kernel.outputs import TABLE_FORMATS, is_stdout
 from pipeline import safe_output
 from pipeline.load import Repos
 
 from .calibrate import MeasuredRun, price_options
 from .common import (
     CLUSTER,
+    FiniteFloatRange,
     connect_timeout_option,
     make_repos,
     parse_column_options,
@@ -41,8 +43,45 @@ def _open_kernel(scenario: str, pool: int, repos: Any) -> Any:
                                    f"{describe(exc)}") from None
 
 
+def _check_formats(output: str, out_format: str | None, rejects: str | None) -> None:
+    """Every table output's format, from its suffix, before anything is read (RL3)."""
+    from kernel.outputs import FormatError, table_format
+
+    try:
+        table_format(output, out_format, label="-o", default="csv")
+        if rejects:
+            table_format(rejects, label="--rejects")
+    except FormatError as exc:
+        raise click.BadParameter(str(exc), param_hint="-o/--rejects") from None
+
+
+_CREATED: set[str] = set()  # --db files this process created (removed if its run fails)
+
+
+def _lock_db(db: str) -> Any:
+    """The --db connection, opened (and so locked) before anything is written."""
+    from pipeline import db as pdb
+
+    existed = Path(db).exists()
+    con = pdb.open_db(db)
+    if not existed:
+        _CREATED.add(db)
+    return con
+
+
+def _unlock_db(con: Any, db: str | None) -> None:
+    """Close a --db connection after a failed run; a file this run created is removed."""
+    if con is None or db is None:
+        return
+    con.close()
+    if db in _CREATED:
+        _CREATED.discard(db)
+        for path in (Path(db), Path(db + ".wal")):
+            path.unlink(missing_ok=True)
+
+
 def write_db(db: str | Path, k: Kernel, scenario: str, pool: int, priced: Path, trace: str,
-             repos: Repos | None = None) -> None:
+             repos: Repos | None = None, con: Any = None) -> None:
     """Store the priced table in DuckDB beside the scenario's documents and provenance.
 
     Tables: ``priced_steps`` (scenario key, pool, trace + the priced columns; a re-run of the
@@ -53,7 +92,7 @@ def write_db(db: str | Path, k: Kernel, scenario: str, pool: int, priced: Path, 
     from kernel import sql_laws  # noqa: F401  (installs the cost laws the views call)
     from pipeline import db as pdb
 
-    con = pdb.open_db(db)
+    con = pdb.open_db(db) if con is None else con
     pdb.load_scenarios([scenario], repos=repos, con=con)
     key = str(k.resolved_pool.scenario)
     try:
@@ -68,22 +107,30 @@ def write_db(db: str | Path, k: Kernel, scenario: str, pool: int, priced: Path, 
         con.execute("INSERT INTO kernel_provenance BY NAME SELECT * FROM provenance "
                     "WHERE scenario = ? AND pool = ?", [key, pool])
         src = str(priced).replace("'", "''")
+        if priced.suffix.lower() not in (".parquet", ".pq"):  # another table format (RL3)
+            from kernel.outputs import read_table
+
+            con.register("blis_priced_src", read_table(priced))
+            src_sql = "blis_priced_src"
+        else:
+            src_sql = f"read_parquet('{src}')"
         exists = con.execute("SELECT count(*) FROM information_schema.tables "
                              "WHERE table_name = 'priced_steps'").fetchone()
         if not (exists and exists[0]):
             con.execute("CREATE TABLE priced_steps AS SELECT CAST(? AS VARCHAR) AS scenario, "
                         "CAST(? AS BIGINT) AS pool, CAST(? AS VARCHAR) AS trace, * "
-                        f"FROM read_parquet('{src}')", [key, pool, trace])
+                        f"FROM {src_sql}", [key, pool, trace])
         else:
             con.execute("DELETE FROM priced_steps WHERE scenario = ? AND pool = ? AND trace = ?",
                         [key, pool, trace])
             con.execute("INSERT INTO priced_steps SELECT CAST(? AS VARCHAR), CAST(? AS BIGINT), "
-                        f"CAST(? AS VARCHAR), * FROM read_parquet('{src}')",
+                        f"CAST(? AS VARCHAR), * FROM {src_sql}",
                         [key, pool, trace])
         # what made these rows: the priced file's stamp, one row per (scenario, pool, trace)
         from kernel.stamp import read_stamp
 
-        made = read_stamp(priced) if priced.suffix.lower() != ".csv" else None
+        made = (read_stamp(priced) if priced.suffix.lower() not in (".csv", ".jsonl", ".ndjson")
+                else None)
         con.execute("CREATE TABLE IF NOT EXISTS priced_stamps (scenario VARCHAR, pool BIGINT, "
                     "trace VARCHAR, stamp JSON)")
         con.execute("DELETE FROM priced_stamps WHERE scenario = ? AND pool = ? AND trace = ?",
@@ -101,6 +148,7 @@ def _price_on_cluster(trace: str, scenario: str, pool: int, output: str, cluster
 
     if safe_output.same_file(trace, output):
         raise click.UsageError("OUTPUT is TRACE: write the priced partitions elsewhere")
+    safe_output.check_output_dir("-o", output, [("TRACE", trace), ("--scenario", scenario)])
     try:
         result = price_dataset(trace, output, [scenario], cluster, pool=pool, repos=repos,
                                decode_threshold=decode_threshold,
@@ -131,12 +179,15 @@ def register(group: click.Group) -> None:
                   help="Scenario name or path.")
     @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
                   help="Pool index.")
-    @click.option("-o", "--output", required=True, type=click.Path(),
-                  help="Priced parquet (one row per batch; .csv also works); a directory "
-                       "with --cluster.")
+    @click.option("-o", "--output", required=True, type=click.Path(allow_dash=True),
+                  help="Priced table, one row per batch: .parquet, .arrow (.ipc, .feather), "
+                       ".csv or .jsonl by suffix; '-' streams to stdout (--format, default "
+                       "csv); a directory with --cluster.")
+    @click.option("--format", "out_format", default=None, type=click.Choice(TABLE_FORMATS),
+                  help="The output's format (default: from -o's suffix; csv for '-').")
     @click.option("--rejects", type=click.Path(dir_okay=False),
-                  help="Where rejected rows go (default: OUTPUT with .rejects.parquet, "
-                       "written only if there are any).")
+                  help="Where rejected rows go, format by suffix (default: OUTPUT with "
+                       ".rejects.parquet, written only if there are any; none with -o -).")
     @click.option("--strict", is_flag=True, help="Fail on the first bad row, with its reason.")
     @click.option("--reject-over-limit", is_flag=True,
                   help="Set aside (reason over_limit) every batch that breaks a deployment "
@@ -165,7 +216,8 @@ def register(group: click.Group) -> None:
     @connect_timeout_option
     @price_options
     @with_repos
-    def price_cmd(trace: str, scenario: str, pool: int, output: str, rejects: str | None,
+    def price_cmd(trace: str, scenario: str, pool: int, output: str, out_format: str | None,
+                  rejects: str | None,
                   strict: bool, reject_over_limit: bool, decode_threshold: int,
                   sm_budget: int, batches_path: str | None, column_map: tuple[str, ...],
                   chunk_rows: int,
@@ -189,7 +241,8 @@ def register(group: click.Group) -> None:
                 ("--measured", measured.get("measured")),
                 ("--calibration", measured.get("calibration")),
                 ("--trace-format fpm", measured.get("trace_format") == "fpm"),
-                ("--utilisation", utilisation)) if given]
+                ("--utilisation", utilisation), ("--format", out_format),
+                ("-o -", is_stdout(output))) if given]
             if unsupported:
                 raise click.UsageError(f"{', '.join(unsupported)} cannot be combined with "
                                        "--cluster (rejects go to OUTPUT/rejects/)")
@@ -197,17 +250,35 @@ def register(group: click.Group) -> None:
                               connect_timeout)
             return
         out = Path(output)
-        rej = Path(rejects) if rejects else out.with_name(out.stem + ".rejects.parquet")
+        streamed = is_stdout(output)
+        _check_formats(output, out_format, rejects)
+        if streamed:
+            for name, given in (("--db", db), ("--measured", measured.get("measured"))):
+                if given:
+                    raise click.UsageError(f"{name} reads the priced file back: give -o FILE, "
+                                           "not -o -")
+        rej: Path | None = (Path(rejects) if rejects else None if streamed
+                            else out.with_name(out.stem + ".rejects.parquet"))
         safe_output.check_outputs(
             [*(("TRACE", f) for f in _trace_files(trace)), ("--batches", batches_path),
              ("--calibration", measured.get("calibration"))],
-            [("-o", out), ("--rejects", rej), ("--db", db)])
-        for label, path in (("-o", out), ("--rejects", rej)):
-            if Path(trace).is_dir() and safe_output.inside(path, trace):
+            [("-o", None if streamed else out), ("--rejects", rej), ("--db", db)])
+        for label, path in (("-o", None if streamed else out), ("--rejects", rej)):
+            if path is not None and Path(trace).is_dir() and safe_output.inside(path, trace):
                 raise click.UsageError(f"{label} {path} is inside the TRACE directory, where it "
                                        "would become part of the trace: write it elsewhere")
-        out = safe_output.check_target(out, "-o")
-        rej = safe_output.check_target(rej, "--rejects")
+        for label, read in (("--batches", batches_path), ("--scenario", scenario),
+                            ("--calibration", measured.get("calibration"))):
+            if read and Path(read).is_file():
+                safe_output.note_read(label, read)
+        if db:
+            safe_output.check_reads(db, "--db")
+        if not streamed:
+            out = safe_output.check_target(out, "-o")
+        if rej is not None:
+            rej = safe_output.check_target(rej, "--rejects")
+        # the database's lock first: a run that cannot store its rows writes nothing (RL6)
+        con = _lock_db(db) if db else None
         k = _open_kernel(scenario, pool, repos)
         run = MeasuredRun(k, trace, measured, rej)  # --measured, --calibration, fpm
         k = run.k
@@ -227,19 +298,28 @@ def register(group: click.Group) -> None:
                                            *([column_producer()] if utilisation else [])],
                                 keep=run.keep or None, metadata=made.to_metadata(),
                                 rejects_metadata=made.as_kind("rejects").to_metadata(),
-                                reject_over_limit=reject_over_limit)
+                                reject_over_limit=reject_over_limit, out_format=out_format)
         except RejectedRowError as exc:
+            _unlock_db(con, db)
             raise click.ClickException(f"--strict: {exc}") from None
         except TraceError as exc:
+            _unlock_db(con, db)
             raise click.ClickException(str(exc)) from None
+        except BaseException:
+            _unlock_db(con, db)
+            raise
         rejected = counts.rows_rejected + counts.batch_table_rows_rejected
-        if not rejects and rejected == 0:
+        if not rejects and rejected == 0 and rej is not None:
             rej.unlink(missing_ok=True)
         click.echo(f"rows in {counts.rows_in:,} = priced {counts.rows_priced:,} + rejected "
                    f"{counts.rows_rejected:,}; {counts.batches_priced:,} batches priced in "
                    f"{counts.seconds:.2f}s ({counts.steps_per_second:,.0f} steps/s, "
-                   f"{counts.rows_per_second:,.0f} rows/s, {counts.mode}) -> {out}")
-        if rejected:
+                   f"{counts.rows_per_second:,.0f} rows/s, {counts.mode}) -> {out}",
+                   err=streamed)
+        if rejected and rej is None:
+            click.echo(f"{counts.rows_rejected:,} rejected rows not kept: give --rejects FILE "
+                       "to keep them with their reasons", err=True)
+        elif rejected:
             extra = (f" (+{counts.batch_table_rows_rejected:,} per-batch table rows)"
                      if counts.batch_table_rows_rejected else "")
             click.echo(f"{counts.rows_rejected:,} rejected rows{extra} -> {rej}", err=True)
@@ -248,8 +328,9 @@ def register(group: click.Group) -> None:
                        "deployment limit (named in the limits column; --reject-over-limit sets "
                        "them aside)", err=True)
         run.report(out)
-        if db:
-            write_db(db, k, scenario, pool, out, str(trace), repos)
+        if db and con is not None:
+            _CREATED.discard(db)
+            write_db(db, k, scenario, pool, out, str(trace), repos, con=con)
             click.echo(f"stored in {db}: priced_steps, kernel_provenance")
 
     @group.group("trace")
@@ -260,10 +341,10 @@ def register(group: click.Group) -> None:
     @click.option("--batches", "-n", default=100_000, show_default=True,
                   type=click.IntRange(1, 1 << 40), help="Steps.")
     @click.option("--mix", default=0.05, show_default=True,
-                  type=click.FloatRange(0, 1, max_open=True),
+                  type=FiniteFloatRange(0, 1, max_open=True),
                   help="Prefill share: the fraction of request rows that are prefill chunks.")
     @click.option("--requests", default=32.0, show_default=True,
-                  type=click.FloatRange(0, 1 << 20, min_open=True),
+                  type=FiniteFloatRange(0, 1 << 20, min_open=True),
                   help="Mean requests per batch.")
     @click.option("--prompt", default="lognormal:1024:1.0", show_default=True,
                   help="Prompt lengths: fixed:N, uniform:LO:HI, lognormal:MEAN:SIGMA, "

@@ -281,7 +281,8 @@ def register(group: click.Group) -> None:
             _serving_report(priced, output, scenario, trace_path)
             return
         _check_output(output, (*CHART_SUFFIXES, ".html"))
-        safe_output.check_outputs([("PRICED", priced)], [("-o", output)])
+        safe_output.check_outputs([("PRICED", priced), ("--trace", trace_path)],
+                                  [("-o", output)])
         pf = read_priced(priced)
         frame = pf.frame
         missing = {"batch_id", "overlap_ns", "no_overlap_ns", "bottleneck"} - set(frame.columns)

@@ -16,12 +16,14 @@ import pyarrow as pa
 from rich.console import Console
 
 from kernel import sql_laws  # noqa: F401  (installs the cost laws the views call)
-from kernel.cli.common import make_repos, with_repos
+from kernel.cli.common import FiniteFloatRange, make_repos, with_repos
 from kernel.cli.output import emit, format_options, resolve_format
 from kernel.stamp import for_database
 from pipeline import db, safe_output
 from pipeline.errors import DocumentError
 from pipeline.load import Repos
+
+from .sql_run import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S  # noqa: E402
 
 PROVENANCE_COLUMNS = ("position, name, set, method, value, units, value_text, scope_kind, "
                       "scope_values, reason")
@@ -158,19 +160,30 @@ def register(group: click.Group) -> None:
     @click.option("--db", "db_path", type=click.Path(dir_okay=False),
                   help="Query this DuckDB file (e.g. from `price --db`) as it is, read-only, "
                        "instead of loading scenarios.")
+    @click.option("--timeout", default=DEFAULT_TIMEOUT_S, show_default=True,
+                  type=FiniteFloatRange(0, 7 * 24 * 3600),
+                  help="Seconds the query may run (0: no limit).")
+    @click.option("--max-rows", "max_rows", default=None, type=click.IntRange(0),
+                  help=f"Most rows the result may have (0: no limit; default {DEFAULT_MAX_ROWS:,} "
+                       "for a table or JSON array, which hold every row, and no limit for "
+                       "parquet, arrow, csv and jsonl, which stream).")
     @format_options()
     @with_repos
-    def sql_cmd(query: str, scenarios: tuple[str, ...], db_path: str | None, fmt: str,
-                out: str | None, scenarios_root: str | None, catalog_root: str | None,
-                registry_root: str | None) -> None:
-        """Run a read-only SQL query over the document tables and resolution views
-        (docs/tables.md). No file, network, extension or write is reachable from it."""
+    def sql_cmd(query: str, scenarios: tuple[str, ...], db_path: str | None, timeout: float,
+                max_rows: int | None, fmt: str, out: str | None, scenarios_root: str | None,
+                catalog_root: str | None, registry_root: str | None) -> None:
+        """Run one read-only SQL statement over the document tables and resolution views
+        (docs/tables.md). No file, network, extension or write is reachable from it; it stops
+        at --timeout seconds and --max-rows rows."""
         from pipeline import sandbox
+
+        from .sql_run import run_query
 
         if db_path and scenarios:
             raise click.UsageError("--db queries a database as it is; --scenario loads "
                                    "scenarios into a fresh one: give one of them")
-        safe_output.check_outputs([("--db", db_path)], [("-o", out)])
+        resolve_format(fmt, out)  # a bad suffix before anything is loaded
+        safe_output.check_outputs([("--db", db_path)], [("-o", None if out == "-" else out)])
         if db_path:
             con = sandbox.open_read_only(db_path)
         else:
@@ -178,7 +191,11 @@ def register(group: click.Group) -> None:
                                                                  registry_root), None))
         try:
             sandbox.check_query(con, query)
-            table = _arrow(con, query)
+            run_query(con, query, fmt, out, timeout=timeout, max_rows=max_rows,
+                      stamp=for_database(con) if _resolved_db(con) else None)
         except duckdb.Error as exc:  # the first line says what; the rest draws a caret
-            raise click.ClickException(f"SQL: {str(exc).splitlines()[0]}") from None
-        emit(table, fmt, out, stamp=for_database(con) if _resolved_db(con) else None)
+            from kernel.cli.errors import resource_error
+
+            actionable = resource_error(exc, "sql")
+            raise click.ClickException(actionable or f"SQL: {str(exc).splitlines()[0]}") \
+                from None

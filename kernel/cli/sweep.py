@@ -79,6 +79,8 @@ def register(group: click.Group) -> None:
         names = match_scenarios(patterns, repos)
         if safe_output.same_file(trace, out):
             raise click.UsageError("-o is TRACE: write the sweep elsewhere")
+        safe_output.check_output_dir("-o", out, [("TRACE", trace), *(
+            ("--scenarios", n) for n in names if Path(n).is_file())])
         try:
             result = price_dataset(trace, out, names, cluster, pool=pool, repos=repos,
                                    decode_threshold=decode_threshold,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,11 @@ def read_requests(source: Any, *, format: str | None = None, arrival_unit: str =
         raise ValueError(f"on_reject must be 'collect' or 'raise', not {on_reject!r}")
     if hash_block_tokens is not None and hash_block_tokens <= 0:
         raise ValueError(f"hash_block_tokens must be > 0, not {hash_block_tokens}")
+    from pipeline import safe_output
+
+    for part in (source if isinstance(source, tuple | list) else (source,)):
+        if isinstance(part, str | os.PathLike):  # no output of the command lands on it (RL1)
+            safe_output.note_read("the requests", part)
     fmt = format or detect_format(source)
     if fmt not in FORMATS:
         raise ValueError(f"unknown request format {fmt!r}; one of {', '.join(FORMATS)}")

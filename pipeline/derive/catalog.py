@@ -42,6 +42,7 @@ def check_name(name: str) -> str:
 
 
 def _read(path: str | os.PathLike[str], what: str) -> bytes:
+    safe_output.note_read(f"the {what}", path)
     try:
         return Path(path).read_bytes()
     except OSError as exc:
