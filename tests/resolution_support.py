@@ -136,3 +136,17 @@ def first_refusals(variants: dict[str, Inputs]) -> dict[str, dict[str, Any] | No
         rows = build.refusals(con, key, inp.pool_index)
         out[key] = rows[0] if rows else None
     return out
+
+
+def unstated(base: Inputs, *engine_keys: str) -> Inputs:
+    """``base`` with ``engine_keys`` left out of its pool's engine block, as a document that
+    never states them reads: the zero value, and no source line saying where they were stated
+    (a *stated* 0 is refused, decision RL9)."""
+    zero = {k: type(getattr(base.pool.engine, k))() for k in engine_keys}
+    out = variant(base, engine=zero)
+    ends = tuple(f"engine.{k}" for k in engine_keys)
+    sources = {name: replace(loaded, lines={path: n for path, n in loaded.lines.items()
+                                            if not path.endswith(ends)})
+               for name, loaded in out.sources.items()}
+    return replace(out, sources=sources)
+

@@ -22,6 +22,7 @@ from tests.resolution_support import (
     batch,
     inputs,
     query,
+    unstated,
     variant,
     widened_collectives,
 )
@@ -148,8 +149,8 @@ def test_cudagraph_mode_assumed_only_when_unstated():  # case 107
 
 def test_three_unstated_settings_add_three_entries():  # case 109
     base, _ = build.resolve(inputs(DS3))
-    bare, _ = build.resolve(variant(inputs(DS3), engine={
-        "max_num_batched_tokens": 0, "block_size": 0, "cudagraph_mode": ""}))
+    bare, _ = build.resolve(unstated(inputs(DS3), "max_num_batched_tokens", "block_size",
+                                     "cudagraph_mode"))
     assert len(bare.provenance) == len(base.provenance) + 3
     added = set(assumption_names(bare)) - set(assumption_names(base))
     assert added == {"max_num_batched_tokens", "block_size", "cudagraph_mode"}

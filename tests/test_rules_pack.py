@@ -82,7 +82,10 @@ CASES: list[tuple[str, dict[str, Any], str, list[str]]] = [
                                        "enable_expert_parallel": True}, "error",
      ["pools[0]: expert-parallel width 8 exceeds the model's 6 experts, leaving ranks with "
       "none"]),
-    ("custom-allreduce-reachable", {"allreduce_backend": "custom", "tp": 12, "nodes": 2},
+    # 24 heads: tp 12 must divide the query heads, or validation refuses the pool before any
+    # rule runs (decision RL9)
+    ("custom-allreduce-reachable", {"allreduce_backend": "custom", "tp": 12, "nodes": 2,
+                                    "heads": 24},
      "warning",
      ["pools[0]: tp 12 is not a supported world size for the custom all-reduce, so the engine "
       "will fall back to NCCL and the cost moves from SMs to the NIC",
@@ -127,13 +130,24 @@ def test_every_rule_has_a_case() -> None:
     assert sorted({rule for rule, *_ in CASES}) == sorted(SPEC_ORDER)
 
 
+def _with_heads(graph: Any, heads: int) -> Any:
+    """``graph`` with every attention node's query heads set to ``heads``."""
+    kinds = tuple(dataclasses.replace(lk, nodes=tuple(
+        dataclasses.replace(n, n_q=heads) if n.op == "Attention" else n for n in lk.nodes))
+        for lk in graph.layer_kinds)
+    return dataclasses.replace(graph, layer_kinds=kinds)
+
+
 @pytest.mark.parametrize(("rule", "changes", "severity", "messages"), CASES,
                          ids=[c[0] for c in CASES])
 def test_rule_fires(rule: str, changes: dict[str, Any], severity: str,
                     messages: list[str]) -> None:
     changes = dict(changes)
+    heads = changes.pop("heads", None)
     inputs = _bundle(model=changes.pop("model", None), offload=changes.pop("offload", "keep"),
                      nodes=changes.pop("nodes", 1), **changes)
+    if heads is not None:
+        inputs = dataclasses.replace(inputs, model=_with_heads(inputs.model, heads))
     report = check_inputs(inputs)
     assert not [p for p in report.field if p.severity == "error"], report.field
     assert report.rules_applied == "0.29.0"

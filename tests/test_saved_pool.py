@@ -43,7 +43,8 @@ def test_loaded_pool_is_the_same_record(built: kernel.Kernel, loaded: kernel.Ker
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 4096), st.integers(0, 100_000)), max_size=40),
+@given(st.lists(st.tuples(st.integers(0, 4096), st.integers(0, 100_000)), min_size=1,
+                max_size=40).filter(lambda reqs: any(s for s, _ in reqs)),  # a step (RL8)
        st.sampled_from([1, 8]))
 def test_loaded_pool_prices_identically(built: kernel.Kernel, loaded: kernel.Kernel,
                                         reqs: list[tuple[int, int]], thr: int) -> None:

@@ -542,7 +542,7 @@ def test_case_143_invariants_every_scenario(name: str) -> None:
             if b.tokens() == 0:  # no forward pass: the kernel refuses it (RL8) ...
                 with pytest.raises(ValueError, match="no forward pass"):
                     k.step_time(b)
-                est = step.step_time_into(r, b, {})  # ... the law (§1.5) still gives host time
+                est = step.step_time_into(r, b, {})  # ... the law (model.md §1.5) still gives host time
             else:
                 est = k.step_time(b)
             per = est.per_resource
