@@ -302,3 +302,17 @@ def test_numpy_sign_check_reads_every_dtype_and_byte_order(dtype: str) -> None:
             k.step_time_arrays(s, bad, decode_threshold=8)
         with pytest.raises(ValueError, match=r"computed\[1\] is -1"):
             k.step_time_arrays(s[1::2], bad[1::2], decode_threshold=8)
+
+
+@pytest.mark.parametrize("rows", [[(1, 40), (2048, 0), (1, 9)], [(512, 7), (2048, 0)],
+                                  [(2048, 3), (512, 7), (512, 0)], [(2048, 5)],
+                                  [(0, 0), (2048, 0), (1, 4)]],
+                         ids=["one-chunk", "two-chunks", "chunk-first", "alone", "empty-row"])
+def test_step_batch_finds_its_prefill_rows(rows: list[tuple[int, int]]) -> None:
+    """The one-chunk shortcut (decision FS2) takes only a step with one prefill chunk among
+    decodes; two chunks of different sizes still walk both, in batch order."""
+    for name in SCENARIOS:
+        k = open_k(name)
+        sb = StepBatch(decode_threshold=8)
+        sb.extend([q[0] for q in rows], [q[1] for q in rows])
+        same(sb.step_time(k), shared(k, Batch(rows, decode_threshold=8)))
