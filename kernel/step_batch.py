@@ -50,7 +50,7 @@ class StepBatch:
     """The requests of the next step as columns, in batch order (the order the walk sees),
     plus the step's ``decode_threshold`` and ``sm_budget`` (checked when priced)."""
 
-    __slots__ = ("_cols", "_counts", "_crow", "_n", "_srow", "_sum_c", "_sum_s",
+    __slots__ = ("_cols", "_counts", "_crow", "_n", "_prep", "_srow", "_sum_c", "_sum_s",
                  "decode_threshold", "sm_budget")
 
     def __init__(self, decode_threshold: int = 1, sm_budget: int = 0, capacity: int = 64):
@@ -62,6 +62,7 @@ class StepBatch:
         self._sum_s = 0  # Σ scheduled, Σ computed: Python ints, exact
         self._sum_c = 0
         self._counts: dict[int, int] = {}  # scheduled count -> requests scheduling it
+        self._prep: tuple[Any, Any] | None = None  # (pool, its prepared constants), last used
 
     # -- reading -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -100,14 +101,17 @@ class StepBatch:
             thr, budget = threshold_and_budget(thr, budget)
         per: dict[Resource, int] | None = {} if per_resource else None
         n = self._n
-        r = k.resolved_pool
-        p = prepared(r)
+        r = k._r  # noqa: SLF001 (the kernel's own fields: one lookup less than its properties)
+        prep = self._prep
+        if prep is None or prep[0] is not r:
+            prep = self._prep = (r, prepared(r))
+        p = prep[1]
         fast = p.fast
         if not self._sum_s:  # no token scheduled: no forward pass (RL8), as k.step_time says
             from .kernel import refuse_empty
 
             refuse_empty(self.to_batch())
-        if not n or fast is None or k.calibration is not None:
+        if not n or fast is None or k._cal is not None:  # noqa: SLF001
             cols = self._cols
             return k.step_time_arrays(cols[0, :n], cols[1, :n], decode_threshold=thr,
                                       sm_budget=budget, per_resource=per_resource)
@@ -125,11 +129,17 @@ class StepBatch:
         # A prefill: its rows, found in the scheduled column, are walked; the rest is sums.
         srow, crow = self._srow, self._crow
         sl = srow[:n].tolist()
-        rows = rows_above(sl, counts, thr) if hi > thr else ()
+        if hi <= thr:
+            rows: Any = ()
+        elif lo <= thr and len(counts) == 2 and counts[hi] == 1:  # one chunk: a mixed step
+            rows = (sl.index(hi),)
+        else:
+            rows = rows_above(sl, counts, thr)
         empty = 0
         if 0 in counts and thr >= 0:  # (0, 0) requests: no context, the walk skips them
             empty = int(np.count_nonzero((srow[:n] == 0) & (crow[:n] == 0)))
-        s = walk_parts(p, n, self._sum_s, self._sum_c, [(sl[i], int(crow[i])) for i in rows],
+        item = crow.item
+        s = walk_parts(p, n, self._sum_s, self._sum_c, [(sl[i], item(i)) for i in rows],
                        empty, counts, budget)
         t = mixed_totals(p, fast, s)
         if t is not None:

@@ -280,3 +280,39 @@ def test_step_batch_on_a_calibrated_kernel() -> None:
     got = sb.step_time(kc)
     assert got.calibrated is not None
     same(got, kc.step_time(sb.to_batch()))
+
+
+@pytest.mark.parametrize("dtype", ["i1", "<i2", ">i2", "<i4", ">i4", "<i8", ">i8", "u2", "u8"])
+def test_numpy_sign_check_reads_every_dtype_and_byte_order(dtype: str) -> None:
+    """The computed column's sign is read from its bytes (decision FS1): every signed width
+    and byte order, strided views too, is refused at the first negative position and priced
+    as a Batch otherwise."""
+    k = open_k(SCENARIOS[0])
+    values = [5, 0, 100, 7, 3, 1]
+    c = np.array(values, dtype=dtype)
+    s = np.ones(len(values), dtype=np.int64)
+    want = shared(k, Batch(list(zip([1] * 6, values, strict=True)), decode_threshold=8))
+    same(k.step_time_arrays(s, c, decode_threshold=8), want)
+    same(k.step_time_arrays(s[::2], c[::2], decode_threshold=8),
+         shared(k, Batch([(1, v) for v in values[::2]], decode_threshold=8)))
+    if dtype[-2] != "u":
+        bad = c.copy()
+        bad[3] = -1
+        with pytest.raises(ValueError, match=r"computed\[3\] is -1"):
+            k.step_time_arrays(s, bad, decode_threshold=8)
+        with pytest.raises(ValueError, match=r"computed\[1\] is -1"):
+            k.step_time_arrays(s[1::2], bad[1::2], decode_threshold=8)
+
+
+@pytest.mark.parametrize("rows", [[(1, 40), (2048, 0), (1, 9)], [(512, 7), (2048, 0)],
+                                  [(2048, 3), (512, 7), (512, 0)], [(2048, 5)],
+                                  [(0, 0), (2048, 0), (1, 4)]],
+                         ids=["one-chunk", "two-chunks", "chunk-first", "alone", "empty-row"])
+def test_step_batch_finds_its_prefill_rows(rows: list[tuple[int, int]]) -> None:
+    """The one-chunk shortcut (decision FS2) takes only a step with one prefill chunk among
+    decodes; two chunks of different sizes still walk both, in batch order."""
+    for name in SCENARIOS:
+        k = open_k(name)
+        sb = StepBatch(decode_threshold=8)
+        sb.extend([q[0] for q in rows], [q[1] for q in rows])
+        same(sb.step_time(k), shared(k, Batch(rows, decode_threshold=8)))
