@@ -23,14 +23,21 @@ import polars as pl
 
 from kernel.replay.simtoreal.study import METRICS, StudyError
 
-__all__ = ["LATENCY_COLUMNS", "compare", "stage_metrics", "summary_mape"]
+__all__ = ["LATENCY_COLUMNS", "compare", "itl_mean", "stage_metrics", "summary_mape"]
 
 # what stage_metrics needs, one row per finished request
 LATENCY_COLUMNS = ("stage", "ttft_ns", "e2e_ns", "output_tokens")
 
 
+def itl_mean(e2e_mean_ms: float, ttft_mean_ms: float, output_tokens_mean: float) -> float:
+    """The study's ITL: the mean decode time per token after the first, from a stage's means.
+    NaN when the stage's requests produce one token on average (no decode to time)."""
+    if not output_tokens_mean > 1.0:
+        return float("nan")
+    return (e2e_mean_ms - ttft_mean_ms) / (output_tokens_mean - 1.0)
+
+
 def _one(stage: int, ttft_ms: np.ndarray, e2e_ms: np.ndarray, out: np.ndarray) -> list[dict]:
-    mean_out = float(out.mean())
     values = {
         "e2e_mean": float(e2e_ms.mean()),
         "e2e_p90": float(np.percentile(e2e_ms, 90)),
@@ -38,9 +45,7 @@ def _one(stage: int, ttft_ms: np.ndarray, e2e_ms: np.ndarray, out: np.ndarray) -
         "ttft_mean": float(ttft_ms.mean()),
         "ttft_p90": float(np.percentile(ttft_ms, 90)),
         "ttft_p99": float(np.percentile(ttft_ms, 99)),
-        # a single-token stage has no decode time to average: the metric is undefined there
-        "itl_mean": ((float(e2e_ms.mean()) - float(ttft_ms.mean())) / (mean_out - 1.0)
-                     if mean_out > 1.0 else float("nan")),
+        "itl_mean": itl_mean(float(e2e_ms.mean()), float(ttft_ms.mean()), float(out.mean())),
     }
     return [{"stage_index": stage, "metric": m, "predicted_ms": values[m],
              "requests": int(e2e_ms.size)} for m in METRICS]
