@@ -58,7 +58,7 @@ def replay_options(exp: Experiment, **overrides: Any) -> Any:
     """Replay options matching the measured engine (decision ST7): vLLM v0.15.1 schedules
     asynchronously by default, as v0.31.0 does, and the engine limits come from the scenario
     (max_num_seqs, max_num_batched_tokens, block size, prefix caching)."""
-    from kernel.replay.engine import ReplayOptions  # the engine part of the replay
+    from kernel.replay import ReplayOptions  # the engine part of the replay
 
     settings: dict[str, Any] = {"async_scheduling": bool(exp.engine["async_scheduling"])}
     settings.update(overrides)
@@ -130,8 +130,7 @@ def latencies(requests_out: pa.Table | pl.DataFrame, requests_in: pa.Table | pl.
 def run_experiment(exp: Experiment, *, seed: int = 0, duration_scale: float = 1.0,
                    options: dict[str, Any] | None = None) -> ExperimentRun:
     """Replay ``exp`` uncalibrated on its scenario and compute the study's metrics."""
-    from kernel.replay.engine import replay
-    from kernel.replay.requests import generate, inference_perf_spec
+    from kernel.replay import generate, inference_perf_spec, replay
 
     from kernel import open as open_kernel
 
@@ -142,10 +141,6 @@ def run_experiment(exp: Experiment, *, seed: int = 0, duration_scale: float = 1.
     reqs = generate(inference_perf_spec(config), seed=seed)
     result = replay(k, reqs, replay_options(exp, **(options or {})))
     lat, not_finished = latencies(result.requests, reqs.table)
-    for name in ("rejects",):
-        rej = getattr(result, name, None)
-        if rej is not None and rej.num_rows:
-            not_finished[f"{name}"] = not_finished.get(name, 0) + rej.num_rows
     predicted = stage_metrics(lat).with_columns(pl.lit(exp.exp_id).alias("exp_id"))
     seconds = time.perf_counter() - t0
     return ExperimentRun(exp_id=exp.exp_id,
