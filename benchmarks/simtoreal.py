@@ -74,11 +74,19 @@ def _run(args: argparse.Namespace) -> int:
                 traceback.print_exc()
             continue
         predicted.append(r.predicted)
-        seconds.append({"exp_id": e.exp_id, "seconds": r.seconds})
+        seconds.append({"exp_id": e.exp_id, "seconds": r.seconds, "cpu_seconds": r.cpu_seconds})
+        keep = ("engine_steps", "prefix_hit_rate", "preemptions", "kv_occupancy_max",
+                "running_max", "throughput_rps")
         runs[e.exp_id] = {"requests_in": r.requests_in, "finished": r.finished,
-                          "not_finished": r.not_finished, "seconds": r.seconds}
+                          "not_finished": r.not_finished, "seconds": r.seconds,
+                          "cpu_seconds": r.cpu_seconds,
+                          **{k: r.summary.get(k) for k in keep}}
         print(f"experiment {e.exp_id} ({e.scenario}, {e.workload}): {r.finished:,} of "
-              f"{r.requests_in:,} requests finished in {r.seconds:.2f} s", file=sys.stderr)
+              f"{r.requests_in:,} requests finished in {r.seconds:.2f} s "
+              f"({r.cpu_seconds:.2f} s CPU)", file=sys.stderr)
+        # partial results survive an interrupted run
+        pl.concat(predicted).write_csv(out / "predicted.csv")
+        pl.DataFrame(seconds).write_csv(out / "runtime.csv")
     (out / "runs.json").write_text(json.dumps(runs, indent=1, default=str))
     if not predicted:
         print("no experiment replayed", file=sys.stderr)

@@ -83,15 +83,20 @@ def runtime_table(ours: pl.DataFrame, runtime: pl.DataFrame) -> str:
     ids = ours["exp_id"].to_list()
     sims = runtime.filter(pl.col("exp_id").is_in(ids))
     names = [s for s in SIMULATORS if s in sims["simulator"].unique().to_list()]
-    head = ["exp", OURS] + names
+    cpu = "cpu_seconds" in ours.columns
+    head = ["exp", OURS] + (["(CPU s)"] if cpu else []) + names
     lines = [_row(head), _row(["---"] * len(head))]
     for row in ours.sort("exp_id").iter_rows(named=True):
         cells = [str(row["exp_id"]), f"{row['seconds']:.2f}"]
+        if cpu:
+            cells.append(f"{row['cpu_seconds']:.2f}")
         for s in names:
             hit = sims.filter((pl.col("simulator") == s) & (pl.col("exp_id") == row["exp_id"]))
             cells.append("–" if hit.height == 0 else f"{hit['seconds'][0]:.2f}")
         lines.append(_row(cells))
     med = [f"**{float(ours['seconds'].median()):.2f}**"]  # type: ignore[arg-type]
+    if cpu:
+        med.append(f"**{float(ours['cpu_seconds'].median()):.2f}**")  # type: ignore[arg-type]
     for s in names:
         v = sims.filter(pl.col("simulator") == s)["seconds"]
         med.append(f"**{float(v.median()):.2f}** (n={v.len()})")  # type: ignore[arg-type]

@@ -33,10 +33,12 @@ _FINISHED = ("finished", "done", "ok", "completed")
 class ExperimentRun:
     """One experiment replayed: the study's metrics (exp_id, stage_index, metric,
     predicted_ms, requests), the wall-clock seconds, and the request counts
-    (in = finished + not finished, with the reasons of the latter)."""
+    (in = finished + not finished, with the reasons of the latter), and the replay's summary
+    (throughput, prefix hit rate, KV occupancy, preemptions)."""
     exp_id: int
     predicted: pl.DataFrame
     seconds: float
+    cpu_seconds: float   # this process's CPU time over the same span (the machine is shared)
     requests_in: int
     finished: int
     not_finished: dict[str, int] = field(default_factory=dict)
@@ -134,7 +136,7 @@ def run_experiment(exp: Experiment, *, seed: int = 0, duration_scale: float = 1.
 
     from kernel import open as open_kernel
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     k = open_kernel(scenario_path(exp))
     config = exp.workload_config if duration_scale == 1.0 else scaled_workload(
         exp.workload_config, duration_scale)
@@ -142,9 +144,9 @@ def run_experiment(exp: Experiment, *, seed: int = 0, duration_scale: float = 1.
     result = replay(k, reqs, replay_options(exp, **(options or {})))
     lat, not_finished = latencies(result.requests, reqs.table)
     predicted = stage_metrics(lat).with_columns(pl.lit(exp.exp_id).alias("exp_id"))
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     return ExperimentRun(exp_id=exp.exp_id,
                          predicted=predicted.select("exp_id", "stage_index", "metric",
                                                     "predicted_ms", "requests"),
-                         seconds=seconds, requests_in=reqs.rows_in, finished=lat.height,
+                         seconds=seconds, cpu_seconds=cpu, requests_in=reqs.rows_in, finished=lat.height,
                          not_finished=not_finished, summary=dict(getattr(result, "summary", {})))
