@@ -132,9 +132,8 @@ def latencies(requests_out: pa.Table | pl.DataFrame, requests_in: pa.Table | pl.
 def run_experiment(exp: Experiment, *, seed: int = 0, duration_scale: float = 1.0,
                    options: dict[str, Any] | None = None) -> ExperimentRun:
     """Replay ``exp`` uncalibrated on its scenario and compute the study's metrics."""
-    from kernel.replay import generate, inference_perf_spec, replay
-
     from kernel import open as open_kernel
+    from kernel.replay import generate, inference_perf_spec, replay
 
     t0, c0 = time.perf_counter(), time.process_time()
     k = open_kernel(scenario_path(exp))
