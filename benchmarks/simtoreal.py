@@ -3,7 +3,8 @@ replayed (uncalibrated) and scored as the study scores its six simulators.
 
     python benchmarks/simtoreal.py run -o out/simtoreal            # all 38 experiments
     python benchmarks/simtoreal.py run --exp 16,22 -o out/st       # some of them
-    python benchmarks/simtoreal.py report out/simtoreal            # the tables again
+    python benchmarks/simtoreal.py run --estimate overlap -o out/st-overlap
+    python benchmarks/simtoreal.py report out/simtoreal out/st-overlap   # tables, side by side
     python benchmarks/simtoreal.py extract --study ../shared/reference/measurements/sim-to-real-accuracy-validation
 
 ``run`` writes ``predicted.csv`` (our seven metrics per experiment and stage), ``errors.csv``
@@ -27,20 +28,26 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def _print_tables(out: Path) -> None:
+def _label(out: Path) -> str:
+    meta = out / "meta.json"
+    estimate = json.loads(meta.read_text()).get("estimate") if meta.is_file() else None
+    return f"replay {estimate or 'no_overlap'}"
+
+
+def _print_tables(dirs: list[Path]) -> None:
     from kernel.replay.simtoreal.catalogue import experiments
     from kernel.replay.simtoreal.report import medians_table, per_experiment_table, runtime_table
     from kernel.replay.simtoreal.study import load_runtime, load_simulators
 
-    errors = pl.read_csv(out / "errors.csv")
-    runtime = pl.read_csv(out / "runtime.csv")
+    errors = {_label(d): pl.read_csv(d / "errors.csv") for d in dirs}
     sims = load_simulators()
     print("## Median whole-run MAPE over experiments\n")
     print(medians_table(errors, sims))
-    print("\n## Per experiment (whole run)\n")
+    print("\n## Per experiment (whole run): our signed error, BLIS trained-physics' MAPE\n")
     print(per_experiment_table(errors, sims, experiments()))
-    print("\n## Seconds per experiment\n")
-    print(runtime_table(runtime, load_runtime()))
+    for d in dirs:
+        print(f"\n## Seconds per experiment ({_label(d)}, {d})\n")
+        print(runtime_table(pl.read_csv(d / "runtime.csv"), load_runtime()))
     print(f"\n({os.cpu_count()} cores)")
 
 
@@ -62,6 +69,9 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     options = {"estimate": args.estimate} if args.estimate else {}
+    (out / "meta.json").write_text(json.dumps({"estimate": args.estimate or "no_overlap",
+                                               "seed": args.seed,
+                                               "duration_scale": args.duration_scale}))
     predicted, seconds, runs = [], [], {}
     for e in exps:
         try:
@@ -95,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
     pred.write_csv(out / "predicted.csv")
     compare(pred, load_measured()).write_csv(out / "errors.csv")
     pl.DataFrame(seconds).write_csv(out / "runtime.csv")
-    _print_tables(out)
+    _print_tables([out])
     return 0 if len(predicted) == len(exps) else 1
 
 
@@ -110,15 +120,15 @@ def main() -> int:
     run.add_argument("--duration-scale", type=float, default=1.0,
                      help="stage durations × this (quick runs; the published figures use 1)")
     run.add_argument("-v", "--verbose", action="store_true")
-    rep = sub.add_parser("report", help="print the tables of a finished run")
-    rep.add_argument("dir")
+    rep = sub.add_parser("report", help="print the tables of finished runs, side by side")
+    rep.add_argument("dirs", nargs="+")
     ext = sub.add_parser("extract", help="rebuild the embedded study extracts and scenarios")
     ext.add_argument("--study", required=True)
     args = ap.parse_args()
     if args.cmd == "run":
         return _run(args)
     if args.cmd == "report":
-        _print_tables(Path(args.dir))
+        _print_tables([Path(d) for d in args.dirs])
         return 0
     from kernel.replay.simtoreal.catalogue import write_scenarios
     from kernel.replay.simtoreal.study import extract_study

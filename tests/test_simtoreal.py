@@ -327,7 +327,11 @@ def test_tables_compare_on_the_same_experiments_only() -> None:
     blis_line = next(x for x in lines if x.startswith("| blis-trained-physics"))
     assert f"| 2 | {float(blis.median()):.1f}% |" in blis_line  # type: ignore[arg-type]
     per = per_experiment_table(ours, sims, cat.experiments())
-    assert "| 16 | llama-3.1-8b-instruct | H100 | 1 | 2048 | 0.9 | no | general | 10.0% (+10.0%)" \
-        in per
+    assert "| 16 | llama-3.1-8b-instruct | H100 | 1 | 2048 | 0.9 | no | general | +10.0% |" in per
+    # several labelled runs side by side: one column each, same rows
+    two = medians_table({"a": ours, "b": ours.with_columns(pl.col("mape") * 2)}, sims)
+    a_line = next(x for x in two.splitlines() if x.startswith("| a |"))
+    b_line = next(x for x in two.splitlines() if x.startswith("| b |"))
+    assert "| 2 | 20.0% |" in a_line and "| 2 | 40.0% |" in b_line
     rt = runtime_table(pl.DataFrame({"exp_id": [16, 22], "seconds": [1.0, 3.0]}), load_runtime())
     assert rt.splitlines()[-1].startswith("| median | **2.00** |")

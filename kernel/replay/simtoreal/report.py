@@ -24,12 +24,19 @@ def _row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def per_experiment_table(ours: pl.DataFrame, sims: pl.DataFrame,
+def _runs(ours: pl.DataFrame | dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Our errors as {label: whole-run rows}: one table is labelled ``OURS``."""
+    runs = ours if isinstance(ours, dict) else {OURS: ours}
+    return {k: v.filter(pl.col("stage_index") == -1) for k, v in runs.items()}
+
+
+def per_experiment_table(ours: pl.DataFrame | dict[str, pl.DataFrame], sims: pl.DataFrame,
                          exps: list[Experiment]) -> str:
-    """One row per experiment we replayed: its deployment, our whole-run TTFT/ITL/E2E mean
-    MAPE with the signed error, and BLIS trained-physics' MAPE on the same rows."""
+    """One row per experiment we replayed: its deployment, then per headline metric (TTFT,
+    ITL, E2E mean, whole run) our signed error for each labelled run and BLIS
+    trained-physics' MAPE on the same row."""
     info = {e.exp_id: e for e in exps}
-    mine = ours.filter(pl.col("stage_index") == -1)
+    runs = _runs(ours)
     blis = sims.filter((pl.col("stage_index") == -1)
                        & (pl.col("simulator") == "blis-trained-physics"))
 
@@ -39,33 +46,36 @@ def per_experiment_table(ours: pl.DataFrame, sims: pl.DataFrame,
 
     head = ["exp", "model", "GPU", "TP", "mbt", "gmu", "offload", "workload"]
     for m in HEADLINE:
-        head += [f"{m.split('_')[0].upper()} ours (signed)", "BLIS"]
+        name = m.split("_")[0].upper()
+        head += [f"{name} {label} (signed)" for label in runs] + [f"{name} BLIS (MAPE)"]
     lines = [_row(head), _row(["---"] * len(head))]
-    for exp_id in sorted(mine["exp_id"].unique().to_list()):
+    ids = sorted({i for df in runs.values() for i in df["exp_id"].unique().to_list()})
+    for exp_id in ids:
         e = info[exp_id]
         cells = [str(exp_id), e.model, e.hardware, str(e.tp), str(e.max_num_batched_tokens),
                  f"{e.gpu_memory_utilization:g}", "yes" if e.cpu_offload else "no", e.workload]
         for m in HEADLINE:
-            mape, mpe = get(mine, exp_id, m, "mape"), get(mine, exp_id, m, "mpe")
-            cells.append("–" if mape is None or mpe is None else f"{mape:.1f}% ({mpe:+.1f}%)")
+            for df in runs.values():
+                mpe = get(df, exp_id, m, "mpe")
+                cells.append("–" if mpe is None else f"{mpe:+.1f}%")
             cells.append(_pct(get(blis, exp_id, m, "mape")))
         lines.append(_row(cells))
     return "\n".join(lines)
 
 
-def medians_table(ours: pl.DataFrame, sims: pl.DataFrame, metrics: tuple[str, ...] = (
-        "ttft_mean", "ttft_p90", "ttft_p99", "itl_mean", "e2e_mean", "e2e_p90", "e2e_p99"),
-        ) -> str:
-    """Median whole-run MAPE over experiments, per metric: ours over the experiments we
-    replayed, and each simulator over the same experiments (those it covers; n says how
-    many)."""
-    mine = ours.filter(pl.col("stage_index") == -1)
-    ids = mine["exp_id"].unique().to_list()
+def medians_table(ours: pl.DataFrame | dict[str, pl.DataFrame], sims: pl.DataFrame,
+                  metrics: tuple[str, ...] = ("ttft_mean", "ttft_p90", "ttft_p99", "itl_mean",
+                                              "e2e_mean", "e2e_p90", "e2e_p99")) -> str:
+    """Median whole-run MAPE over experiments, per metric: ours (each labelled run) over the
+    experiments we replayed, and each simulator over the same experiments (those it covers;
+    the count says how many)."""
+    runs = _runs(ours)
+    ids = sorted({i for df in runs.values() for i in df["exp_id"].unique().to_list()})
     same = sims.filter((pl.col("stage_index") == -1) & pl.col("exp_id").is_in(ids))
     head = ["simulator", "experiments"] + list(metrics)
     lines = [_row(head), _row(["---"] * len(head))]
-    for name, df in [(OURS, mine)] + [(s, same.filter(pl.col("simulator") == s))
-                                       for s in SIMULATORS]:
+    for name, df in list(runs.items()) + [(s, same.filter(pl.col("simulator") == s))
+                                          for s in SIMULATORS]:
         if df.height == 0:
             lines.append(_row([name, "0"] + ["–"] * len(metrics)))
             continue

@@ -60,7 +60,7 @@ def replay_options(exp: Experiment, **overrides: Any) -> Any:
     """Replay options matching the measured engine (decision ST7): vLLM v0.15.1 schedules
     asynchronously by default, as v0.31.0 does, and the engine limits come from the scenario
     (max_num_seqs, max_num_batched_tokens, block size, prefix caching)."""
-    from kernel.replay import ReplayOptions  # the engine part of the replay
+    from kernel.replay.api import ReplayOptions  # the engine part of the replay
 
     settings: dict[str, Any] = {"async_scheduling": bool(exp.engine["async_scheduling"])}
     settings.update(overrides)
@@ -133,7 +133,8 @@ def run_experiment(exp: Experiment, *, seed: int = 0, duration_scale: float = 1.
                    options: dict[str, Any] | None = None) -> ExperimentRun:
     """Replay ``exp`` uncalibrated on its scenario and compute the study's metrics."""
     from kernel import open as open_kernel
-    from kernel.replay import generate, inference_perf_spec, replay
+    from kernel.replay import generate, inference_perf_spec
+    from kernel.replay.api import replay
 
     t0, c0 = time.perf_counter(), time.process_time()
     k = open_kernel(scenario_path(exp))
