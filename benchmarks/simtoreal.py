@@ -3,6 +3,7 @@ replayed (uncalibrated) and scored as the study scores its six simulators.
 
     python benchmarks/simtoreal.py run -o out/simtoreal            # all 38 experiments
     python benchmarks/simtoreal.py run --exp 16,22 -o out/st       # some of them
+    python benchmarks/simtoreal.py run --set training -o out/st-tr # inference-sim/training's runs
     python benchmarks/simtoreal.py run --estimate overlap -o out/st-overlap
     python benchmarks/simtoreal.py report out/simtoreal out/st-overlap   # tables, side by side
     python benchmarks/simtoreal.py extract --study ../shared/reference/measurements/sim-to-real-accuracy-validation
@@ -41,10 +42,11 @@ def _print_tables(dirs: list[Path]) -> None:
 
     errors = {_label(d): pl.read_csv(d / "errors.csv") for d in dirs}
     sims = load_simulators()
+    exps = experiments(which="all")
     print("## Median whole-run MAPE over experiments\n")
     print(medians_table(errors, sims))
     print("\n## Per experiment (whole run): our signed error, BLIS trained-physics' MAPE\n")
-    print(per_experiment_table(errors, sims, experiments()))
+    print(per_experiment_table(errors, sims, exps))
     for d in dirs:
         print(f"\n## Seconds per experiment ({_label(d)}, {d})\n")
         print(runtime_table(pl.read_csv(d / "runtime.csv"), load_runtime()))
@@ -57,7 +59,7 @@ def _run(args: argparse.Namespace) -> int:
     from kernel.replay.simtoreal.run import run_experiment
     from kernel.replay.simtoreal.study import load_measured
 
-    exps = experiments()
+    exps = experiments(which=args.set)
     if args.exp:
         wanted = {int(x) for x in args.exp.split(",")}
         unknown = sorted(wanted - {e.exp_id for e in exps})
@@ -103,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     pred = pl.concat(predicted)
     pred.write_csv(out / "predicted.csv")
-    compare(pred, load_measured()).write_csv(out / "errors.csv")
+    compare(pred, load_measured(which=args.set)).write_csv(out / "errors.csv")
     pl.DataFrame(seconds).write_csv(out / "runtime.csv")
     _print_tables([out])
     return 0 if len(predicted) == len(exps) else 1
@@ -113,7 +115,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="replay experiments and score them")
-    run.add_argument("--exp", help="comma-separated experiment ids (default: all)")
+    run.add_argument("--exp", help="comma-separated experiment ids (default: all of the set)")
+    run.add_argument("--set", default="study", choices=["study", "training", "all"],
+                     help="the study's 38 experiments, inference-sim/training's other runs, "
+                          "or both")
     run.add_argument("-o", "--out", required=True, help="directory for the CSVs")
     run.add_argument("--estimate", help="the replay's step estimate (default: the engine's)")
     run.add_argument("--seed", type=int, default=0)
@@ -124,6 +129,8 @@ def main() -> int:
     rep.add_argument("dirs", nargs="+")
     ext = sub.add_parser("extract", help="rebuild the embedded study extracts and scenarios")
     ext.add_argument("--study", required=True)
+    ext.add_argument("--training", help="inference-sim/training's checkout (default: "
+                     "inference-sim-training beside --study)")
     args = ap.parse_args()
     if args.cmd == "run":
         return _run(args)
@@ -132,9 +139,16 @@ def main() -> int:
         return 0
     from kernel.replay.simtoreal.catalogue import write_scenarios
     from kernel.replay.simtoreal.study import extract_study
+    from kernel.replay.simtoreal.training import extract_training
 
     for name, path in extract_study(args.study).items():
         print(f"wrote {name}: {path}")
+    training = args.training or str(Path(args.study).parent / "inference-sim-training")
+    got = extract_training(training)
+    for name, path in got["paths"].items():
+        print(f"wrote {name}: {path}")
+    for run_dir, why in got["left_out"].items():
+        print(f"left out {run_dir}: {why}")
     print(f"wrote {len(write_scenarios())} scenarios")
     return 0
 

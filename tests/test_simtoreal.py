@@ -335,3 +335,67 @@ def test_tables_compare_on_the_same_experiments_only() -> None:
     assert "| 2 | 20.0% |" in a_line and "| 2 | 40.0% |" in b_line
     rt = runtime_table(pl.DataFrame({"exp_id": [16, 22], "seconds": [1.0, 3.0]}), load_runtime())
     assert rt.splitlines()[-1].startswith("| median | **2.00** |")
+
+
+# ---------------------------------------------------------------- inference-sim/training's runs
+
+def _report(e2e_s: float, ttft_s: float, out_mean: float, failed: int = 0) -> dict:
+    dist = lambda m: {"mean": m, "p90": m * 1.1, "p99": m * 1.2}  # noqa: E731
+    return {"successes": {"latency": {"request_latency": dist(e2e_s),
+                                      "time_to_first_token": dist(ttft_s)},
+                          "output_len": {"mean": out_mean}},
+            "failures": {"count": failed}}
+
+
+def _run_dir(root: Path, name: str, summary: dict, stages: list[dict]) -> None:
+    import json
+
+    d = root / "default_args" / name
+    (d / "results").mkdir(parents=True)
+    (d / "exp-config.yaml").write_text("model: meta-llama/Llama-2-7b-hf\ntensor_parallelism: 1\n"
+                                       "max_model_len: 4096\nmax_num_batched_tokens: 2048\n"
+                                       "max_num_seqs: 128\napp: inference-perf\n")
+    (d / "results" / "summary_lifecycle_metrics.json").write_text(json.dumps(summary))
+    for i, st_ in enumerate(stages):
+        (d / "results" / f"stage_{i}_lifecycle_metrics.json").write_text(json.dumps(st_))
+
+
+def test_training_runs_become_experiments_unless_studied_or_overloaded(tmp_path: Path) -> None:
+    from kernel.replay.simtoreal.training import FIRST_ID, extract_training
+
+    out = tmp_path / "out"
+    out.mkdir()
+    # a study with one experiment (7) whose whole-run values a training run repeats
+    (out / "measured.csv").write_text(
+        "exp_id,stage_index,metric,actual_ms\n"
+        "7,-1,e2e_mean,2000.0\n7,-1,ttft_mean,30.0\n")
+    root = tmp_path / "training"
+    _run_dir(root, "20260101-000000-llama-2-7b-tp1-general", _report(1.5, 0.02, 101.0),
+             [_report(1.0, 0.01, 101.0), _report(2.0, 0.03, 101.0)])
+    _run_dir(root, "20260101-000001-llama-2-7b-tp1-codegen", _report(2.0, 0.03, 50.0), [])
+    _run_dir(root, "20260101-000002-llama-2-7b-tp1-reasoning",
+             _report(9.0, 5.0, 1400.0, failed=12), [])
+    got = extract_training(root, out)
+    assert got["left_out"] == {"20260101-000001-llama-2-7b-tp1-codegen": "study experiment 7",
+                               "20260101-000002-llama-2-7b-tp1-reasoning":
+                                   "12 failed requests (overloaded)"}
+    exp = load_experiments(out, "training")
+    assert exp["exp_id"].to_list() == [FIRST_ID] and exp["workload"][0] == "general"
+    m = load_measured(out, "training")
+    get = {(r["stage_index"], r["metric"]): r["actual_ms"] for r in m.iter_rows(named=True)}
+    assert set(get) == {(s, x) for s in (-1, 0, 1) for x in METRICS}
+    assert get[(0, "e2e_mean")] == 1000.0 and get[(1, "ttft_p99")] == pytest.approx(36.0)
+    assert get[(-1, "itl_mean")] == pytest.approx((1500 - 20) / 100)
+
+
+def test_the_embedded_training_runs_and_the_unknown_set() -> None:
+    exps = cat.experiments(which="training")
+    # 16 runs: 7 are study experiments 2-11, 4 failed requests (overloaded)
+    assert [(e.exp_id, e.model, e.workload) for e in exps] == [
+        (101, "llama-2-7b-hf", "codegen"), (102, "llama-2-7b-hf", "roleplay"),
+        (104, "llama-2-70b-hf", "general"), (106, "llama-2-7b-hf", "general"),
+        (113, "codellama-34b-instruct-hf", "general")]
+    assert all(cat.scenario_path(e).is_file() for e in exps)
+    assert len(cat.experiments(which="all")) == 43
+    with pytest.raises(StudyError, match="unknown experiment set 'nope'"):
+        load_measured(which="nope")

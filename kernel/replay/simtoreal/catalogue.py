@@ -131,12 +131,13 @@ def load_catalogue(root: str | Path | None = None) -> dict[str, Any]:
     return {"models": models, "hardware": hardware, "engine": engine, "workloads": configs}
 
 
-def experiments(root: str | Path | None = None) -> list[Experiment]:
-    """Every experiment of ``experiments.csv``, resolved through ``catalogue.yaml``. An
-    experiment the catalogue cannot price is an error naming what is missing."""
+def experiments(root: str | Path | None = None, which: str = "study") -> list[Experiment]:
+    """Every experiment of the set ``which`` (``study``: ``experiments.csv``; ``training``:
+    ``training.csv``; ``all``), resolved through ``catalogue.yaml``. An experiment the
+    catalogue cannot price is an error naming what is missing."""
     cat = load_catalogue(root)
     out = []
-    for row in load_experiments(root).iter_rows(named=True):
+    for row in load_experiments(root, which).iter_rows(named=True):
         where = f"experiment {row['exp_id']} ({row['folder']})"
         for key, table in (("hf_model", "models"), ("hardware", "hardware"),
                            ("workload", "workloads")):
@@ -211,7 +212,7 @@ def write_scenarios(out: str | Path | None = None,
     target = Path(out) if out is not None else study_dir() / "scenarios"
     target.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
-    for exp in exps if exps is not None else experiments():
+    for exp in exps if exps is not None else experiments(which="all"):
         path = target / f"{exp.scenario}.yaml"
         if exp.scenario not in written:
             path.write_text(scenario_text(exp))

@@ -22,7 +22,7 @@ import polars as pl
 
 from pipeline.resources import data_dir
 
-__all__ = ["METRICS", "StudyError", "extract_study", "load_experiments", "load_measured",
+__all__ = ["METRICS", "SETS", "StudyError", "extract_study", "load_experiments", "load_measured",
            "load_runtime", "load_simulators", "study_dir"]
 
 # The seven metrics the study scores, in its names (milliseconds).
@@ -160,18 +160,36 @@ def _load(name: str, schema: dict[str, pl.DataType | type[pl.DataType]],
     return df
 
 
-def load_experiments(root: str | Path | None = None) -> pl.DataFrame:
-    """The study's experiments, one row each (``experiments.csv``)."""
-    return _load("experiments", _EXPERIMENT_COLUMNS, root)  # type: ignore[arg-type]
+# the experiment sets: the study's 38, and inference-sim/training's runs that are not among
+# them (kernel/replay/simtoreal/training.py); "all" is both
+SETS = {"study": ("experiments", "measured"), "training": ("training", "training_measured")}
 
 
-def load_measured(root: str | Path | None = None) -> pl.DataFrame:
+def _sets(which: str) -> list[tuple[str, str]]:
+    if which == "all":
+        return list(SETS.values())
+    if which not in SETS:
+        raise StudyError(f"unknown experiment set {which!r}; allowed: {sorted(SETS)} or 'all'")
+    return [SETS[which]]
+
+
+def load_experiments(root: str | Path | None = None, which: str = "study") -> pl.DataFrame:
+    """Experiments, one row each: the study's (``experiments.csv``), inference-sim/training's
+    other runs (``training.csv``) or ``all``."""
+    return pl.concat([_load(e, _EXPERIMENT_COLUMNS, root)  # type: ignore[arg-type]
+                      for e, _ in _sets(which)])
+
+
+def load_measured(root: str | Path | None = None, which: str = "study") -> pl.DataFrame:
     """Measured values: exp_id, stage_index (-1 = whole run), metric, actual_ms."""
-    df = _load("measured", _MEASURED_COLUMNS, root)  # type: ignore[arg-type]
-    bad = sorted(set(df["metric"].to_list()) - set(METRICS))
-    if bad:
-        raise StudyError(f"measured.csv: unknown metric {bad}; allowed: {list(METRICS)}")
-    return df
+    frames = []
+    for _, name in _sets(which):
+        df = _load(name, _MEASURED_COLUMNS, root)  # type: ignore[arg-type]
+        bad = sorted(set(df["metric"].to_list()) - set(METRICS))
+        if bad:
+            raise StudyError(f"{name}.csv: unknown metric {bad}; allowed: {list(METRICS)}")
+        frames.append(df)
+    return pl.concat(frames)
 
 
 def load_simulators(root: str | Path | None = None) -> pl.DataFrame:
