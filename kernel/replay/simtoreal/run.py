@@ -25,8 +25,8 @@ from kernel.replay.simtoreal.study import StudyError
 
 __all__ = ["ExperimentRun", "latencies", "replay_options", "run_experiment", "scaled_workload"]
 
-# status values the engine gives a request that produced all its tokens
-_FINISHED = ("finished", "done", "ok", "completed")
+# the replay's status of a request that produced all its tokens (else "rejected", with a reason)
+FINISHED = "finished"
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def latencies(requests_out: pa.Table | pl.DataFrame, requests_in: pa.Table | pl.
     status = _column(out, "status")
     not_finished: dict[str, int] = {}
     if status is not None:
-        done = out[status].cast(pl.String).str.to_lowercase().is_in(list(_FINISHED))
+        done = out[status].cast(pl.String) == FINISHED
         rest = out.filter(~done)
         if rest.height:
             reason = _column(rest, "reason")
