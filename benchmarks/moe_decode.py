@@ -2,6 +2,7 @@
 priced three ways, against the stage's measured ITL (the sim-to-real study, issue 34).
 
     python benchmarks/moe_decode.py
+    python benchmarks/moe_decode.py --moe-table /tmp/aisim/aisimulate_core/systems/data/h100_sxm/moe/vllm/0.31.0/moe_perf.parquet
 
 Concurrency is Little's law on the measured stage: rate x (TTFT + output tokens x ITL), with
 TTFT taken as 60 ms (the measured whole-run TTFTs of the stages that do not queue are
@@ -56,7 +57,45 @@ def _without_moe_layer(tmp: Path) -> kernel.Repos:
     return kernel.Repos(layer=str(tmp))
 
 
+def score_moe_table(path: str) -> None:
+    """The routed-expert law against vLLM's MoE operator rows (balanced routing, no expert
+    parallelism, 1-512 tokens, fastest kernel per row): the reference's undivided FLOPs summed
+    with the weight read, the FLOPs split by tp summed, and the larger of split FLOPs and read.
+    Ramp (eps_max, m_half) and HBM rate are the H100 pool's as resolved; the peak is the fp8
+    one the table's fp8-block rows run at (1,979 TFLOP/s, H100 SXM)."""
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    from kernel import laws
+    r = kernel.open(str(SCEN / f"simtoreal-{EXPERIMENTS[27][0]}.yaml")).resolved_pool
+    c = r.coefficients
+    peak = 1979e12
+    t = pl.from_arrow(pq.read_table(path))
+    t = t.filter((pl.col("distribution") == "balanced") & (pl.col("moe_ep_size") == 1)
+                 & (pl.col("num_tokens") <= 512))
+    t = t.group_by(["moe_tp_size", "num_tokens", "hidden_size", "inter_size", "topk",
+                    "num_experts"]).agg(pl.col("latency").min()).sort(["moe_tp_size", "num_tokens"])
+    errs: dict[int, list[tuple[float, float, float]]] = {}
+    for tp, tokens, h, inter, k, n_exp, ms in t.iter_rows():
+        wbytes = 3 * h * inter / tp  # fp8: one byte a weight, a tp slice of each expert
+        hbm = wbytes * laws.experts_touched(tokens, n_exp, k, n_exp) / c.hbm_bps
+        sm_ref = tokens * k * 2 * 3 * h * inter / (peak * laws.efficiency(tokens, c.eps_max,
+                                                                          c.m_half))
+        meas = ms / 1e3
+        errs.setdefault(tp, []).append(((hbm + sm_ref) / meas - 1, (hbm + sm_ref / tp) / meas - 1,
+                                        max(hbm, sm_ref / tp) / meas - 1))
+    print("| tp | rows | reference sum | split sum | split max |")
+    print("|---|---|---|---|---|")
+    for tp, e in sorted(errs.items()):
+        cells = [f"{100 * sum(abs(x[i]) for x in e) / len(e):.1f}% "
+                 f"({100 * sum(x[i] for x in e) / len(e):+.1f}%)" for i in range(3)]
+        print(f"| {tp} | {len(e)} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
+    if "--moe-table" in sys.argv:
+        score_moe_table(sys.argv[sys.argv.index("--moe-table") + 1])
+        return
     tmp = Path(tempfile.mkdtemp())
     pricings = {"reference": kernel.Repos(pricing="reference"),
                 "measured w/o MO1": _without_moe_layer(tmp), "measured": None}
