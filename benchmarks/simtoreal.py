@@ -5,6 +5,7 @@ replayed (uncalibrated) and scored as the study scores its six simulators.
     python benchmarks/simtoreal.py run --exp 16,22 -o out/st       # some of them
     python benchmarks/simtoreal.py run --set training -o out/st-tr # inference-sim/training's runs
     python benchmarks/simtoreal.py run --estimate overlap -o out/st-overlap
+    python benchmarks/simtoreal.py run --pricing reference -o out/st-ref  # the reference's prices
     python benchmarks/simtoreal.py report out/simtoreal out/st-overlap   # tables, side by side
     python benchmarks/simtoreal.py extract --study ../shared/reference/measurements/sim-to-real-accuracy-validation
 
@@ -31,8 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def _label(out: Path) -> str:
     meta = out / "meta.json"
-    estimate = json.loads(meta.read_text()).get("estimate") if meta.is_file() else None
-    return f"replay {estimate or 'no_overlap'}"
+    info = json.loads(meta.read_text()) if meta.is_file() else {}
+    pricing = info.get("pricing", "default")
+    return f"replay {info.get('estimate') or 'overlap'}" + (
+        "" if pricing == "default" else f" {pricing}")
 
 
 def _print_tables(dirs: list[Path]) -> None:
@@ -71,17 +74,18 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     options = {"estimate": args.estimate} if args.estimate else {}
-    (out / "meta.json").write_text(json.dumps({"estimate": args.estimate or "no_overlap",
+    (out / "meta.json").write_text(json.dumps({"estimate": args.estimate or "overlap",
                                                "seed": args.seed, "repeats": args.repeats,
-                                               "duration_scale": args.duration_scale}))
+                                               "duration_scale": args.duration_scale,
+                                               "pricing": args.pricing or "default"}))
     predicted, seconds, runs = [], [], {}
     for e in exps:
         try:
             r = run_experiment(e, seed=args.seed, duration_scale=args.duration_scale,
-                               options=options)
+                               options=options, pricing=args.pricing)
             for _ in range(args.repeats - 1):  # the fastest of several runs; same figures
                 again = run_experiment(e, seed=args.seed, duration_scale=args.duration_scale,
-                                       options=options)
+                                       options=options, pricing=args.pricing)
                 if not again.predicted.equals(r.predicted):
                     raise RuntimeError("a repeated replay gave other figures")
                 if again.seconds < r.seconds:
@@ -128,6 +132,8 @@ def main() -> int:
                           "or both")
     run.add_argument("-o", "--out", required=True, help="directory for the CSVs")
     run.add_argument("--estimate", help="the replay's step estimate (default: the engine's)")
+    run.add_argument("--pricing", choices=["measured", "reference"],
+                     help="Repos(pricing=...) for every kernel (default: the kernel's)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--repeats", type=int, default=1,
                      help="replay each experiment this many times and keep the fastest")

@@ -188,6 +188,9 @@ class Coefficients:
     # per decode request of a full-attention layer priced by the part-wide pair (decision AC4);
     # 0 where the coefficient sets hold none (the reference)
     attention_per_request_ns: int = 0
+    # 1 where the measured layer says vLLM's fused MoE splits each expert's FLOPs over tp (decision
+    # MO1); 0 in the reference, which keeps routed FLOPs undivided by tp (model.md §4.2)
+    moe_expert_tp_split: float = 0.0
 
 
 @dataclass(frozen=True)

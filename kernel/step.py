@@ -355,6 +355,10 @@ def _prepare(r: ResolvedPool) -> _Prepared:
             # dpSlice = DP with EP off; 1 with EP on. NB routed FLOPs are NOT divided by tp:
             # the spec's documented, measured over-charge (model.md §4.2, §11 item 1) is kept.
             L.dp_slice = r.expert_tensor_shards / tp if lay.expert_width <= 1 else 1.0
+            if c.moe_expert_tp_split > 0 and lay.expert_width <= 1:
+                # decision MO1: each rank computes its tp slice of every expert (vLLM's FusedMoE
+                # shards the intermediate size by tp), so FLOPs divide by all the expert shards
+                L.dp_slice = float(r.expert_tensor_shards)
             L.ets_weight = pl.expert_weight_bytes_per_expert / r.expert_tensor_shards
             L.total_experts = r.total_experts
             L.experts_per_rank = r.experts_per_rank

@@ -15,7 +15,9 @@ WITH cv AS (
                AS attn_floor_sparse_mla_ns,
            -- per decode request of a full-attention layer (the measured layer, decision AC4)
            max(ns_value) FILTER (WHERE name = 'attention_decode_per_request')
-               AS attention_per_request_ns
+               AS attention_per_request_ns,
+           -- 1: routed expert FLOPs split over the tp slices of each expert (decision MO1)
+           max(value) FILTER (WHERE name = 'moe_expert_tp_split') AS moe_expert_tp_split
     FROM coefficients_lifted GROUP BY scenario, pool
 ), need AS (
     SELECT scenario, pool,
@@ -82,7 +84,7 @@ SELECT l.scenario, l.pool, l.role, l.chip, l.model, l.tp, l.pp, l.dp,
             ELSE l.inter_node_bw_gbps * 1e9 END AS nic_bps,
        n.attention_floor_ns, n.attention_rate_bps, n.attn_rate_swa, n.attn_rate_mla, n.attn_rate_sparse_mla,
        cv.attn_floor_swa_ns, cv.attn_floor_mla_ns, cv.attn_floor_sparse_mla_ns,
-       cv.attention_per_request_ns,
+       cv.attention_per_request_ns, cv.moe_expert_tp_split,
        n.attention_prefill_floor_ns, n.attention_prefill_scale, n.host_link_bps,
        CASE WHEN n.moe_imbalance_raw > 0 THEN n.moe_imbalance_raw ELSE CAST(1 AS DOUBLE) END AS moe_imbalance,
        n.rec_floor_mamba2, n.rec_rate_mamba2, n.rec_floor_kda, n.rec_rate_kda, n.rec_floor_gdn,

@@ -56,9 +56,9 @@ def test_many_scenarios_share_catalog_rows():
     sets = con.execute("SELECT count(DISTINCT set), count(*) FROM coefficients").fetchall()[0]
     one = con.execute("SELECT count(*) FROM coefficients WHERE set = 'cost-model-collectives'"
                       ).fetchall()[0][0]
-    # the scenarios' six sets, plus the measured layer's three families for each of the two
-    # chips (decisions AC1, AC4, AC9); the reference's pricing loads the six alone
-    assert sets[0] == 6 + 3 * 2 and one == 480
+    # the scenarios' six sets, plus the measured layer's four families for each of the two
+    # chips (decisions AC1, AC4, AC9, MO1); the reference's pricing loads the six alone
+    assert sets[0] == 6 + 4 * 2 and one == 480
     ref = db.load_scenarios([DS3, GLM5, KIMI], Repos(pricing="reference"))
     assert ref.execute("SELECT count(DISTINCT set) FROM coefficients").fetchall()[0][0] == 6
     pools = con.execute("SELECT scenario, pool FROM resolved_pools ORDER BY 1").fetchall()

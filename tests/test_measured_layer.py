@@ -74,7 +74,8 @@ def test_reference_loads_no_layer_and_measured_loads_the_chips_set() -> None:
     ref = open_inputs(DS3, REFERENCE)
     new = open_inputs(DS3)
     assert [s.name for s in new.coefficients] == [s.name for s in ref.coefficients] \
-        + ["vllm-all-reduce-h200", "vllm-attention-decode-h200", "vllm-attention-prefill-h200"]
+        + ["vllm-all-reduce-h200", "vllm-attention-decode-h200", "vllm-attention-prefill-h200",
+           "vllm-moe-h200"]
     assert "vllm-all-reduce-h200" in new.scenario.coefficients
     assert "vllm-all-reduce-h200" not in ref.scenario.coefficients
 
@@ -108,10 +109,21 @@ def test_knots_are_the_layer_files_values_for_the_pools_width_and_chip() -> None
     assert dict(zip(key.knot_bytes, key.knot_ns, strict=True)) == want
 
 
-def test_decode_step_nvlink_term_is_the_knot_law_per_all_reduce() -> None:
+def _layer_without(tmp_path: Path, family: str) -> kernel.Repos:
+    """The embedded measured layer minus one family's sets (to isolate another's effect)."""
+    where = tmp_path / "layer" / "coefficients"
+    where.mkdir(parents=True)
+    for f in LAYER.glob("*.yaml"):
+        if not f.name.startswith(family):
+            (where / f.name).write_text(f.read_text())
+    return kernel.Repos(layer=str(tmp_path / "layer"))
+
+
+def test_decode_step_nvlink_term_is_the_knot_law_per_all_reduce(tmp_path: Path) -> None:
     """One decode step's NVLink seconds move by exactly (knot law − NCCL law) × the number of
-    TP all-reduces of the step (the counts come from the plan, the laws from the key)."""
-    ref, new = kernel.open(DS3, REFERENCE), kernel.open(DS3)
+    TP all-reduces of the step (the counts come from the plan, the laws from the key). The
+    MoE engine set (decision MO1, which moves the routed SM term) is left out."""
+    ref, new = kernel.open(DS3, REFERENCE), kernel.open(DS3, _layer_without(tmp_path, "vllm-moe-"))
     batch = kernel.Batch([kernel.Request(1, 4095)] * 32, decode_threshold=8)
     nref, nnew = ref.step_time(batch), new.step_time(batch)
     assert nnew.no_overlap < nref.no_overlap

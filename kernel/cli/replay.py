@@ -118,7 +118,7 @@ def register(group: click.Group) -> None:
     @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
                   help="Directory for the outputs (created).")
     @click.option("--estimate", type=click.Choice(["no_overlap", "overlap", "calibrated"]),
-                  default="no_overlap", show_default=True,
+                  default="overlap", show_default=True,
                   help="The step estimate the engine clock advances by.")
     @click.option("--calibration", type=click.Path(dir_okay=False, exists=True),
                   help="A calibration document (needed by --estimate calibrated).")

@@ -120,6 +120,26 @@ def prefill_report(chip: str, table: OperatorTable, f: AttentionPrefillFit) -> d
             "worst": None}
 
 
+def moe_engine_set(chip: str, engine: str) -> dict[str, Any]:
+    """The MoE engine facts of the priced vLLM (decision MO1): not fitted from a table, so
+    every chip's layer carries the same set; ``registry fit`` writes it beside the fitted ones."""
+    return {"kind": "CoefficientSet", "name": f"vllm-moe-{chip}", "coefficients": [
+        {"moe_expert_tp_split": {
+            "value": 1.0, "units": "dimensionless", "method": "literature", "fitted": False,
+            "scope": {"hardware": [chip]},
+            "sources": [{"kind": "model", "role": "primary", "cite": (
+                "vLLM v0.31.0 vllm/model_executor/layers/fused_moe/layer.py (FusedMoE: "
+                "intermediate_size_per_partition = intermediate_size // tp_size without "
+                "expert parallelism)")}],
+            "rationale": (
+                f"Under {engine}, each rank of a tensor-parallel group runs its tp slice of every "
+                "expert (w13 and w2 sharded on the intermediate size), so a routed token's "
+                "expert FLOPs divide by tp as its weight bytes do. The reference keeps them "
+                "undivided (model.md §4.2, a documented over-charge). 1 = divide; the kernel "
+                "reads it only with expert parallelism off.")}},
+    ]}
+
+
 def report_rows(chip: str, table: OperatorTable, fits: Iterable[AllReduceFit]
                 ) -> list[dict[str, Any]]:
     return [{"chip": chip, "family": "all_reduce", "group": f"{f.ranks}rank",

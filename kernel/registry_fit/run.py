@@ -50,6 +50,7 @@ def fit_chip(root: str | Path, chip: str, engine: str, families: list[str] | Non
         if prefill is not None:
             sets.append(prefill[0])
             report.append(prefill[1])
+    sets.append(layer.moe_engine_set(chip, engine))
     return sets, report
 
 

@@ -130,14 +130,17 @@ def latencies(requests_out: pa.Table | pl.DataFrame, requests_in: pa.Table | pl.
 
 
 def run_experiment(exp: Experiment, *, seed: int = 0, duration_scale: float = 1.0,
-                   options: dict[str, Any] | None = None) -> ExperimentRun:
-    """Replay ``exp`` uncalibrated on its scenario and compute the study's metrics."""
+                   options: dict[str, Any] | None = None,
+                   pricing: str | None = None) -> ExperimentRun:
+    """Replay ``exp`` uncalibrated on its scenario and compute the study's metrics
+    (``pricing``: ``Repos(pricing=...)``, default the kernel's)."""
+    from kernel import Repos
     from kernel import open as open_kernel
     from kernel.replay import generate, inference_perf_spec
     from kernel.replay.api import replay
 
     t0, c0 = time.perf_counter(), time.process_time()
-    k = open_kernel(scenario_path(exp))
+    k = open_kernel(scenario_path(exp), Repos(pricing=pricing) if pricing else None)
     config = exp.workload_config if duration_scale == 1.0 else scaled_workload(
         exp.workload_config, duration_scale)
     reqs = generate(inference_perf_spec(config), seed=seed)
