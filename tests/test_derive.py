@@ -257,7 +257,8 @@ def test_cli_refusal_is_an_error_message(tmp_path: Path) -> None:
 def test_embedded_catalog_check_passes() -> None:
     results = check_catalog(data_dir() / "catalog")
     assert [(r.name, r.status) for r in results] == [
-        ("glm-5.3-flash", "current"), ("qwen3-30b-a3b", "current"),
+        ("glm-5.3-flash", "current"), ("mixtral-8x22b-instruct-v0.1", "current"),
+        ("mixtral-8x22b-v0.1", "current"), ("qwen3-30b-a3b", "current"),
         ("qwen3.5-397b-a17b", "current")]
 
 
