@@ -4,6 +4,7 @@ document that passes the identity checks."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -13,11 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kernel
 from kernel.calibration import CalibrationError
 from kernel.calibration.document import from_document
 from kernel.calibration.requests_fit import (
+    GRIDS,
     RequestRun,
     from_requests,
     law_for,
@@ -25,6 +29,7 @@ from kernel.calibration.requests_fit import (
     measured_stages,
     replay_latencies,
     request_log_run,
+    search_one,
     soft_l1,
 )
 from kernel.replay import ReplayOptions, generate, inference_perf_spec, write_requests
@@ -186,3 +191,27 @@ def test_the_cli_writes_the_calibration_and_refuses_a_bare_log(setup, tmp_path):
     r = CliRunner().invoke(main, ["calibrate", "--requests", str(log), str(bare), "-s", scen,
                                   "-o", str(tmp_path / "no.yaml")])
     assert r.exit_code != 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(min_value=0.36, max_value=1.22), st.floats(min_value=0.1, max_value=10.0))
+def test_the_search_finds_a_bracketed_minimum(best, width):
+    """Grid, parabola, golden section: a smooth minimum inside the grid is found to 0.5%,
+    and the search never evaluates outside the grid's bracket."""
+    seen = []
+
+    def f(x):
+        seen.append(x)
+        return width * abs(math.log(x / best)) ** 1.5
+    grid = GRIDS["scale"]
+    found = search_one(f, grid, log=True, refine=10)
+    assert found == pytest.approx(best, rel=0.005)
+    assert min(seen) >= grid[0] - 1e-12 and max(seen) <= grid[-1] + 1e-12
+
+
+def test_a_minimum_beyond_the_grid_stops_at_its_edge():
+    grid = GRIDS["scale"]
+    assert search_one(lambda x: (x - 5.0) ** 2, grid, log=True, refine=10) == pytest.approx(
+        grid[-1], rel=0.01)
+    assert search_one(lambda x: (x - 0.01) ** 2, grid, log=True, refine=0) == pytest.approx(
+        grid[0], rel=1e-12)

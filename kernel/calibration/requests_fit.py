@@ -284,11 +284,11 @@ def search_one(f: Callable[[float], float], grid: Sequence[float], *, log: bool,
     back = (lambda u: math.exp(u)) if log else (lambda u: u)
     ys = [f(back(u)) for u in xs]
     i = int(np.argmin(ys))
-    if i in (0, len(xs) - 1):
-        return back(xs[i])          # at the grid's edge: the bracket is not closed
-    lo, hi = xs[i - 1], xs[i + 1]
     best_u, best_y = xs[i], ys[i]
-    v = _vertex(xs[i - 1:i + 2], ys[i - 1:i + 2])
+    # the bracket: the best point's neighbours (at the grid's edge, the last interval: the
+    # search never leaves the grid, so a minimum beyond it ends at the edge)
+    lo, hi = xs[max(i - 1, 0)], xs[min(i + 1, len(xs) - 1)]
+    v = _vertex(xs[i - 1:i + 2], ys[i - 1:i + 2]) if 0 < i < len(xs) - 1 else None
     if v is not None and lo < v < hi:
         yv = f(back(v))
         if yv < best_y:
