@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernel
+import kernel.calibration
 from kernel.calibration import CalibrationError
 from kernel.calibration.document import from_document
 from kernel.calibration.requests_fit import (
@@ -102,7 +103,7 @@ def test_stage_aggregates_are_recovered_too(setup):
     measured = stage_metrics(truth).rename({"predicted_ms": "actual_ms"})
     run = RequestRun("stages", k, reqs, ReplayOptions(),
                      stages=measured_stages(measured))
-    cal = from_requests(run)
+    cal = kernel.calibration.from_requests(run)  # the package's entry point
     assert cal.document["fit"]["parameters"]["scale"] == pytest.approx(TRUE_SCALE, rel=0.02)
     ttft, itl = _means(replay_latencies(run, cal.law, cal.model, cal.chip))
     ttft0, itl0 = _means(truth)
