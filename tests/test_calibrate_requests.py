@@ -153,6 +153,9 @@ def test_logs_without_what_the_fit_needs_are_refused(setup, tmp_path):
     with pytest.raises(CalibrationError, match="no row of metric"):
         measured_stages(pl.DataFrame({"stage_index": [-1], "metric": ["ttft_p90"],
                                       "actual_ms": [3.0]}))
+    with pytest.raises(CalibrationError, match="repeat a"):
+        measured_stages(pl.DataFrame({"stage_index": [-1, -1], "metric": ["itl_mean"] * 2,
+                                      "actual_ms": [3.0, 4.0]}))
     with pytest.raises(CalibrationError, match="one of the two"):
         RequestRun("x", k, reqs)
     with pytest.raises(CalibrationError, match="parameters"):

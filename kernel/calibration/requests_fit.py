@@ -142,6 +142,10 @@ def measured_stages(table: Any, where: str = "the stage aggregates") -> pl.DataF
     if bad.height:
         raise CalibrationError(f"{where}: {bad.height} row(s) whose actual_ms is not a "
                                f"finite number > 0, e.g. {bad.row(0, named=True)}")
+    dup = out.filter(pl.struct("stage_index", "metric").is_duplicated())
+    if dup.height:  # e.g. several experiments' rows in one file: never averaged silently
+        raise CalibrationError(f"{where}: {dup.height} rows repeat a (stage_index, metric), "
+                               f"e.g. {dup.row(0, named=True)}; give one run's aggregates")
     return out
 
 
