@@ -8,16 +8,29 @@ correction of its per-resource terms (``docs/calibration.md``, ``docs/accuracy.m
 * :mod:`.make` — :func:`calibrate`: price measured traces, fit, document;
 * :mod:`.accuracy` — relative errors and the accuracy table;
 * :mod:`.measured` — a measured column's units and bad values;
-* :mod:`.splitwise` — SplitwiseSim's profile as a measured trace.
+* :mod:`.splitwise` — SplitwiseSim's profile as a measured trace;
+* :mod:`.requests_fit` — :func:`from_requests`: the law fitted through the serving replay to
+  a request log (:mod:`.requests_loo`: leave-one-experiment-out on sim-to-real).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from .document import Calibration, CalibrationError, load_calibration
 from .identity import CalibrationWarning
 from .law import PHASES, STARTS, TERMS, Law, PhaseCorrection, calibrated_ns
 from .make import calibrate
 
+
+def from_requests(*args: Any, **kwargs: Any) -> Calibration:
+    """:func:`kernel.calibration.requests_fit.from_requests` (imported on first use: it
+    needs the serving replay)."""
+    from .requests_fit import from_requests as fit
+
+    return fit(*args, **kwargs)
+
+
 __all__ = ["PHASES", "STARTS", "TERMS", "Calibration", "CalibrationError",
            "CalibrationWarning", "Law", "PhaseCorrection", "calibrate", "calibrated_ns",
-           "load_calibration"]
+           "from_requests", "load_calibration"]

@@ -11,6 +11,7 @@ import click
 
 from pipeline import safe_output
 
+from .calibrate_requests import calibrate_from_requests, request_log_options
 from .common import make_repos, parse_column_options, with_repos
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -90,12 +91,12 @@ def held_out_table(doc: dict[str, Any]) -> list[str]:
 
 def register(group: click.Group) -> None:
     @group.command("calibrate")
-    @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True))
+    @click.argument("traces", nargs=-1, required=False, type=click.Path(exists=True))
     @click.option("--scenario", "-s", "scenarios", multiple=True, required=True,
                   help="Scenario name or path: once for every trace, or once per trace.")
     @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
                   help="Pool index.")
-    @click.option("--measured", required=True,
+    @click.option("--measured", required=False, default=None,
                   help="The per-batch column of measured step times.")
     @click.option("--measured-unit", "unit", default="ns", show_default=True,
                   type=click.Choice(["ns", "us", "ms", "s"]), help="Its unit.")
@@ -132,21 +133,33 @@ def register(group: click.Group) -> None:
                   help="Map a trace column, e.g. --column scheduled=num_scheduled_tokens.")
     @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
                   help="The calibration document (YAML).")
+    @request_log_options
     @with_repos
     def calibrate_cmd(traces: tuple[str, ...], scenarios: tuple[str, ...], pool: int,
-                      measured: str, unit: str, trace_format: str, folds: int,
+                      measured: str | None, unit: str, trace_format: str, folds: int,
                       fold_by: str | None, holdout: tuple[str, ...],
                       holdout_scenarios: tuple[str, ...], split: str | None, start: str,
                       engine: str | None, name: str | None, seed: int,
                       decode_threshold: int, column_map: tuple[str, ...], output: str,
                       scenarios_root: str | None, catalog_root: str | None,
-                      registry_root: str | None) -> None:
+                      registry_root: str | None, **request_log: Any) -> None:
         """Fit a calibration of the kernel's per-resource terms to the measured step times in
         TRACE(s), cross-validate it, and write it to OUTPUT (docs/calibration.md)."""
         from kernel.calibration import CalibrationError, calibrate
         from kernel.fpm import FpmError
         from kernel.trace import TraceError
 
+        if request_log.get("requests_log"):  # issue 32 item 7: through the serving replay
+            if traces or measured:
+                raise click.UsageError("--requests calibrates from a request log: give no "
+                                       "TRACE and no --measured")
+            calibrate_from_requests(scenarios, pool, start, engine, name, output,
+                                    make_repos(scenarios_root, catalog_root, registry_root),
+                                    **request_log)
+            return
+        if not traces or not measured:
+            raise click.UsageError("give TRACE(s) and --measured (per-step times), or "
+                                   "--requests LOG (a request log)")
         if len(scenarios) not in (1, len(traces)):
             raise click.UsageError(f"{len(scenarios)} --scenario for {len(traces)} traces: "
                                    "give one, or one per trace")
