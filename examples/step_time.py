@@ -12,9 +12,9 @@ for resource, ns in (est.per_resource or {}).items():
     print(f"  {resource:<6} {ns / 1e6:6.2f} ms")
 
 # Output:
-# no overlap 24.32 ms, overlap 23.29 ms
+# no overlap 21.27 ms, overlap 20.24 ms
 # bottleneck hbm
-#   sm       3.81 ms
+#   sm       0.76 ms
 #   hbm     16.26 ms
 #   nvlink   0.70 ms
 #   host     3.54 ms
