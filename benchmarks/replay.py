@@ -69,6 +69,27 @@ def run(scenario: str, n: int, users: int, keep_steps: bool = True,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def time_experiments(scenario: str, dirs: list[str]) -> None:
+    """Wall time of a whole replay (load generation + replay + result tables) per
+    experiment: the figure the sim-to-real study's runtime.csv gives each simulator."""
+    import kernel
+    from kernel.replay import generate, inference_perf_spec
+    from kernel.replay.api import ReplayOptions, replay
+
+    k = kernel.open(scenario)
+    times = []
+    print(f"cores: {os.cpu_count()}")
+    for d in dirs:
+        t0 = time.perf_counter()
+        rs = generate(inference_perf_spec(d), seed=0)
+        res = replay(k, rs, ReplayOptions(dp=1))
+        times.append(time.perf_counter() - t0)
+        print(f"{os.path.basename(d.rstrip('/'))}: {rs.table.num_rows:,} requests, "
+              f"{res.summary['engine_steps']:,} steps, {times[-1]:.2f}s, prefix hit rate "
+              f"{res.summary['prefix_hit_rate']:.3f}")
+    print(f"median {float(np.median(times)):.2f}s per experiment over {len(times)} ({scenario})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scenario", action="append",
@@ -80,7 +101,14 @@ def main() -> None:
                     help="keep_steps=False: no steps table (large replays)")
     ap.add_argument("--trace", action="append", default=[],
                     help="also replay this request file (read_requests; repeatable)")
+    ap.add_argument("--inference-perf", nargs="*", default=None, metavar="DIR",
+                    help="time the replay of each inference-perf experiment directory's load "
+                         "(inference_perf_spec + generate, seed 0) on the first scenario; "
+                         "prints the median seconds per experiment (sim-to-real comparison)")
     a = ap.parse_args()
+    if a.inference_perf is not None:
+        time_experiments((a.scenario or ["llama-3.1-8b-h100-tp1"])[0], a.inference_perf)
+        return
     lo, hi = (int(x) for x in a.output.split(":"))
     scenarios = a.scenario or ["llama-3.1-8b-h100-tp1", "qwen3-30b-a3b-h100-tp2"]
     print(f"cores: {os.cpu_count()}")
