@@ -26,6 +26,8 @@ def cli() -> None:
 def _register_commands() -> None:
     # Every sibling module exposes `register(group)`; discovering them keeps this file stable.
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name == "__main__":  # `python -m kernel.cli`, not a command module
+            continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         register = getattr(module, "register", None)
         if register is not None:
