@@ -187,8 +187,8 @@ def test_sweep_command_writes_a_summary(tmp_path: Path, trace: pa.Table) -> None
 
     src = tmp_path / "t.parquet"
     pq.write_table(trace, src)
-    result = CliRunner().invoke(cli, ["sweep", str(src), "--scenarios", "llama-3.1-8b-h100*",
-                                      "--scenarios", SCENARIOS[0], "-o", str(tmp_path / "o"),
+    result = CliRunner().invoke(cli, ["sweep", str(src), "--scenario", "llama-3.1-8b-h100*",
+                                      "--scenario", SCENARIOS[0], "-o", str(tmp_path / "o"),
                                       "--cluster", "local:2"])
     assert result.exit_code == 0, result.output
     summary = pl.read_parquet(tmp_path / "o" / "summary.parquet")
