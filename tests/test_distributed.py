@@ -175,7 +175,7 @@ def test_price_command_on_a_local_cluster(tmp_path: Path, trace: pa.Table) -> No
     assert f"rows in {trace.num_rows:,} = priced {trace.num_rows:,} + rejected 0" in result.output
     expected = price(kernel.open(SCENARIOS[0]), trace).sort("batch_id")
     assert _read_priced(out, SCENARIOS[0]).equals(expected)
-    refused = CliRunner().invoke(cli, ["price", str(src), "-o", str(tmp_path / "o2"),
+    refused = CliRunner().invoke(cli, ["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", str(src), "-o", str(tmp_path / "o2"),
                                        "--cluster", "local", "--strict"])
     assert refused.exit_code == 2 and "--strict cannot be combined with --cluster" in refused.output
 

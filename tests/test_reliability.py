@@ -231,11 +231,11 @@ def test_table_commands_write_every_format(suffix: str, d: Path, tmp_path: Path)
 
 def test_unknown_and_mismatched_suffixes_are_clear_errors(d: Path, tmp_path: Path) -> None:
     for args, needle in (
-            (["price", d / "t.parquet", "-o", tmp_path / "p.json"], ".jsonl"),
-            (["price", d / "t.parquet", "-o", tmp_path / "p.xyz"], "cannot tell the format"),
-            (["price", d / "t.parquet", "-o", tmp_path / "p.csv", "--format", "parquet"],
+            (["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", d / "t.parquet", "-o", tmp_path / "p.json"], ".jsonl"),
+            (["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", d / "t.parquet", "-o", tmp_path / "p.xyz"], "cannot tell the format"),
+            (["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", d / "t.parquet", "-o", tmp_path / "p.csv", "--format", "parquet"],
              "make them agree"),
-            (["price", d / "t.parquet", "-o", tmp_path / "p.parquet", "--rejects",
+            (["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", d / "t.parquet", "-o", tmp_path / "p.parquet", "--rejects",
               tmp_path / "r.txt"], "cannot tell the format"),
             (["provenance", "-s", S, "-o", tmp_path / "p.parquet", "--format", "csv"],
              "make them agree")):
@@ -332,7 +332,7 @@ def test_sql_streams_a_large_result_with_bounded_memory(d: Path, tmp_path: Path)
 
 
 def test_float_options_refuse_nan(d: Path) -> None:
-    for args in (["price", d / "t.parquet", "-o", d / "od", "--cluster", "127.0.0.1:9",
+    for args in (["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", d / "t.parquet", "-o", d / "od", "--cluster", "127.0.0.1:9",
                   "--connect-timeout", "nan"],
                  ["trace", "synth", "--mix", "nan", "-o", d / "s.parquet"],
                  ["sql", "SELECT 1", "--db", d / "r.db", "--timeout", "inf"]):
