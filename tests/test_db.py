@@ -129,7 +129,7 @@ def test_cli_sql_and_exports(tmp_path):
     assert again.exit_code == 0 and "1" in again.output  # the file as it is: one scenario
     for cmd, fmt in (("resolved", "parquet"), ("provenance", "csv"), ("evidence", "json")):
         target = tmp_path / f"{cmd}.{fmt}"
-        res = runner.invoke(cli, [cmd, DS3, "--format", fmt, "-o", str(target)])
+        res = runner.invoke(cli, [cmd, "-s", DS3, "--format", fmt, "-o", str(target)])
         assert res.exit_code == 0, res.output
         assert target.stat().st_size > 0
     table = runner.invoke(cli, ["provenance", "-s", GLM5])
