@@ -28,7 +28,7 @@ def open_progress(total: int | None, enabled: bool, label: str = "pricing"
         return None
     from rich.console import Console
 
-    console = Console()
+    console = Console(stderr=True)  # progress on stderr: stdout is for data (CF3)
     if console.is_jupyter:
         return NotebookProgress(total, label)
     if not console.is_terminal:

@@ -9,9 +9,9 @@ import pytest
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (["step", "minimax-m25-h200-ep16", "--batch", "4x1@100", "--no-assumed-widths"],
+    (["step", "-s", "minimax-m25-h200-ep16", "--batch", "4x1@100", "--no-assumed-widths"],
      "no 16-rank all_reduce"),
-    (["memory", "no-such-scenario"], "no scenario named 'no-such-scenario'"),
+    (["memory", "-s", "no-such-scenario"], "no scenario named 'no-such-scenario'"),
 ])
 def test_errors_are_messages_not_tracebacks(args: list[str], says: str) -> None:
     run = subprocess.run([sys.executable, "-c", "from kernel.cli import main; main()", *args],

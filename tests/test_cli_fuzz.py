@@ -19,6 +19,7 @@ from kernel.cli import cli
 from pipeline.resources import data_dir
 
 S = "llama-3.1-8b-h100-tp1"  # the smallest embedded scenario: cheap to open
+DS = "deepseek-v3-h200-fp8-sglang-tp8"  # price once defaulted to it (now -s is required)
 LONG = "a" * 300  # longer than a file name may be (NAME_MAX = 255 bytes)
 BOMB = "\n".join([
     'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]',
@@ -45,42 +46,42 @@ def sql(id_: str, query: str, code: int, needle: str, *more: str) -> Case:
 
 CASES = [
     # -- step / memory: names, batch specs, batch files, documents, ranges -------------------
-    case("step-name-escapes-root", "step ../../../../etc/passwd --batch 1x1@1", 1,
+    case("step-name-escapes-root", "step -s ../../../../etc/passwd --batch 1x1@1", 1,
          "no path separator"),
-    case("step-name-too-long", f"step {LONG} --batch 1x1@1", 1, "at most"),
-    case("step-batch-binary-file", f"step {S} --batch {{d}}/binary.json", 2, "UTF-8"),
-    case("step-batch-malformed-json", f"step {S} --batch {{d}}/bad.json", 2, "not valid JSON"),
-    case("step-batch-not-a-list", f"step {S} --batch {{d}}/notlist.yaml", 2, "holds a list"),
-    case("step-batch-bad-value", f"step {S} --batch {{d}}/badvalue.yaml", 2,
+    case("step-name-too-long", f"step -s {LONG} --batch 1x1@1", 1, "at most"),
+    case("step-batch-binary-file", f"step -s {S} --batch {{d}}/binary.json", 2, "UTF-8"),
+    case("step-batch-malformed-json", f"step -s {S} --batch {{d}}/bad.json", 2, "not valid JSON"),
+    case("step-batch-not-a-list", f"step -s {S} --batch {{d}}/notlist.yaml", 2, "holds a list"),
+    case("step-batch-bad-value", f"step -s {S} --batch {{d}}/badvalue.yaml", 2,
          "non-negative integer"),
-    case("step-batch-yaml-bomb", f"step {S} --batch {{d}}/bomb.yaml", 2, "aliases"),
-    case("step-batch-billion-requests", f"step {S} --batch 1000000000x1@1", 2, "more than"),
-    case("step-batch-beyond-int64", f"step {S} --batch 1x1@100000000000000000000", 2, "2^63-1"),
-    case("step-batch-garbage", f"step {S} --batch nonsense", 2, "COUNTxSCHEDULED"),
-    case("step-missing-batch-file", f"step {S} --batch {{d}}/missing.json", 2, "no such"),
-    case("step-negative-threshold", f"step {S} --batch 1x1@1 --decode-threshold -1", 2,
+    case("step-batch-yaml-bomb", f"step -s {S} --batch {{d}}/bomb.yaml", 2, "aliases"),
+    case("step-batch-billion-requests", f"step -s {S} --batch 1000000000x1@1", 2, "more than"),
+    case("step-batch-beyond-int64", f"step -s {S} --batch 1x1@100000000000000000000", 2, "2^63-1"),
+    case("step-batch-garbage", f"step -s {S} --batch nonsense", 2, "COUNTxSCHEDULED"),
+    case("step-missing-batch-file", f"step -s {S} --batch {{d}}/missing.json", 2, "no such"),
+    case("step-negative-threshold", f"step -s {S} --batch 1x1@1 --decode-threshold -1", 2,
          "range"),
-    case("step-negative-sm-budget", f"step {S} --batch 1x1@1 --sm-budget -1", 2, "range"),
-    case("step-pool-out-of-range", f"step {S} --batch 1x1@1 --pool 4", 1, "pool index 4"),
-    case("step-scenario-yaml-bomb", "step {d}/bomb.yaml --batch 1x1@1", 1, "aliases"),
-    case("step-scenario-binary", "step {d}/binary.yaml --batch 1x1@1", 1, "UTF-8"),
-    case("step-scenario-int-beyond-int64", "step {d}/seqs.yaml --batch 1x1@1", 1,
+    case("step-negative-sm-budget", f"step -s {S} --batch 1x1@1 --sm-budget -1", 2, "range"),
+    case("step-pool-out-of-range", f"step -s {S} --batch 1x1@1 --pool 4", 1, "pool index 4"),
+    case("step-scenario-yaml-bomb", "step -s {d}/bomb.yaml --batch 1x1@1", 1, "aliases"),
+    case("step-scenario-binary", "step -s {d}/binary.yaml --batch 1x1@1", 1, "UTF-8"),
+    case("step-scenario-int-beyond-int64", "step -s {d}/seqs.yaml --batch 1x1@1", 1,
          "out of range"),
-    case("memory-name-with-dotdot", "memory ..", 1, "not empty"),
-    case("memory-negative-pool", f"memory {S} --pool -1", 2, "range"),
-    case("memory-deep-yaml", "memory {d}/deep.yaml", 1, "nest"),
-    case("memory-recursive-alias", "memory {d}/recursive.yaml", 1, "recursive"),
-    case("memory-unknown-name", "memory no-such-scenario", 1, "no-such-scenario"),
+    case("memory-name-with-dotdot", "memory -s ..", 1, "not empty"),
+    case("memory-negative-pool", f"memory -s {S} --pool -1", 2, "range"),
+    case("memory-deep-yaml", "memory -s {d}/deep.yaml", 1, "nest"),
+    case("memory-recursive-alias", "memory -s {d}/recursive.yaml", 1, "recursive"),
+    case("memory-unknown-name", "memory -s no-such-scenario", 1, "no-such-scenario"),
     # -- resolved / provenance / evidence ----------------------------------------------------
-    case("resolved-pool-out-of-range", f"resolved {S} --pool 5", 2, "pool(s)"),
-    case("provenance-output-unknown-suffix", f"provenance {S} -o {{d}}/p.xyz", 2,
+    case("resolved-pool-out-of-range", f"resolved -s {S} --pool 5", 2, "pool(s)"),
+    case("provenance-output-unknown-suffix", f"provenance -s {S} -o {{d}}/p.xyz", 2,
          "cannot tell the format"),
-    case("evidence-output-directory", f"evidence {S} --format csv -o {{d}}/adir", 2,
+    case("evidence-output-directory", f"evidence -s {S} --format csv -o {{d}}/adir", 2,
          "directory"),
-    case("resolved-output-fifo", f"resolved {S} --format json -o {{d}}/fifo", 1, "FIFO"),
-    case("provenance-output-is-scenario", "provenance {d}/scen.yaml --format json -o "
+    case("resolved-output-fifo", f"resolved -s {S} --format json -o {{d}}/fifo", 1, "FIFO"),
+    case("provenance-output-is-scenario", "provenance -s {d}/scen.yaml --format json -o "
          "{d}/scen.yaml", 1, "same file"),
-    case("resolved-unknown-format", f"resolved {S} --format xml", 2, "xml"),
+    case("resolved-unknown-format", f"resolved -s {S} --format xml", 2, "xml"),
     # -- sql: the sandbox --------------------------------------------------------------------
     sql("sql-empty", "", 1, "empty"),
     sql("sql-copy-to", "COPY scenarios TO '{d}/leak.csv'", 1, "COPY"),
@@ -113,50 +114,50 @@ CASES = [
     case("synth-negative-seed", "trace synth --seed -1 -o {d}/s.parquet", 2, "range"),
     case("synth-zero-budget", "trace synth --budget 0 -o {d}/s.parquet", 2, "range"),
     # -- price: same-file outputs, targets, ranges, clusters, bad inputs ----------------------
-    case("price-output-is-input", "price {d}/t.parquet -o {d}/t.parquet", 1, "same file"),
-    case("price-output-dotdot-input", "price {d}/t.parquet -o {d}/adir/../t.parquet", 1,
+    case("price-output-is-input", "price -s {ds} {d}/t.parquet -o {d}/t.parquet", 1, "same file"),
+    case("price-output-dotdot-input", "price -s {ds} {d}/t.parquet -o {d}/adir/../t.parquet", 1,
          "same file"),
-    case("price-output-symlink-to-input", "price {d}/t.parquet -o {d}/link.parquet", 1,
+    case("price-output-symlink-to-input", "price -s {ds} {d}/t.parquet -o {d}/link.parquet", 1,
          "same file"),
-    case("price-output-hardlink-of-input", "price {d}/t.parquet -o {d}/hard.parquet", 1,
+    case("price-output-hardlink-of-input", "price -s {ds} {d}/t.parquet -o {d}/hard.parquet", 1,
          "same file"),
-    case("price-rejects-is-input", "price {d}/t.parquet -o {d}/o.parquet --rejects "
+    case("price-rejects-is-input", "price -s {ds} {d}/t.parquet -o {d}/o.parquet --rejects "
          "{d}/t.parquet", 1, "same file"),
-    case("price-rejects-is-output", "price {d}/t.parquet -o {d}/o.parquet --rejects "
+    case("price-rejects-is-output", "price -s {ds} {d}/t.parquet -o {d}/o.parquet --rejects "
          "{d}/o.parquet", 1, "same file"),
-    case("price-db-is-input", "price {d}/t.parquet -o {d}/o.parquet --db {d}/t.parquet", 1,
+    case("price-db-is-input", "price -s {ds} {d}/t.parquet -o {d}/o.parquet --db {d}/t.parquet", 1,
          "same file"),
-    case("price-output-fifo", "price {d}/t.parquet -o {d}/fifo", 1, "FIFO"),
-    case("price-output-device", "price {d}/t.parquet -o /dev/null", 1, "device"),
-    case("price-output-directory", "price {d}/t.parquet -o {d}/adir", 1, "directory"),
-    case("price-output-name-too-long", f"price {{d}}/t.parquet -o {{d}}/{LONG}.parquet", 1,
+    case("price-output-fifo", "price -s {ds} {d}/t.parquet -o {d}/fifo", 1, "FIFO"),
+    case("price-output-device", "price -s {ds} {d}/t.parquet -o /dev/null", 1, "device"),
+    case("price-output-directory", "price -s {ds} {d}/t.parquet -o {d}/adir", 1, "directory"),
+    case("price-output-name-too-long", f"price -s {DS} {{d}}/t.parquet -o {{d}}/{LONG}.parquet", 1,
          "too long"),
-    case("price-chunk-rows-zero", "price {d}/t.parquet -o {d}/o.parquet --chunk-rows 0", 2,
+    case("price-chunk-rows-zero", "price -s {ds} {d}/t.parquet -o {d}/o.parquet --chunk-rows 0", 2,
          "range"),
-    case("price-negative-sm-budget", "price {d}/t.parquet -o {d}/o.parquet --sm-budget -1",
+    case("price-negative-sm-budget", "price -s {ds} {d}/t.parquet -o {d}/o.parquet --sm-budget -1",
          2, "range"),
-    case("price-negative-threshold", "price {d}/t.parquet -o {d}/o.parquet "
+    case("price-negative-threshold", "price -s {ds} {d}/t.parquet -o {d}/o.parquet "
          "--decode-threshold -1", 2, "range"),
-    case("price-negative-pool", "price {d}/t.parquet -o {d}/o.parquet --pool -1", 2, "range"),
-    case("price-local-zero-workers", "price {d}/t.parquet -o {d}/od --cluster local:0", 2,
+    case("price-negative-pool", "price -s {ds} {d}/t.parquet -o {d}/o.parquet --pool -1", 2, "range"),
+    case("price-local-zero-workers", "price -s {ds} {d}/t.parquet -o {d}/od --cluster local:0", 2,
          "1 <= N"),
-    case("price-cluster-garbage", "price {d}/t.parquet -o {d}/od --cluster bogus", 2,
+    case("price-cluster-garbage", "price -s {ds} {d}/t.parquet -o {d}/od --cluster bogus", 2,
          "scheduler address"),
-    case("price-cluster-unreachable", "price {d}/t.parquet -o {d}/od --cluster 127.0.0.1:1 "
+    case("price-cluster-unreachable", "price -s {ds} {d}/t.parquet -o {d}/od --cluster 127.0.0.1:1 "
          "--connect-timeout 0.2", 1, "127.0.0.1:1"),
-    case("price-cluster-ignored-option", "price {d}/t.parquet -o {d}/od --cluster local:1 "
+    case("price-cluster-ignored-option", "price -s {ds} {d}/t.parquet -o {d}/od --cluster local:1 "
          "--chunk-rows 5", 2, "--chunk-rows"),
     case("price-binary-trace", f"price {{d}}/binary.yaml -o {{d}}/o.parquet -s {S}", 1,
          "cannot read trace"),
     case("price-malformed-batch-table", f"price {{d}}/t.parquet -o {{d}}/o.parquet -s {S} "
-         "--batches {d}/bad.json", 1, ""),
+         "--batches-file {d}/bad.json", 1, ""),
     case("price-scenario-escapes-root", "price {d}/t.parquet -o {d}/o.parquet -s "
          "../../etc/passwd", 1, "no path separator"),
-    case("price-bad-column-map", "price {d}/t.parquet -o {d}/o.parquet --column nonsense", 2,
+    case("price-bad-column-map", "price -s {ds} {d}/t.parquet -o {d}/o.parquet --column nonsense", 2,
          "CANONICAL=SOURCE"),
-    case("price-output-inside-trace-directory", "price {d}/tdir -o {d}/tdir/o.parquet", 2,
+    case("price-output-inside-trace-directory", "price -s {ds} {d}/tdir -o {d}/tdir/o.parquet", 2,
          "inside the TRACE directory"),
-    case("price-output-is-a-part-of-the-trace", "price {d}/tdir -o {d}/tdir/part.parquet", 1,
+    case("price-output-is-a-part-of-the-trace", "price -s {ds} {d}/tdir -o {d}/tdir/part.parquet", 1,
          "same file"),
     case("price-pool-out-of-range", f"price {{d}}/t.parquet -o {{d}}/o.parquet -s {S} "
          "--pool 3", 1, "pool index 3"),
@@ -172,28 +173,28 @@ CASES = [
     case("report-bad-suffix", "report {d}/p.parquet -o {d}/r.txt", 2, "suffix"),
     case("report-directory-not-a-replay", "report {d} -o {d}/r.html", 2,
          "not a replay's output"),
-    case("anatomy-bad-suffix", f"anatomy {S} -o {{d}}/a.txt", 2, "suffix"),
-    case("anatomy-output-fifo", f"anatomy {S} -o {{d}}/fifo.png", 1, "FIFO"),
-    case("anatomy-zero-batch", f"anatomy {S} -o {{d}}/a.png --max-batch 0", 2, "range"),
-    case("anatomy-name-escapes-root", "anatomy ../../etc/passwd -o {d}/a.png", 1,
+    case("anatomy-bad-suffix", f"anatomy -s {S} -o {{d}}/a.txt", 2, "suffix"),
+    case("anatomy-output-fifo", f"anatomy -s {S} -o {{d}}/fifo.png", 1, "FIFO"),
+    case("anatomy-zero-batch", f"anatomy -s {S} -o {{d}}/a.png --max-batch 0", 2, "range"),
+    case("anatomy-name-escapes-root", "anatomy -s ../../etc/passwd -o {d}/a.png", 1,
          "no path separator"),
     case("compare-unknown-scenario", "compare {d}/t.parquet --scenario nope", 1, "nope"),
     case("compare-output-symlink-to-input", f"compare {{d}}/t.parquet --scenario {S} -o "
          "{d}/tlink.html", 1, "same file"),
     case("compare-negative-threshold", f"compare {{d}}/t.parquet --scenario {S} "
          "--decode-threshold -1", 2, "range"),
-    case("sweep-absolute-glob", "sweep {d}/t.parquet --scenarios /etc/* -o {d}/sw", 2,
+    case("sweep-absolute-glob", "sweep {d}/t.parquet -s /etc/* -o {d}/sw", 2,
          "relative"),
-    case("sweep-no-match", "sweep {d}/t.parquet --scenarios nope* -o {d}/sw", 2,
+    case("sweep-no-match", "sweep {d}/t.parquet -s nope* -o {d}/sw", 2,
          "matches no scenario"),
-    case("sweep-local-zero", f"sweep {{d}}/t.parquet --scenarios {S} --cluster local:0 -o "
+    case("sweep-local-zero", f"sweep {{d}}/t.parquet -s {S} --cluster local:0 -o "
          "{d}/sw", 2, "1 <= N"),
-    case("sweep-output-is-trace-file", f"sweep {{d}}/t.parquet --scenarios {S} -o "
+    case("sweep-output-is-trace-file", f"sweep {{d}}/t.parquet -s {S} -o "
          "{d}/t.parquet", 2, "file"),
-    case("demo-zero-batches", "demo --batches 0 --out {d}/demo", 2, "range"),
-    case("demo-name-escapes-root", "demo --batches 5 --scenario ../../etc/passwd --out "
+    case("demo-zero-batches", "demo --batches 0 -o {d}/demo", 2, "range"),
+    case("demo-name-escapes-root", "demo --batches 5 --scenario ../../etc/passwd -o "
          "{d}/demo", 1, "no path separator"),
-    case("demo-negative-seed", "demo --seed -3 --out {d}/demo", 2, "range"),
+    case("demo-negative-seed", "demo --seed -3 -o {d}/demo", 2, "range"),
     case("graph-derive-malformed-json", "graph derive {d}/bad.json -o {d}/g", 1, "not JSON"),
     case("graph-derive-binary", "graph derive {d}/binary.json -o {d}/g", 1, "JSON"),
     case("graph-derive-unknown-architecture", "graph derive {d}/nope.json -o {d}/g", 1,
@@ -271,19 +272,19 @@ CASES = [
     case("validate-unknown-name", "validate no-such-scenario", 2, "no such file"),
     # -- issue 33 classes, per command: an output onto an input (RL1), a format by suffix
     #    (RL3), a bounded input (RL4), meaningless input (RL8/RL9), a bad number (RL7) ------
-    case("step-scalar-too-long", "step {d}/long.yaml --batch 1x1@1", 1, "--max-scalar-bytes"),
-    case("step-zero-token-batch", f"step {S} --batch 2x0@5", 1, "no forward pass"),
-    case("step-block-size-17", "step {d}/b17.yaml --batch 1x1@1", 1, "multiple of 16"),
-    case("memory-scalar-too-long", "memory {d}/long.yaml", 1, "--max-scalar-bytes"),
-    case("memory-token-budget-zero", "memory {d}/mbt0.yaml", 1, "schedules no token"),
-    case("memory-document-too-big", "memory {d}/long.yaml --max-document-bytes 1000", 1,
+    case("step-scalar-too-long", "step -s {d}/long.yaml --batch 1x1@1", 1, "--max-scalar-bytes"),
+    case("step-zero-token-batch", f"step -s {S} --batch 2x0@5", 1, "no forward pass"),
+    case("step-block-size-17", "step -s {d}/b17.yaml --batch 1x1@1", 1, "multiple of 16"),
+    case("memory-scalar-too-long", "memory -s {d}/long.yaml", 1, "--max-scalar-bytes"),
+    case("memory-token-budget-zero", "memory -s {d}/mbt0.yaml", 1, "schedules no token"),
+    case("memory-document-too-big", "memory -s {d}/long.yaml --max-document-bytes 1000", 1,
          "--max-document-bytes"),
-    case("resolved-scalar-too-long", "resolved {d}/long.yaml", 1, "--max-scalar-bytes"),
-    case("resolved-output-format-mismatch", f"resolved {S} --format csv -o {{d}}/r.jsonl", 2,
+    case("resolved-scalar-too-long", "resolved -s {d}/long.yaml", 1, "--max-scalar-bytes"),
+    case("resolved-output-format-mismatch", f"resolved -s {S} --format csv -o {{d}}/r.jsonl", 2,
          "agree"),
-    case("provenance-output-inside-catalog", f"provenance {S} --catalog {{d}}/cat -o "
+    case("provenance-output-inside-catalog", f"provenance -s {S} --catalog {{d}}/cat -o "
          "{d}/cat/p.csv", 1, "inside"),
-    case("evidence-output-inside-catalog", f"evidence {S} --catalog {{d}}/cat --format json "
+    case("evidence-output-inside-catalog", f"evidence -s {S} --catalog {{d}}/cat --format json "
          "-o {d}/cat/e.json", 1, "inside"),
     sql("sql-two-statements", "SELECT 1; SELECT 2", 1, "2 statements"),
     sql("sql-explain-analyze-create", "EXPLAIN ANALYZE CREATE TABLE x AS SELECT 1", 1,
@@ -299,10 +300,10 @@ CASES = [
         "csv", "-o", "{d}/x.parquet"),
     case("synth-mix-nan", "trace synth --mix nan -o {d}/s.parquet", 2, "finite"),
     case("synth-output-json", "trace synth -n 5 -o {d}/s.json", 2, "suffix"),
-    case("price-output-json", "price {d}/t.parquet -o {d}/o.json", 2, ".jsonl"),
-    case("price-rejects-unknown-suffix", "price {d}/t.parquet -o {d}/o.parquet --rejects "
+    case("price-output-json", "price -s {ds} {d}/t.parquet -o {d}/o.json", 2, ".jsonl"),
+    case("price-rejects-unknown-suffix", "price -s {ds} {d}/t.parquet -o {d}/o.parquet --rejects "
          "{d}/r.txt", 2, "cannot tell the format"),
-    case("price-format-mismatch", "price {d}/t.parquet -o {d}/o.csv --format parquet", 2,
+    case("price-format-mismatch", "price -s {ds} {d}/t.parquet -o {d}/o.csv --format parquet", 2,
          "agree"),
     case("price-db-is-scenario", "price {d}/t.parquet -s {d}/scen.yaml -o {d}/o.parquet "
          "--db {d}/scen.yaml", 1, "same file"),
@@ -312,30 +313,30 @@ CASES = [
          "--max-scalar-bytes"),
     case("price-block-size-17", "price {d}/t.parquet -s {d}/b17.yaml -o {d}/o.parquet", 1,
          "multiple of 16"),
-    case("price-connect-timeout-nan", "price {d}/t.parquet -o {d}/od --cluster 127.0.0.1:1 "
+    case("price-connect-timeout-nan", "price -s {ds} {d}/t.parquet -o {d}/od --cluster 127.0.0.1:1 "
          "--connect-timeout nan", 2, "finite"),
-    case("price-stdout-with-db", "price {d}/t.parquet -o - --db {d}/x.db", 2, "-o -"),
+    case("price-stdout-with-db", "price -s {ds} {d}/t.parquet -o - --db {d}/x.db", 2, "-o -"),
     case("report-output-is-the-trace", "report {d}/p.parquet --trace {d}/tt.html -o "
          "{d}/tt.html", 1, "same file"),
     case("report-scalar-too-long", "report {d}/ps.parquet -o {d}/r.html --scenario "
          "{d}/long.yaml", 1, "--max-scalar-bytes"),
-    case("anatomy-scalar-too-long", "anatomy {d}/long.yaml -o {d}/a.png", 1,
+    case("anatomy-scalar-too-long", "anatomy -s {d}/long.yaml -o {d}/a.png", 1,
          "--max-scalar-bytes"),
-    case("anatomy-block-size-17", "anatomy {d}/b17.yaml -o {d}/a.png", 1, "multiple of 16"),
-    case("anatomy-output-inside-catalog", f"anatomy {S} --catalog {{d}}/cat -o "
+    case("anatomy-block-size-17", "anatomy -s {d}/b17.yaml -o {d}/a.png", 1, "multiple of 16"),
+    case("anatomy-output-inside-catalog", f"anatomy -s {S} --catalog {{d}}/cat -o "
          "{d}/cat/a.png", 1, "inside"),
     case("compare-block-size-17", "compare {d}/t.parquet --scenario {d}/b17.yaml", 1,
          "multiple of 16"),
     case("compare-output-inside-catalog", f"compare {{d}}/t.parquet --scenario {S} --catalog "
          "{d}/cat -o {d}/cat/c.html", 1, "inside"),
-    case("sweep-connect-timeout-nan", f"sweep {{d}}/t.parquet --scenarios {S} -o {{d}}/sw "
+    case("sweep-connect-timeout-nan", f"sweep {{d}}/t.parquet -s {S} -o {{d}}/sw "
          "--connect-timeout nan", 2, "finite"),
-    case("sweep-output-holds-scenario", "sweep {d}/t.parquet --scenarios {d}/sw2/scen.yaml "
+    case("sweep-output-holds-scenario", "sweep {d}/t.parquet -s {d}/sw2/scen.yaml "
          "-o {d}/sw2", 1, "holds"),
-    case("demo-scalar-too-long", "demo --batches 5 --scenario {d}/long.yaml --out {d}/demo",
+    case("demo-scalar-too-long", "demo --batches 5 --scenario {d}/long.yaml -o {d}/demo",
          1, "--max-scalar-bytes"),
     case("demo-out-inside-catalog", f"demo --batches 5 --scenario {S} --catalog {{d}}/cat "
-         "--out {d}/cat/demo", 1, "inside"),
+         "-o {d}/cat/demo", 1, "inside"),
     case("graph-derive-into-config-folder", "graph derive {d}/qcfg/config.json -o {d}/qcfg", 1,
          "folder of CONFIG"),
     case("catalog-add-model-onto-its-own-config", "catalog add-model "
@@ -430,7 +431,7 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _args(c: Case, d: Path) -> list[str]:
-    return [a.replace("{d}", str(d)) for a in c.args]
+    return [a.replace("{d}", str(d)).replace("{ds}", DS) for a in c.args]
 
 
 def assert_one_line_error(result: Result, code: int, needle: str) -> None:

@@ -26,7 +26,7 @@ def test_every_numeric_option_has_a_range() -> None:
 
 
 def test_an_option_that_would_be_ignored_is_refused(tmp_path: Path) -> None:
-    anatomy = CliRunner().invoke(cli, ["anatomy", "llama-3.1-8b-h100-tp1", "-o",
+    anatomy = CliRunner().invoke(cli, ["anatomy", "-s", "llama-3.1-8b-h100-tp1", "-o",
                                        str(tmp_path / "a.html"), "--max-batch", "8"])
     assert anatomy.exit_code == 2 and "--max-batch" in anatomy.stderr
     assert not (tmp_path / "a.html").exists()

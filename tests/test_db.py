@@ -129,12 +129,12 @@ def test_cli_sql_and_exports(tmp_path):
     assert again.exit_code == 0 and "1" in again.output  # the file as it is: one scenario
     for cmd, fmt in (("resolved", "parquet"), ("provenance", "csv"), ("evidence", "json")):
         target = tmp_path / f"{cmd}.{fmt}"
-        res = runner.invoke(cli, [cmd, DS3, "--format", fmt, "-o", str(target)])
+        res = runner.invoke(cli, [cmd, "-s", DS3, "--format", fmt, "-o", str(target)])
         assert res.exit_code == 0, res.output
         assert target.stat().st_size > 0
-    table = runner.invoke(cli, ["provenance", GLM5])
+    table = runner.invoke(cli, ["provenance", "-s", GLM5])
     assert table.exit_code == 0 and "blis-latency-kernel" in table.output
     bad = runner.invoke(cli, ["sql", "SELECT nope FROM nowhere", "--scenario", DS3])
     assert bad.exit_code != 0
-    refused = runner.invoke(cli, ["resolved", "minimax-m25-h200-ep16", "--no-assumed-widths"])
+    refused = runner.invoke(cli, ["resolved", "-s", "minimax-m25-h200-ep16", "--no-assumed-widths"])
     assert refused.exit_code == 1 and "no 16-rank all_reduce measurement" in refused.output

@@ -30,7 +30,7 @@ def k() -> Any:
 @pytest.fixture(scope="module")
 def demo_out(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("demo") / "out"
-    r = CliRunner().invoke(cli, ["demo", "--out", str(out), "--batches", str(BATCHES)],
+    r = CliRunner().invoke(cli, ["demo", "--output", str(out), "--batches", str(BATCHES)],
                            terminal_width=160)
     assert r.exit_code == 0, r.output + repr(r.exception)
     return out, r.output

@@ -175,7 +175,7 @@ def test_price_command_on_a_local_cluster(tmp_path: Path, trace: pa.Table) -> No
     assert f"rows in {trace.num_rows:,} = priced {trace.num_rows:,} + rejected 0" in result.output
     expected = price(kernel.open(SCENARIOS[0]), trace).sort("batch_id")
     assert _read_priced(out, SCENARIOS[0]).equals(expected)
-    refused = CliRunner().invoke(cli, ["price", str(src), "-o", str(tmp_path / "o2"),
+    refused = CliRunner().invoke(cli, ["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", str(src), "-o", str(tmp_path / "o2"),
                                        "--cluster", "local", "--strict"])
     assert refused.exit_code == 2 and "--strict cannot be combined with --cluster" in refused.output
 
@@ -187,8 +187,8 @@ def test_sweep_command_writes_a_summary(tmp_path: Path, trace: pa.Table) -> None
 
     src = tmp_path / "t.parquet"
     pq.write_table(trace, src)
-    result = CliRunner().invoke(cli, ["sweep", str(src), "--scenarios", "llama-3.1-8b-h100*",
-                                      "--scenarios", SCENARIOS[0], "-o", str(tmp_path / "o"),
+    result = CliRunner().invoke(cli, ["sweep", str(src), "--scenario", "llama-3.1-8b-h100*",
+                                      "--scenario", SCENARIOS[0], "-o", str(tmp_path / "o"),
                                       "--cluster", "local:2"])
     assert result.exit_code == 0, result.output
     summary = pl.read_parquet(tmp_path / "o" / "summary.parquet")

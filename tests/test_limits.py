@@ -99,11 +99,11 @@ def test_scalar_and_array_checks_agree(batches: list[list[tuple[int, int]]],
 
 
 def test_step_warns_with_the_limit_and_both_values() -> None:
-    result = CliRunner().invoke(cli, ["step", S, "--batch", "5000x1@4095"])
+    result = CliRunner().invoke(cli, ["step", "-s", S, "--batch", "5000x1@4095"])
     assert result.exit_code == 0, result.output
     assert "warning: over a deployment limit: max_num_seqs 256 < 5,000 requests" in \
         result.stderr
-    fine = CliRunner().invoke(cli, ["step", S, "--batch", "32x1@4095"])
+    fine = CliRunner().invoke(cli, ["step", "-s", S, "--batch", "32x1@4095"])
     assert fine.exit_code == 0 and "warning" not in fine.stderr
 
 

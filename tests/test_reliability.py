@@ -74,13 +74,13 @@ WALK = {
                              "--rejects {out} --no-progress", ["t.parquet", "scen.yaml"]),
     ("price", "--db"): ("price {d}/t.parquet -s {d}/scen.yaml -o {d}/o2.parquet --db {out} "
                         "--no-progress", ["t.parquet", "scen.yaml"]),
-    ("resolved", "-o"): ("resolved {d}/scen.yaml --format json -o {out}", ["scen.yaml"]),
-    ("provenance", "-o"): ("provenance {d}/scen.yaml --format csv -o {out}", ["scen.yaml"]),
-    ("evidence", "-o"): ("evidence {d}/scen.yaml --format json -o {out}", ["scen.yaml"]),
+    ("resolved", "-o"): ("resolved -s {d}/scen.yaml --format json -o {out}", ["scen.yaml"]),
+    ("provenance", "-o"): ("provenance -s {d}/scen.yaml --format csv -o {out}", ["scen.yaml"]),
+    ("evidence", "-o"): ("evidence -s {d}/scen.yaml --format json -o {out}", ["scen.yaml"]),
     ("sql", "-o"): ("sql SELECT_1 --db {d}/r.db --format csv -o {out}", ["r.db"]),
     ("report", "-o"): ("report {d}/p.parquet --trace {d}/t.parquet -o {out}",
                        ["p.parquet", "t.parquet"]),
-    ("anatomy", "-o"): ("anatomy {d}/scen.yaml -o {out}", ["scen.yaml"]),
+    ("anatomy", "-o"): ("anatomy -s {d}/scen.yaml -o {out}", ["scen.yaml"]),
     ("compare", "-o"): ("compare {d}/t.parquet --scenario {d}/scen.yaml -o {out}",
                         ["t.parquet", "scen.yaml"]),
     ("calibrate", "-o"): ("calibrate {d}/t.parquet -s {d}/scen.yaml --measured batch_id -o "
@@ -88,9 +88,9 @@ WALK = {
     ("graph derive", "-o"): ("graph derive {d}/qwen/config.json -o {out}", ["qwen"]),
     ("catalog add-model", "--catalog"): (
         "catalog add-model {d}/cat/models/qwen3-30b-a3b/config.json --catalog {out}", []),
-    ("sweep", "-o"): ("sweep {d}/t.parquet --scenarios {d}/scen.yaml -o {out}",
+    ("sweep", "-o"): ("sweep {d}/t.parquet -s {d}/scen.yaml -o {out}",
                       ["t.parquet"]),
-    ("demo", "--out"): ("demo --batches 5 --scenario {d}/scen.yaml --out {out}", ["scen.yaml"]),
+    ("demo", "-o"): ("demo --batches 5 --scenario {d}/scen.yaml -o {out}", ["scen.yaml"]),
     ("measurements splitwise", "-o"): ("measurements splitwise -o {out}", []),
     ("trace synth", "-o"): ("trace synth -n 5 -o {out}", []),
     ("requests", "-o"): ("requests {d}/reqs.parquet -o {out}", ["reqs.parquet"]),
@@ -231,13 +231,13 @@ def test_table_commands_write_every_format(suffix: str, d: Path, tmp_path: Path)
 
 def test_unknown_and_mismatched_suffixes_are_clear_errors(d: Path, tmp_path: Path) -> None:
     for args, needle in (
-            (["price", d / "t.parquet", "-o", tmp_path / "p.json"], ".jsonl"),
-            (["price", d / "t.parquet", "-o", tmp_path / "p.xyz"], "cannot tell the format"),
-            (["price", d / "t.parquet", "-o", tmp_path / "p.csv", "--format", "parquet"],
+            (["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", d / "t.parquet", "-o", tmp_path / "p.json"], ".jsonl"),
+            (["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", d / "t.parquet", "-o", tmp_path / "p.xyz"], "cannot tell the format"),
+            (["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", d / "t.parquet", "-o", tmp_path / "p.csv", "--format", "parquet"],
              "make them agree"),
-            (["price", d / "t.parquet", "-o", tmp_path / "p.parquet", "--rejects",
+            (["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", d / "t.parquet", "-o", tmp_path / "p.parquet", "--rejects",
               tmp_path / "r.txt"], "cannot tell the format"),
-            (["provenance", S, "-o", tmp_path / "p.parquet", "--format", "csv"],
+            (["provenance", "-s", S, "-o", tmp_path / "p.parquet", "--format", "csv"],
              "make them agree")):
         result = run(*args)
         assert result.exit_code == 2, result.output
@@ -284,7 +284,7 @@ def test_a_20mb_scalar_is_refused_quickly_with_bounded_memory(d: Path) -> None:
     path = _scenario_with(d, "big2.yaml", "A" * 20_000_000)
     code = ("import resource, sys, time; from click.testing import CliRunner; "
             "from kernel.cli import cli; t = time.perf_counter(); "
-            f"r = CliRunner().invoke(cli, ['memory', {str(path)!r}, "
+            f"r = CliRunner().invoke(cli, ['memory', '-s', {str(path)!r}, "
             "'--max-document-bytes', str(64 << 20)]); "
             "print(r.exit_code, round(time.perf_counter() - t, 3), "
             "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
@@ -332,7 +332,7 @@ def test_sql_streams_a_large_result_with_bounded_memory(d: Path, tmp_path: Path)
 
 
 def test_float_options_refuse_nan(d: Path) -> None:
-    for args in (["price", d / "t.parquet", "-o", d / "od", "--cluster", "127.0.0.1:9",
+    for args in (["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", d / "t.parquet", "-o", d / "od", "--cluster", "127.0.0.1:9",
                   "--connect-timeout", "nan"],
                  ["trace", "synth", "--mix", "nan", "-o", d / "s.parquet"],
                  ["sql", "SELECT 1", "--db", d / "r.db", "--timeout", "inf"]):

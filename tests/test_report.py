@@ -318,17 +318,17 @@ def test_anatomy_sweep_matches_step_time(k: Any) -> None:
 def test_cli_anatomy_png_and_html(tmp_path: Path) -> None:
     from kernel.cli import cli
 
-    r = CliRunner().invoke(cli, ["anatomy", DS3, "-o", str(tmp_path / "a.png"),
+    r = CliRunner().invoke(cli, ["anatomy", "-s", DS3, "-o", str(tmp_path / "a.png"),
                                  "--max-batch", "64"])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "a.png").read_bytes().startswith(PNG_MAGIC)
-    r = CliRunner().invoke(cli, ["anatomy", DS3, "-o", str(tmp_path / "a.html")])
+    r = CliRunner().invoke(cli, ["anatomy", "-s", DS3, "-o", str(tmp_path / "a.html")])
     assert r.exit_code == 0, r.output
     text = (tmp_path / "a.html").read_text()
     assert_self_contained(text)
     ids = parse(text).ids
     assert html.CHART_IDS["anatomy"] in ids and html.CHART_IDS["bottleneck_map"] in ids
-    r = CliRunner().invoke(cli, ["anatomy", DS3, "-o", str(tmp_path / "a.txt")])
+    r = CliRunner().invoke(cli, ["anatomy", "-s", DS3, "-o", str(tmp_path / "a.txt")])
     assert r.exit_code == 2 and "suffix" in r.output
 
 
@@ -403,7 +403,7 @@ def test_compare_prices_one_trace_on_each_deployment(tmp_path: Path, k: Any,
 def test_cli_reports_a_refused_scenario_in_one_line(tmp_path: Path) -> None:
     from kernel.cli import cli
 
-    r = CliRunner().invoke(cli, ["anatomy", "minimax-m25-h200-ep16", "--no-assumed-widths",
+    r = CliRunner().invoke(cli, ["anatomy", "-s", "minimax-m25-h200-ep16", "--no-assumed-widths",
                                  "-o", str(tmp_path / "a.png")])
     assert r.exit_code == 1 and "Error: minimax-m25-h200-ep16:" in r.output
     assert "Traceback" not in r.output and not (tmp_path / "a.png").exists()

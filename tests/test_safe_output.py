@@ -92,7 +92,7 @@ def test_the_input_survives_every_same_file_output(files: Path, kind: str) -> No
     lambda d: ["report", str(d / "p.parquet"), "-o", str(_alias(d, "p.parquet", "r.html"))],
     lambda d: ["compare", str(d / "t.parquet"), "--scenario", S, "-o",
                str(_alias(d, "t.parquet", "c.html"))],
-    lambda d: ["provenance", str(_scenario(d)), "--format", "json", "-o", str(d / "s.yaml")],
+    lambda d: ["provenance", "-s", str(_scenario(d)), "--format", "json", "-o", str(d / "s.yaml")],
     lambda d: ["sql", "SELECT 1", "--db", str(_db(d)), "--format", "csv", "-o",
                str(d / "r.db")],
 ], ids=["report", "compare", "provenance", "sql"])

@@ -112,14 +112,14 @@ def test_provenance_is_typed_and_scope_lists_every_value() -> None:
 
 def test_cli_exports_are_stamped_and_typed(tmp_path: Path) -> None:
     target = tmp_path / "prov.parquet"
-    res = CliRunner().invoke(cli, ["provenance", DS3, "-o", str(target)])
+    res = CliRunner().invoke(cli, ["provenance", "-s", DS3, "-o", str(target)])
     assert res.exit_code == 0, res.output
     table = pq.read_table(target)
     assert table.schema.field("value").type == pa.float64()
     stamp = read_stamp(target)
     assert stamp is not None and (stamp.kind, stamp.scenario, stamp.pool) == ("export", DS3, 0)
     assert any(k.startswith("chip:") for k in stamp.documents)
-    js = CliRunner().invoke(cli, ["evidence", DS3, "--format", "json"])
+    js = CliRunner().invoke(cli, ["evidence", "-s", DS3, "--format", "json"])
     assert js.exit_code == 0
     assert json.loads(js.stdout)[0]["total"] == table.num_rows
 

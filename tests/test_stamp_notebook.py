@@ -149,14 +149,14 @@ def test_notebook_surface(ds3: kernel.Kernel) -> None:
 
 def test_format_json_and_csv_on_the_printing_commands(trace: Path) -> None:
     runner = CliRunner()
-    step = runner.invoke(cli, ["step", DS3, "--batch", "32x1@4095", "--format", "json"])
+    step = runner.invoke(cli, ["step", "-s", DS3, "--batch", "32x1@4095", "--format", "json"])
     assert step.exit_code == 0, step.output
     (row,) = json.loads(step.stdout)
     k = kernel.open(DS3)
     est = k.step_time(kernel.Batch([kernel.Request(1, 4095)] * 32))
     assert (row["overlap_ns"], row["no_overlap_ns"], row["bottleneck"]) == (
         est.overlap, est.no_overlap, str(est.bottleneck))
-    mem = runner.invoke(cli, ["memory", DS3, "--format", "csv"])
+    mem = runner.invoke(cli, ["memory", "-s", DS3, "--format", "csv"])
     assert mem.exit_code == 0
     header, values = mem.stdout.splitlines()
     assert dict(zip(header.split(","), values.split(","), strict=True))['"fixed_total"'] == \

@@ -121,7 +121,7 @@ def test_cli_synth_price_rejects_and_db(tmp_path: Path) -> None:
     assert prov is not None and prov[0] > 0
     con.close()
     # re-pricing the same trace replaces its rows
-    res = runner.invoke(cli, ["price", str(trace), "-o", str(out), "--db", str(db),
+    res = runner.invoke(cli, ["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", str(trace), "-o", str(out), "--db", str(db),
                               "--no-progress"])
     assert res.exit_code == 0, res.output
     con = duckdb.connect(str(db))
@@ -131,16 +131,16 @@ def test_cli_synth_price_rejects_and_db(tmp_path: Path) -> None:
 
     bad = tmp_path / "bad.csv"
     bad.write_text("batch_id,scheduled,computed,prompt_len\n1,1,5,5\n2,-1,0,1\n")
-    res = runner.invoke(cli, ["price", str(bad), "-o", str(tmp_path / "b.parquet"),
+    res = runner.invoke(cli, ["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", str(bad), "-o", str(tmp_path / "b.parquet"),
                               "--no-progress"])
     assert res.exit_code == 0, res.output
     assert "rejected 1" in res.output
     rj = pl.read_parquet(tmp_path / "b.rejects.parquet")
     assert rj["reason"].to_list() == ["negative"]
-    res = runner.invoke(cli, ["price", str(bad), "-o", str(tmp_path / "c.parquet"),
+    res = runner.invoke(cli, ["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", str(bad), "-o", str(tmp_path / "c.parquet"),
                               "--strict", "--no-progress"])
     assert res.exit_code != 0 and "negative" in res.output
     assert not (tmp_path / "c.parquet").exists()
-    res = runner.invoke(cli, ["price", str(bad), "-o", str(tmp_path / "d.parquet"),
+    res = runner.invoke(cli, ["price", "-s", "deepseek-v3-h200-fp8-sglang-tp8", str(bad), "-o", str(tmp_path / "d.parquet"),
                               "--column", "scheduled=nope", "--no-progress"])
     assert res.exit_code != 0 and "missing column 'nope'" in res.output

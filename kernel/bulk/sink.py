@@ -11,6 +11,7 @@ thread busy with it submitted no new work, so the workers sat idle for about hal
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,6 +26,8 @@ __all__ = ["ROW_GROUP_ROWS", "Sink"]
 
 ROW_GROUP_ROWS = 1 << 18  # priced rows per parquet row group (DuckDB scans like >= 128k)
 WRITE_AHEAD = 2  # row groups waiting for the writer thread before write() blocks
+
+log = logging.getLogger(__name__)  # no handler here: the CLI attaches one (CF5)
 
 
 class Sink:
@@ -59,6 +62,8 @@ class Sink:
         self.csv = self.fmt == "csv"
         self.compression = compression
         self.row_group_rows = max(int(row_group_rows), 1)
+        log.debug("writing %s as %s, row groups of %d rows, %s", path, self.fmt,
+                  self.row_group_rows, compression)
         self.sorted_by = sorted_by
         self.pending: list[pa.Table] = []
         self.pending_rows = 0

@@ -23,6 +23,7 @@ removed when the run ends, however it ends.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -48,6 +49,8 @@ WRITE_AHEAD = 2  # scattered chunks waiting for the writer thread
 _POOL = pa.system_memory_pool()  # (read-back rows in the heap kernel.malloc governs)
 
 Unit = Callable[[], Priced]
+
+log = logging.getLogger(__name__)  # no handler here: the CLI attaches one (CF5)
 
 
 def group_rows(budget: int) -> int:
@@ -204,6 +207,8 @@ def spill_units(eng: Engine, parts: Iterator[Rows | Scattered], part: Partition,
     sends everything to ``fallback`` (DuckDB's sort): the rows spilled so far read back
     first, then the rest."""
     bounds = group_bounds(part, total_rows, budget)
+    log.info("spill plan: %d pieces in %d groups (budget %d bytes)", part.n, len(bounds) - 1,
+             budget)
     tmp = safe_output.make_temp_dir(tmp_parent, ".blis-spill-")  # removed on SIGINT/SIGTERM
     files = SpillFiles(tmp, part, bounds)
     stop = safe_output.on_interrupt(files.stop)

@@ -37,6 +37,7 @@ trace order otherwise.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import deque
@@ -98,6 +99,8 @@ SORT_MEMORY = "1GB"  # DuckDB's memory limit for the external sort (it spills be
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+log = logging.getLogger(__name__)  # no handler here: the CLI attaches one (CF5)
 
 
 def _ordered(pool: ThreadPoolExecutor, fn: Callable[[T], R], items: Iterable[T],
@@ -305,6 +308,9 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
              else None)
     total_rows = (ts.num_rows if ts.num_rows is not None
                   else sum(r[2] for r in ts.id_ranges or []))
+    log.debug("any-order trace: about %s bytes against a memory budget of %d: %s", est,
+              memory_budget, "in memory" if in_memory else
+              "spill to disk by batch-id range" if spill is not None else "DuckDB's sort")
     tables = ts.chunks()
     summed = summed_for(eng, ts, memory_budget) if in_memory else None
     if summed is not None:  # rows far apart are grouped instead: decided on the first chunk
@@ -350,11 +356,15 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
 
     def external(rows: Iterator[Rows]) -> Iterator[Unit]:
         st.mode = "external"
+        log.info("grouping by DuckDB's external sort (sort memory %s, temporary files in %s)",
+                 sort_memory, tmp_parent)
         return _external_units(eng, ts, rows, failure, chunk_rows, tmp_parent, sort_memory)
 
     rest = chain(_drained(held), (p[0] for p in parts))
     if spill is not None:
         st.mode = "spill"
+        log.info("beyond the memory budget (%d bytes): spilling %s rows to disk in %d "
+                 "batch-id pieces", memory_budget, total_rows, spill.n)
         yield from spill_units(eng, rest, spill, total_rows, memory_budget, tmp_parent,
                                external)
         return
@@ -645,6 +655,7 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                             rate=f"{eng.counts.rows_in / el:,.0f}")
         eng.finish()
         eng.counts.mode = st.mode
+        log.info("ordering mode %s for %s (%d rows in)", st.mode, dst, eng.counts.rows_in)
         close_files(eng.counts, sinks[0], rej_sink)
     except BaseException:
         abort_files(*sinks, rej_sink)

@@ -10,6 +10,7 @@ one or a value of the wrong kind is an error naming the file and the key path.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,8 @@ KIND = "Calibration"
 VERSION = 1
 STATUSES = ("fitted", "tied", "shrunk", "held")
 SUMMARY_KEYS = ("rows", "mape", "bias", "p50", "p90", "p99")
+
+log = logging.getLogger(__name__)  # no handler here: the CLI attaches one (CF5)
 
 
 class CalibrationError(ValueError):
@@ -202,6 +205,8 @@ def bind(cal: Calibration, k: Any, force: bool = False, engine: str | None = Non
                                f"{'; '.join(wrong)}; pass force=True (--force-calibration) "
                                "to apply it anyway")
     warn(notes)
+    log.info("calibration %r applied (%s)%s", cal.name, cal.source or "in memory",
+             f", forced over: {'; '.join(wrong)}" if wrong else "")
     return dataclasses.replace(cal, forced=tuple(wrong))
 
 

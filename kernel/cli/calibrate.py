@@ -13,6 +13,7 @@ from pipeline import safe_output
 
 from .calibrate_requests import calibrate_from_requests, request_log_options
 from .common import make_repos, parse_column_options, with_repos
+from .dialect import DialectCommand, complete_scenario
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -90,9 +91,10 @@ def held_out_table(doc: dict[str, Any]) -> list[str]:
 
 
 def register(group: click.Group) -> None:
-    @group.command("calibrate")
+    @group.command("calibrate", cls=DialectCommand)
     @click.argument("traces", nargs=-1, required=False, type=click.Path(exists=True))
-    @click.option("--scenario", "-s", "scenarios", multiple=True, required=True,
+    @click.option("-s", "--scenario", "scenarios", multiple=True, required=True,
+                  shell_complete=complete_scenario,
                   help="Scenario name or path: once for every trace, or once per trace.")
     @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
                   help="Pool index.")

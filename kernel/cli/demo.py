@@ -36,6 +36,7 @@ from pipeline.errors import DocumentError, RefusalError
 from pipeline.load import Repos, open_inputs
 
 from .common import make_repos, with_repos
+from .dialect import DialectCommand, complete_scenario
 
 
 def _scenario_names(repos: Repos) -> list[str]:
@@ -162,12 +163,12 @@ def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
 
 
 def register(group: click.Group) -> None:
-    @group.command("demo")
-    @click.option("--out", "out_dir", default="out", show_default=True,
+    @group.command("demo", cls=DialectCommand, renamed={"--out": "--output"})
+    @click.option("-o", "--output", "out_dir", default="out", show_default=True,
                   type=click.Path(file_okay=False), help="Directory for the outputs.")
-    @click.option("--batches", default=50000, show_default=True, type=click.IntRange(1),
+    @click.option("-n", "--batches", default=50000, show_default=True, type=click.IntRange(1),
                   help="Batches (steps) in the synthetic trace.")
-    @click.option("--scenario", default=DEFAULT_SCENARIO, show_default=True,
+    @click.option("-s", "--scenario", default=DEFAULT_SCENARIO, shell_complete=complete_scenario, show_default=True,
                   help="The scenario to price on (name or path).")
     @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**63 - 1))
     @click.option("--all-scenarios", is_flag=True,
@@ -183,6 +184,7 @@ def register(group: click.Group) -> None:
         if all_scenarios:
             table, failures = summarise_scenarios(repos)
             Console().print(table)
-        run_demo(Path(out_dir), batches, scenario, repos, seed)
+        run_demo(Path(out_dir), batches, scenario, repos, seed,
+                 echo=lambda line: click.echo(line, err=True))  # a summary: stderr (CF3)
         if failures:
             raise SystemExit(1)

@@ -127,9 +127,10 @@ def _expected() -> tuple[type[BaseException], ...]:
     import polars as pl
     import pyarrow as pa
 
+    from kernel.extras import MissingExtraError
     from pipeline.errors import DocumentError, RefusalError
 
-    return (DocumentError, RefusalError, OSError, ValueError, ArithmeticError, duckdb.Error,
+    return (DocumentError, RefusalError, MissingExtraError, OSError, ValueError, ArithmeticError, duckdb.Error,
             pa.ArrowException, pl.exceptions.PolarsError, MemoryError)
 
 

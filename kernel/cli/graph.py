@@ -12,18 +12,20 @@ from pipeline.derive import DeriveError, supported_architectures
 from pipeline.derive.catalog import add_model, check_catalog, derive_file, write_graph
 from pipeline.resources import data_dir
 
+from .dialect import DialectCommand
+
 
 @click.group("graph")
 def graph_group() -> None:
     """Derive model graphs from HuggingFace configs."""
 
 
-@graph_group.command("derive")
+@graph_group.command("derive", cls=DialectCommand, renamed={"--out": "--output"})
 @click.argument("config", required=False, type=click.Path(dir_okay=False, exists=True))
 @click.option("--quant", type=click.Path(dir_okay=False, exists=True),
               help="The checkpoint's hf_quant_config.json (ModelOpt), if it has one.")
 @click.option("--name", help="Model name (default: from the config file name).")
-@click.option("-o", "--out", type=click.Path(file_okay=False),
+@click.option("-o", "--output", "out", type=click.Path(file_okay=False),
               help="Directory to write graph.yaml into.")
 @click.option("--check", "check", is_flag=True,
               help="Re-derive every graph in the catalog that has a config.json; exit 1 on "

@@ -22,6 +22,7 @@ from .common import (
     parse_column_options,
     with_repos,
 )
+from .dialect import DialectCommand, complete_scenario
 
 if TYPE_CHECKING:
     from kernel.kernel import Kernel
@@ -173,9 +174,9 @@ def _trace_files(trace: str) -> list[str]:
 
 
 def register(group: click.Group) -> None:
-    @group.command("price")
+    @group.command("price", cls=DialectCommand, renamed={"--batches": "--batches-file"})
     @click.argument("trace")
-    @click.option("--scenario", "-s", default=DEFAULT_SCENARIO, show_default=True,
+    @click.option("-s", "--scenario", required=True, shell_complete=complete_scenario,
                   help="Scenario name or path.")
     @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
                   help="Pool index.")
@@ -196,7 +197,7 @@ def register(group: click.Group) -> None:
                   help="scheduled > N is a prefill (unless the trace has decode_threshold).")
     @click.option("--sm-budget", default=0, show_default=True, type=click.IntRange(0),
                   help="SMs a step may use, 0 = all (unless the trace has sm_budget).")
-    @click.option("--batches", "batches_path", type=click.Path(exists=True, dir_okay=False),
+    @click.option("--batches-file", "batches_path", type=click.Path(exists=True, dir_okay=False),
                   help="Optional per-batch table: batch_id, decode_threshold, sm_budget.")
     @click.option("--column", "column_map", multiple=True, metavar="NAME=SOURCE",
                   help="Map a trace column, e.g. --column scheduled=num_scheduled_tokens.")
@@ -235,7 +236,7 @@ def register(group: click.Group) -> None:
         if cluster is not None:
             unsupported = [name for name, given in (
                 ("--rejects", rejects), ("--strict", strict), ("--sm-budget", sm_budget),
-                ("--batches", batches_path), ("--column", column_map), ("--db", db),
+                ("--batches-file", batches_path), ("--column", column_map), ("--db", db),
                 ("--chunk-rows", chunk_rows != 1 << 20),
                 ("--reject-over-limit", reject_over_limit),
                 ("--measured", measured.get("measured")),
@@ -260,14 +261,14 @@ def register(group: click.Group) -> None:
         rej: Path | None = (Path(rejects) if rejects else None if streamed
                             else out.with_name(out.stem + ".rejects.parquet"))
         safe_output.check_outputs(
-            [*(("TRACE", f) for f in _trace_files(trace)), ("--batches", batches_path),
+            [*(("TRACE", f) for f in _trace_files(trace)), ("--batches-file", batches_path),
              ("--calibration", measured.get("calibration"))],
             [("-o", None if streamed else out), ("--rejects", rej), ("--db", db)])
         for label, path in (("-o", None if streamed else out), ("--rejects", rej)):
             if path is not None and Path(trace).is_dir() and safe_output.inside(path, trace):
                 raise click.UsageError(f"{label} {path} is inside the TRACE directory, where it "
                                        "would become part of the trace: write it elsewhere")
-        for label, read in (("--batches", batches_path), ("--scenario", scenario),
+        for label, read in (("--batches-file", batches_path), ("--scenario", scenario),
                             ("--calibration", measured.get("calibration"))):
             if read and Path(read).is_file():
                 safe_output.note_read(label, read)
@@ -315,7 +316,7 @@ def register(group: click.Group) -> None:
                    f"{counts.rows_rejected:,}; {counts.batches_priced:,} batches priced in "
                    f"{counts.seconds:.2f}s ({counts.steps_per_second:,.0f} steps/s, "
                    f"{counts.rows_per_second:,.0f} rows/s, {counts.mode}) -> {out}",
-                   err=streamed)
+                   err=True)  # a summary: stderr, stdout is for data (CF3)
         if rejected and rej is None:
             click.echo(f"{counts.rows_rejected:,} rejected rows not kept: give --rejects FILE "
                        "to keep them with their reasons", err=True)
@@ -331,14 +332,14 @@ def register(group: click.Group) -> None:
         if db and con is not None:
             _CREATED.discard(db)
             write_db(db, k, scenario, pool, out, str(trace), repos, con=con)
-            click.echo(f"stored in {db}: priced_steps, kernel_provenance")
+            click.echo(f"stored in {db}: priced_steps, kernel_provenance", err=True)
 
     @group.group("trace")
     def trace_group() -> None:
         """Trace utilities."""
 
     @trace_group.command("synth")
-    @click.option("--batches", "-n", default=100_000, show_default=True,
+    @click.option("-n", "--batches", default=100_000, show_default=True,
                   type=click.IntRange(1, 1 << 40), help="Steps.")
     @click.option("--mix", default=0.05, show_default=True,
                   type=FiniteFloatRange(0, 1, max_open=True),

@@ -23,6 +23,8 @@ from rich.table import Table
 from kernel.cli.common import make_repos, with_repos
 from kernel.cli.output import TEXT_FORMATS, emit_rows, format_options, resolve_format
 
+from .dialect import DialectCommand, complete_scenario
+
 if TYPE_CHECKING:
     from kernel.kernel import Kernel
     from kernel.types import Request
@@ -150,8 +152,9 @@ def memory_row(k: Kernel, pool: int) -> dict[str, Any]:
 
 
 def register(group: click.Group) -> None:
-    @group.command("step")
-    @click.argument("scenario")
+    @group.command("step", cls=DialectCommand, positional="--scenario")
+    @click.option("-s", "--scenario", required=True, shell_complete=complete_scenario,
+                  help="Scenario name or path.")
     @click.option("--batch", "spec", required=True,
                   help="COUNTxSCHEDULED@COMPUTED groups, comma-separated "
                        "(e.g. 32x1@4095,1x512@0), or a JSON/YAML file.")
@@ -227,8 +230,9 @@ def register(group: click.Group) -> None:
                            row["dominant"].replace("dense_", ""))
             console.print(lt)
 
-    @group.command("memory")
-    @click.argument("scenario")
+    @group.command("memory", cls=DialectCommand, positional="--scenario")
+    @click.option("-s", "--scenario", required=True, shell_complete=complete_scenario,
+                  help="Scenario name or path.")
     @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
                   help="Pool index of a disaggregated deployment.")
     @format_options(TEXT_FORMATS, output=False)

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import click
 
+from .dialect import DialectCommand
+
 
 @click.group("registry")
 def registry_group() -> None:
     """Regenerate registry coefficients from measured operator tables."""
 
 
-@registry_group.command("fit")
+@registry_group.command("fit", cls=DialectCommand, renamed={"--out": "--output"})
 @click.option("--operator-tables", "tables", required=True,
               type=click.Path(file_okay=False, exists=True),
               help="Operator tables in AISimulate's layout: systems/data/<system>/<family>/"
@@ -22,7 +24,7 @@ def registry_group() -> None:
 @click.option("--engine", default="vllm:0.31.0", show_default=True,
               help="BACKEND:VERSION the tables are read for; the nearest version the tables "
                    "have is taken, and said so in provenance.")
-@click.option("-o", "--out", required=True, type=click.Path(file_okay=False),
+@click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False),
               help="The layer directory: coefficients/<family>-<chip>.yaml and "
                    "fit-report.csv are written under it.")
 def fit_cmd(tables: str, chips: tuple[str, ...], engine: str, out: str) -> None:

@@ -20,6 +20,8 @@ import click
 from kernel.cli.common import connect_timeout_option, make_repos, with_repos
 from kernel.cli.replay_capacity import SWEEP_CLUSTER
 
+from .dialect import DialectCommand, complete_scenario
+
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ns|us|µs|ms|s)?\s*$")
 _UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}
 
@@ -111,11 +113,11 @@ def _contract_table(source: str, arrival_unit: str) -> Any:
 
 
 def register(group: click.Group) -> None:
-    @group.command("replay")
+    @group.command("replay", cls=DialectCommand, renamed={"--out": "--output"})
     @click.argument("requests")
-    @click.option("--scenario", "scenarios", required=True, multiple=True,
+    @click.option("-s", "--scenario", "scenarios", required=True, multiple=True, shell_complete=complete_scenario,
                   help="The deployment to replay on (repeat with --rates for a grid).")
-    @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
+    @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
                   help="Directory for the outputs (created).")
     @click.option("--estimate", type=click.Choice(["no_overlap", "overlap", "calibrated"]),
                   default="overlap", show_default=True,
@@ -210,7 +212,7 @@ def register(group: click.Group) -> None:
         s = result.summary
         click.echo(f"replayed {s['requests']:,} requests ({s['finished']:,} finished, "
                    f"{s['rejected']:,} rejected) in {s['engine_steps']:,} engine steps on "
-                   f"{s['engine_cores']} engine core(s)")
+                   f"{s['engine_cores']} engine core(s)", err=True)  # summaries: stderr (CF3)
         for key in ("duration_s", "throughput_rps", "throughput_output_tps", "ttft_s_mean",
                     "ttft_s_p50", "ttft_s_p99", "itl_s_mean", "itl_s_p50", "itl_s_p99",
                     "e2e_s_mean", "e2e_s_p99", "queue_s_mean", "kv_occupancy_mean",
@@ -218,11 +220,11 @@ def register(group: click.Group) -> None:
             if key in s and s[key] is not None:
                 v = s[key]
                 click.echo(f"  {key:<24} {v:,.6g}" if isinstance(v, float) else
-                           f"  {key:<24} {v:,}")
+                           f"  {key:<24} {v:,}", err=True)
         if with_report:
             from kernel.report.html import write
             from kernel.report.serving import read_serving, serving_report
 
             paths["report"] = write(serving_report(read_serving(out_dir)),
                                     Path(out_dir) / "report.html")
-        click.echo(f"wrote {', '.join(str(p) for p in paths.values())}")
+        click.echo(f"wrote {', '.join(str(p) for p in paths.values())}", err=True)

@@ -34,6 +34,8 @@ from kernel.cli.output import (
 from kernel.cli.output import console as output_console
 from pipeline import safe_output
 
+from .dialect import DialectCommand, complete_scenario
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -219,8 +221,9 @@ def _serving_report(directory: str, output: str, scenario: str | None,
 
 
 def register(group: click.Group) -> None:
-    @group.command("anatomy")
-    @click.argument("scenario")
+    @group.command("anatomy", cls=DialectCommand, positional="--scenario")
+    @click.option("-s", "--scenario", required=True, shell_complete=complete_scenario,
+                  help="Scenario name or path.")
     @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
                   help="Output file: .png, .svg, .pdf (the chart) or .html (a page).")
     @click.option("--context", default=4096, show_default=True, type=click.IntRange(1),
@@ -253,11 +256,11 @@ def register(group: click.Group) -> None:
             charts.save(fig, output)
         click.echo(f"wrote {output}")
 
-    @group.command("report")
+    @group.command("report", cls=DialectCommand)
     @click.argument("priced", type=click.Path(exists=True))
     @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
                   help="Output file: .html (the report) or .png/.svg/.pdf (the distribution).")
-    @click.option("--scenario", default=None,
+    @click.option("-s", "--scenario", default=None, shell_complete=complete_scenario,
                   help="The scenario the trace was priced on (default: the one the file's "
                        "stamp names; a different one is refused): adds the anatomy, "
                        "bottleneck map, KV capacity, limits, resolved configuration and "
@@ -302,10 +305,10 @@ def register(group: click.Group) -> None:
             click.echo(line)
         click.echo(f"wrote {output}")
 
-    @group.command("compare")
+    @group.command("compare", cls=DialectCommand)
     @click.argument("traces", nargs=-1, required=True,
                     type=click.Path(exists=True, dir_okay=False))
-    @click.option("--scenario", "scenarios", multiple=True,
+    @click.option("-s", "--scenario", "scenarios", multiple=True, shell_complete=complete_scenario,
                   help="A deployment to price the trace on (repeat; the first is the base). "
                        "Priced files name their own; given for them, each must agree.")
     @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),

@@ -23,6 +23,7 @@ from pipeline import db, safe_output
 from pipeline.errors import DocumentError
 from pipeline.load import Repos
 
+from .dialect import DialectCommand, complete_scenario
 from .sql_run import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S  # noqa: E402
 
 PROVENANCE_COLUMNS = ("position, name, set, method, value, units, value_text, scope_kind, "
@@ -86,8 +87,9 @@ def _refusal_note(con: duckdb.DuckDBPyConnection, key: str, pool: int) -> bool:
 
 
 def register(group: click.Group) -> None:
-    @group.command("resolved")
-    @click.argument("scenario")
+    @group.command("resolved", cls=DialectCommand, positional="--scenario")
+    @click.option("-s", "--scenario", required=True, shell_complete=complete_scenario,
+                  help="Scenario name or path.")
     @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
                   help="Pool index.")
     @format_options()
@@ -114,8 +116,9 @@ def register(group: click.Group) -> None:
         if refused:
             raise SystemExit(1)
 
-    @group.command("provenance")
-    @click.argument("scenario")
+    @group.command("provenance", cls=DialectCommand, positional="--scenario")
+    @click.option("-s", "--scenario", required=True, shell_complete=complete_scenario,
+                  help="Scenario name or path.")
     @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
                   help="Pool index.")
     @format_options()
@@ -134,8 +137,9 @@ def register(group: click.Group) -> None:
         emit(table, fmt, out, title=f"{key} pool {pool}: provenance", key="name",
              stamp=for_database(con, scenarios=[key], pool=pool))
 
-    @group.command("evidence")
-    @click.argument("scenario")
+    @group.command("evidence", cls=DialectCommand, positional="--scenario")
+    @click.option("-s", "--scenario", required=True, shell_complete=complete_scenario,
+                  help="Scenario name or path.")
     @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
                   help="Pool index.")
     @format_options()
@@ -153,9 +157,9 @@ def register(group: click.Group) -> None:
         emit(table, fmt, out, title=f"{key} pool {pool}: evidence", transpose=True,
              stamp=for_database(con, scenarios=[key], pool=pool))
 
-    @group.command("sql")
+    @group.command("sql", cls=DialectCommand)
     @click.argument("query")
-    @click.option("--scenario", "scenarios", multiple=True,
+    @click.option("-s", "--scenario", "scenarios", multiple=True, shell_complete=complete_scenario,
                   help="Scenario to load (repeatable; default: every embedded scenario).")
     @click.option("--db", "db_path", type=click.Path(dir_okay=False),
                   help="Query this DuckDB file (e.g. from `price --db`) as it is, read-only, "

@@ -13,6 +13,7 @@ from pipeline import safe_output
 from pipeline.load import Repos
 
 from .common import CLUSTER, connect_timeout_option, make_repos, with_repos
+from .dialect import DialectCommand, complete_scenario
 from .output import TEXT_FORMATS, emit, format_options, protect_key, resolve_format
 from .output import console as output_console
 
@@ -28,12 +29,12 @@ def match_scenarios(patterns: tuple[str, ...], repos: Repos) -> list[str]:
         if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
             raise click.BadParameter(f"{pattern!r}: a glob is relative to the current directory "
                                      "and has no '..' (give an existing file path instead)",
-                                     param_hint="--scenarios")
+                                     param_hint="--scenario")
         hits = [p for p in sorted(Path().glob(pattern)) if p.suffix in (".yaml", ".yml")]
         hits_names = [str(p) for p in hits] or fnmatch.filter(known, pattern)
         if not hits_names:
             raise click.BadParameter(f"{pattern!r} matches no scenario; known: {known}",
-                                     param_hint="--scenarios")
+                                     param_hint="--scenario")
         chosen.extend(h for h in hits_names if h not in chosen)
     return chosen
 
@@ -53,11 +54,12 @@ def summary_table(frame: pl.DataFrame) -> Table:
 
 
 def register(group: click.Group) -> None:
-    @group.command("sweep")
+    @group.command("sweep", cls=DialectCommand,
+                   renamed={"--out": "--output", "--scenarios": "--scenario"})
     @click.argument("trace", type=click.Path(exists=True))
-    @click.option("--scenarios", "patterns", multiple=True, required=True,
+    @click.option("-s", "--scenario", "patterns", multiple=True, required=True, shell_complete=complete_scenario,
                   help="Scenario name glob (repeatable) or scenario file path.")
-    @click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False),
+    @click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False),
                   help="Output directory (partitioned parquet + summary.parquet).")
     @click.option("--pool", default=0, show_default=True, type=click.IntRange(0),
                   help="Pool index in each deployment.")
@@ -80,7 +82,7 @@ def register(group: click.Group) -> None:
         if safe_output.same_file(trace, out):
             raise click.UsageError("-o is TRACE: write the sweep elsewhere")
         safe_output.check_output_dir("-o", out, [("TRACE", trace), *(
-            ("--scenarios", n) for n in names if Path(n).is_file())])
+            ("--scenario", n) for n in names if Path(n).is_file())])
         try:
             result = price_dataset(trace, out, names, cluster, pool=pool, repos=repos,
                                    decode_threshold=decode_threshold,

@@ -8,6 +8,7 @@ contract's REQUEST_SCHEMA, and the event loop's wiring; the scheduler is
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from .results import ReplayResult
 
 __all__ = ["ReplayOptions", "engine_limits", "open_pools", "replay"]
+
+log = logging.getLogger(__name__)  # no handler here: the CLI attaches one (CF5)
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,8 @@ def replay(k: Any, requests: Any, options: ReplayOptions | None = None, *,
     table, hash_tokens = _table(requests)
     n = table.num_rows
     pools = [engine_limits(kp, options) for kp in kernels]
+    log.info("replay of %d requests, %s; limits per pool: %s", table.num_rows, options,
+             [p[0] for p in pools])
     arrival = _ints(table, "arrival_ns")
     prompt = _ints(table, "prompt_tokens")
     output = _ints(table, "output_tokens")

@@ -10,12 +10,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
 
-from ..calibration.accuracy import ESTIMATES, accuracy_table
-from ..calibration.law import PHASES, phase_code
-from . import charts
+from ..extras import require_charts
+
+require_charts()  # before matplotlib: a missing extra is one line (CF7)
+
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+from ..calibration.accuracy import ESTIMATES, accuracy_table  # noqa: E402
+from ..calibration.law import PHASES, phase_code  # noqa: E402
+from . import charts  # noqa: E402
 
 if TYPE_CHECKING:
     from .html import Chart

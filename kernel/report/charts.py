@@ -17,7 +17,11 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, cast
 
-import matplotlib
+from ..extras import require_charts
+
+require_charts()  # before matplotlib: a missing extra is one line (CF7)
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")  # before anything touches a backend
 

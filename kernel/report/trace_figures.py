@@ -12,12 +12,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, PercentFormatter
 
-from .charts import COLORS, LABELS, _new, _plain, _rc
-from .summary import RESOURCES, fmt_duration
-from .trace_stats import Windows
+from ..extras import require_charts
+
+require_charts()  # before matplotlib: a missing extra is one line (CF7)
+
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter, PercentFormatter  # noqa: E402
+
+from .charts import COLORS, LABELS, _new, _plain, _rc  # noqa: E402
+from .summary import RESOURCES, fmt_duration  # noqa: E402
+from .trace_stats import Windows  # noqa: E402
 
 __all__ = [
     "kv_occupancy_figure",
