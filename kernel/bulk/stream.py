@@ -580,7 +580,6 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                rejects_metadata: Mapping[str, str | bytes] | None = None,
                workers: int | None = None, order: str = "auto",
                sort_memory: str = SORT_MEMORY, memory_budget: int | str | None = None,
-               tune_malloc: bool = False,
                measured: str | None = None, measured_unit: str = "ns",
                reject_over_limit: bool = False, out_format: str | None = None) -> PriceCounts:
     """Stream ``src`` (any source :func:`kernel.sources.open_trace` takes) into parquet at
@@ -599,17 +598,13 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     there beyond ``sort_memory``; ``order="sort"`` does this even for a grouped source,
     ``order="external"`` always takes DuckDB. ``measured`` names a trace column of
     measured step times in ``measured_unit`` (``measured_ns`` and each estimate's relative
-    error; bad values are rejects). ``tune_malloc`` applies
-    :func:`kernel.malloc.tune` (process-wide). A kernel's prices carry the ``limits`` column;
+    error; bad values are rejects). The allocator is the caller's: an application that
+    streams big traces calls :func:`kernel.malloc.tune` itself (the CLI does). A kernel's prices carry the ``limits`` column;
     ``reject_over_limit`` sets over-limit batches aside instead. Returns the counts
     (``rows_in == rows_priced + rows_rejected``).
     """
     t0 = time.perf_counter()
     producers = with_measured(producers, measured, measured_unit)
-    if tune_malloc:
-        from ..malloc import tune
-
-        tune()
     r = resolved(k)
     dst = Path(dst)
     n = _workers(workers)

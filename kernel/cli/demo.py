@@ -125,7 +125,7 @@ def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
     priced_path = out / "priced.parquet"
     made = stamp.for_kernel(k, trace=trace, decode_threshold=decode_width(k), sm_budget=0)
     counts = bulk.price_file(k, trace, priced_path, progress=False,
-                             decode_threshold=decode_width(k), tune_malloc=True,
+                             decode_threshold=decode_width(k),
                              metadata=made.to_metadata(), producers=[column_producer()])
     priced = pl.read_parquet(priced_path)
     t_price = time.perf_counter()

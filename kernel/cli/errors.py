@@ -18,10 +18,6 @@ import click
 INTERNAL_EXIT = 70
 
 
-class OutputError(click.ClickException):
-    """An output that would destroy an input, or a target that cannot be a file."""
-
-
 def one_line(text: object) -> str:
     """``text`` with every run of whitespace (newlines included) folded to one space."""
     return " ".join(str(text).split())

@@ -293,7 +293,6 @@ def register(group: click.Group) -> None:
                                 chunk_rows=chunk_rows, progress=not no_progress,
                                 decode_threshold=decode_threshold, sm_budget=sm_budget,
                                 columns=parse_column_options(column_map), batches=batches_path,
-                                tune_malloc=True,
                                 producers=[*(run.producers or ()),
                                            *([column_producer()] if utilisation else [])],
                                 keep=run.keep or None, metadata=made.to_metadata(),
