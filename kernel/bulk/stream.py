@@ -53,6 +53,8 @@ import pyarrow as pa
 
 from pipeline import safe_output
 
+from .. import stamp
+from ..resolved import ResolvedPool
 from ..sources import TraceSource
 from ..trace import REJECT_SCHEMA, Rows
 from .batch_table import BatchTable
@@ -87,7 +89,6 @@ from .summed import ChunkTerms, Summed, rows_stay_near, summed_for
 if TYPE_CHECKING:
     from ..kernel import Kernel
     from ..protocols import TraceInput
-    from ..resolved import ResolvedPool
 
 __all__ = ["ROW_GROUP_ROWS", "SORT_MEMORY", "price_file", "priced_stream"]
 
@@ -590,7 +591,8 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     ``rejects`` receives the rejected rows; ``strict`` raises
     :class:`RejectedRowError` at the first one. ``keep`` and ``producers`` add columns
     (:mod:`kernel.bulk.columns`); ``metadata`` (``rejects_metadata``) is written into the
-    output's (the rejects file's) key-value metadata. ``workers`` threads price (default: the
+    output's (the rejects file's) key-value metadata; left out, a kernel's run writes the
+    stamp :func:`kernel.stamp.for_pricing` makes (what :func:`kernel.read_priced` returns). ``workers`` threads price (default: the
     cores). A source in no known order is grouped in memory while its validated rows fit in
     ``memory_budget`` bytes (default: ``sort_memory``; ``"1GB"``, ``"512MiB"`` or an int),
     else partitioned by batch-id range into spill files in ``tmp_dir`` (default: beside
@@ -604,6 +606,13 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     (``rows_in == rows_priced + rows_rejected``).
     """
     t0 = time.perf_counter()
+    if metadata is None and not isinstance(k, ResolvedPool):  # a bare pool has no documents
+        made = stamp.for_pricing(k, src, decode_threshold=decode_threshold, sm_budget=sm_budget,
+                                 columns=columns, batches=batches, measured=measured,
+                                 measured_unit=measured_unit)
+        metadata = made.to_metadata()
+        if rejects_metadata is None:
+            rejects_metadata = made.as_kind("rejects").to_metadata()
     producers = with_measured(producers, measured, measured_unit)
     r = resolved(k)
     dst = Path(dst)

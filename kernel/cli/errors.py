@@ -132,6 +132,10 @@ def _expected() -> tuple[type[BaseException], ...]:
 class Group(click.Group):
     """The top-level group: the single place exceptions become CLI errors."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["blis.argv"] = ["blis-kernel", *args]  # the command line a stamp records
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         from pipeline.safe_output import command_scope
         from pipeline.yamlio import DEFAULT_MAX_DOCUMENT_BYTES, DEFAULT_MAX_SCALAR_BYTES, set_limits

@@ -282,12 +282,16 @@ def register(group: click.Group) -> None:
         k = _open_kernel(scenario, pool, repos)
         run = MeasuredRun(k, trace, measured, rej)  # --measured, --calibration, fpm
         k = run.k
-        made = stamp.for_kernel(k, trace=trace, decode_threshold=decode_threshold,
-                                sm_budget=sm_budget, columns=parse_column_options(column_map),
-                                batches=stamp.trace_identity(batches_path) if batches_path
-                                else None, measured=run.measured,
-                                measured_unit=run.unit if run.measured else None,
-                                trace_format=measured.get("trace_format"))
+        # the library's stamp (what price_file writes by default) plus the command line
+        made = stamp.for_pricing(k, trace, decode_threshold=decode_threshold,
+                                 sm_budget=sm_budget, columns=parse_column_options(column_map),
+                                 batches=batches_path, measured=run.measured,
+                                 measured_unit=run.unit or "ns",
+                                 # the library's reading ("requests") goes unstated
+                                 trace_format=(measured.get("trace_format")
+                                               if measured.get("trace_format") != "requests"
+                                               else None))
+        made = made.with_command(click.get_current_context().meta.get("blis.argv", ()))
         try:
             counts = price_file(k, run.src, out, rejects=rej, strict=strict,
                                 chunk_rows=chunk_rows, progress=not no_progress,
