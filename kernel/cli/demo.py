@@ -103,8 +103,9 @@ def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
              echo: Callable[[str], None] = click.echo) -> dict[str, Any]:
     """The main job; returns the summary dict written to ``summary.json``."""
     from kernel import bulk, stamp
-    from kernel.cli.report import decode_width, open_for_cli
+    from kernel.cli.report import open_for_cli
     from kernel.report import html
+    from kernel.report.compare import decode_width
     from kernel.report.summary import summarise
     from kernel.synth import Lengths, write_synth
     from kernel.utilisation import column_producer
