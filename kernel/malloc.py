@@ -4,8 +4,8 @@ Streaming a trace allocates and frees arrays of a few MiB per chunk on several t
 glibc's defaults each such array is a fresh ``mmap`` (the kernel zeroes and maps every page
 again, a page fault per 4 KiB), and each thread gets its own arena that grows to its own peak.
 :func:`tune` changes that for the whole process, so it is the application's call: the command
-line makes it (:mod:`kernel.cli`) and ``price_file(tune_malloc=True)`` asks for it; a library
-call never does it unasked. ``BLIS_KEEP_MALLOC=1`` vetoes it. Linux with glibc only.
+line makes it (:mod:`kernel.cli`, at start-up) and the benchmarks do; no library call
+does it (decision LF2). ``BLIS_KEEP_MALLOC=1`` vetoes it. Linux with glibc only.
 
 Measured on the 2-core machine, a sorted 1M-batch trace (decision RO12): ~50k page faults
 with every setting applied before numpy starts its threads, 60-140k when applied later, 90-200k

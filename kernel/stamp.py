@@ -158,6 +158,7 @@ class Stamp:
     engine_behaviour_version: str = ""
     engine_behaviour_commit: str = ""
     source_commit: str = field(default_factory=source_commit)
+    command: tuple[str, ...] = ()  # the command line that wrote the file (the CLI's only addition)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -184,6 +185,8 @@ class Stamp:
             "trace": json.dumps(self.trace, sort_keys=True),
             "counts": json.dumps(self.counts, sort_keys=True),
         }
+        if self.command:
+            md["command"] = json.dumps(list(self.command))
         return {PREFIX + k: v for k, v in md.items()}
 
     @classmethod
@@ -215,13 +218,19 @@ class Stamp:
                    scenarios=tuple(js("scenarios", [])), package_version=get("package_version"),
                    engine_behaviour_version=get("engine_behaviour_version"),
                    engine_behaviour_commit=get("engine_behaviour_commit"),
-                   source_commit=get("source_commit"))
+                   source_commit=get("source_commit"), command=tuple(js("command", [])))
 
     def as_kind(self, kind: str) -> Stamp:
         """The same stamp for a sibling output (the rejects beside a priced file)."""
         from dataclasses import replace
 
         return replace(self, kind=kind)
+
+    def with_command(self, argv: Sequence[str]) -> Stamp:
+        """The same stamp with the command line that wrote the file (what the CLI adds)."""
+        from dataclasses import replace
+
+        return replace(self, command=tuple(str(a) for a in argv))
 
     def with_counts(self, **counts: int) -> Stamp:
         from dataclasses import replace
@@ -275,6 +284,19 @@ def for_kernel(k: Kernel, kind: str = "priced", *, trace: object = None,
     r = k.resolved_pool
     return Stamp(kind=kind, scenario=r.scenario, pool=r.pool_index, documents=k.documents(),
                  options=options, trace=trace_identity(trace) if trace is not None else {})
+
+
+def for_pricing(k: Kernel, trace: object, *, decode_threshold: int = 1, sm_budget: int = 0,
+                columns: Mapping[str, str] | None = None, batches: object = None,
+                measured: str | None = None, measured_unit: str = "ns",
+                **extra_options: Any) -> Stamp:
+    """The stamp of a priced trace: the one :func:`kernel.bulk.price_file` writes by default
+    and the CLI writes (the CLI adds only its command line, under ``blis.command``)."""
+    return for_kernel(k, trace=trace, decode_threshold=decode_threshold, sm_budget=sm_budget,
+                      columns=dict(columns) if columns else None,
+                      batches=trace_identity(batches) if batches is not None else None,
+                      measured=measured, measured_unit=measured_unit if measured else None,
+                      **extra_options)
 
 
 def counts_metadata(**counts: int) -> dict[str, str]:

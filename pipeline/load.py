@@ -16,7 +16,6 @@ from .documents import (
     Deployment,
     Fabric,
     Graph,
-    ModelIdentity,
     Pool,
     Scenario,
     StorageDevice,
@@ -370,11 +369,6 @@ def layer_sets(repos: Repos, chip: str) -> list[Path]:
     if not _stem_ok(chip) or not where.is_dir():
         return []
     return sorted(p for p in where.glob(f"*-{chip}.yaml") if p.is_file())
-
-
-def load_identity(path: str | Path) -> tuple[ModelIdentity, Loaded]:
-    """A catalog ``model.yaml``."""
-    return load_document(ModelIdentity, path)
 
 
 def _shown(text: str) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .documents import Deployment, Graph, Pool, Scenario
 from .errors import Problem
-from .rules import PACKS, RulesPack, lookup
+from .rules import PACKS, RulesPack
 from .validate_common import go_list, line_of, quote
 
 
@@ -58,10 +58,6 @@ def check_rules(ctx: RuleContext) -> list[Problem]:
     for _rule_id, check in RULES:
         check(ctx)
     return ctx.problems
-
-
-def pack_for(scenario: Scenario) -> RulesPack | None:
-    return lookup(scenario.engine_version)
 
 
 # ---------------------------------------------------------------------------------------

@@ -55,16 +55,6 @@ def test_producer_and_keep_columns_follow_the_base_columns(tmp_path: Path) -> No
     assert pl.read_parquet(dst).equals(got)
 
 
-def test_registered_producer_applies_to_every_run() -> None:
-    bulk.register_columns(TWICE)
-    try:
-        got = bulk.price(pool(), _tagged(40, 1))
-        assert "tokens_x2" in got.columns
-    finally:
-        bulk.unregister_columns("twice")
-    assert "tokens_x2" not in bulk.price(pool(), _tagged(40, 1)).columns
-
-
 def test_clashing_or_missing_added_columns_are_errors() -> None:
     df = _tagged(20, 2)
     with pytest.raises(TraceError, match="'tokens' the priced table already has"):

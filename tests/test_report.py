@@ -385,7 +385,7 @@ def test_compare_prices_one_trace_on_each_deployment(tmp_path: Path, k: Any,
                                                      small_trace: Path) -> None:
     import kernel
     from kernel import bulk
-    from kernel.cli.report import compare_lines, compare_summaries
+    from kernel.report.compare import compare_lines, compare_summaries
 
     other = kernel.open(OTHER)
     summaries, frames = compare_summaries(small_trace, [k, other])

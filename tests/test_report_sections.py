@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel.report import charts, html, sections, trace_stats
+from kernel.report import charts, html, trace_stats
 from kernel.report.summary import fmt_duration, fmt_long, fmt_span, nearest_rank, summarise
 
 from .test_report import FakeKernel, assert_self_contained, parse, priced_frame
@@ -112,18 +112,6 @@ def test_sections_say_which_columns_are_missing() -> None:
     assert "all tokens/s" in page  # no prefill_tokens column: not split by phase
     page = html.trace_report(_full_frame(500), None, title="t")
     assert "KV capacity needs the scenario" in page
-
-
-def test_a_registered_section_is_placed_on_the_page() -> None:
-    def extra(ctx: sections.ReportContext) -> sections.Section:
-        return sections.Section("accuracy", "Accuracy", f"{ctx.priced.height} steps")
-
-    sections.register_section(extra)
-    try:
-        page = html.trace_report(priced_frame(), None)
-    finally:
-        sections.SECTION_BUILDERS.remove(extra)
-    assert 'id="accuracy"' in page and "400 steps" in page
 
 
 def test_report_size_does_not_grow_with_the_trace() -> None:

@@ -46,16 +46,50 @@ def _write_priced(k: kernel.Kernel, trace: Path, out: Path) -> stamp.Stamp:
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
 
 
+@pytest.mark.parametrize("threshold", [1, 2])
+def test_python_price_file_writes_the_cli_stamp_minus_the_command_line(
+        trace: Path, tmp_path: Path, threshold: int) -> None:
+    # issue 30 item 2 (LF3): stamping lives in the library writer; the CLI adds its argv only
+    bad = tmp_path / "t.csv"
+    bad.write_text("batch_id,scheduled,computed,prompt_len\n1,1,5,5\n2,-1,0,1\n")
+    for i, src in enumerate((trace, bad)):
+        cli_out, py_out = tmp_path / f"cli-{i}.parquet", tmp_path / f"py-{i}.parquet"
+        args = ["price", str(src), "--scenario", DS3, "-o", str(cli_out), "--no-progress",
+                "--decode-threshold", str(threshold)]
+        res = CliRunner().invoke(cli, args)
+        assert res.exit_code == 0, res.output
+        kernel.price_file(kernel.open(DS3), str(src), py_out, progress=False,
+                          decode_threshold=threshold,
+                          rejects=py_out.with_name(py_out.stem + ".rejects.parquet"))
+        by_cli, by_py = kernel.read_priced(cli_out), kernel.read_priced(py_out)
+        assert by_py.stamp is not None and by_cli.stamp is not None
+        assert by_py.stamp.command == () and by_cli.stamp.command[1:3] == ("price", str(src))
+        assert by_py.stamp == by_cli.stamp.with_command(())
+        assert by_py.frame.equals(by_cli.frame)
+        rej_cli = cli_out.with_name(cli_out.stem + ".rejects.parquet")
+        rej_py = stamp.read_stamp(py_out.with_name(py_out.stem + ".rejects.parquet"))
+        assert rej_py is not None and rej_py.kind == "rejects"
+        assert rej_cli.exists() == (src == bad)  # the CLI drops an empty rejects file
+        if rej_cli.exists():
+            assert rej_py == stamp.read_stamp(rej_cli).with_command(())  # type: ignore[union-attr]
+    # a caller's own metadata replaces the default stamp
+    own = tmp_path / "own.parquet"
+    kernel.price_file(kernel.open(DS3), trace, own, progress=False, metadata={"who": "me"})
+    assert kernel.read_priced(own).stamp is None
+
+
 @settings(max_examples=50, deadline=None)
 @given(kind=st.sampled_from(stamp.KINDS), scenario=st.none() | names.filter(bool),
        pool=st.none() | st.integers(0, 64),
        docs=st.dictionaries(names, st.fixed_dictionaries({"file": names, "sha256": names}),
                             max_size=4),
        options=st.dictionaries(names, st.integers() | names | st.booleans(), max_size=4),
-       counts=st.dictionaries(names, st.integers(0, 2**62), max_size=4))
-def test_stamp_round_trips_through_metadata(kind, scenario, pool, docs, options, counts):
+       counts=st.dictionaries(names, st.integers(0, 2**62), max_size=4),
+       command=st.lists(names, max_size=4).map(tuple))
+def test_stamp_round_trips_through_metadata(kind, scenario, pool, docs, options, counts,
+                                            command):
     s = stamp.Stamp(kind=kind, scenario=scenario, pool=pool, documents=docs, options=options,
-                    counts=counts, scenarios=(scenario,) if scenario else ())
+                    counts=counts, scenarios=(scenario,) if scenario else (), command=command)
     md = s.to_metadata()
     assert all(k.startswith(stamp.PREFIX) and isinstance(v, str) for k, v in md.items())
     assert stamp.Stamp.from_metadata({k.encode(): v.encode() for k, v in md.items()}) == s

@@ -20,8 +20,8 @@ batch. The package has one module per job:
 
 Extension point (details in :mod:`kernel.bulk.columns`): a :class:`ColumnProducer` adds
 per-batch columns computed from the resolved pool, the array summary, compose's totals, the
-base priced columns and batch-level trace inputs; :func:`register_columns` adds it to every
-run, ``producers=[...]`` to one. ``keep=[cols]`` passes trace columns through, keyed by
+base priced columns and batch-level trace inputs, for the runs it is passed to as
+``producers=[...]``. ``keep=[cols]`` passes trace columns through, keyed by
 batch (the value of the batch's first row). ``price_file(metadata={...})`` stamps the
 output's key-value metadata.
 """
@@ -34,9 +34,6 @@ from .columns import (
     PRICED_SCHEMA,
     BatchContext,
     ColumnProducer,
-    register_columns,
-    registered_columns,
-    unregister_columns,
 )
 from .engine import PriceCounts, PricedResult
 from .engine import rows_of as _rows_of
@@ -59,10 +56,7 @@ __all__ = [
     "price",
     "price_file",
     "price_result",
-    "register_columns",
-    "registered_columns",
     "summarise_columns",
-    "unregister_columns",
 ]
 
 # (tests reach these two private helpers)

@@ -16,11 +16,11 @@ function that computes them for a whole set of batches at once::
         # ctx.rows, ctx.starts    the request rows grouped by batch, and where each batch starts
         return {"limits": ...}  # one entry per field, each of length ctx.n
 
-    register_columns(ColumnProducer("limits", (pa.field("limits", pa.string()),), produce))
+    price(pool, trace, producers=[ColumnProducer("limits", (pa.field("limits", pa.string()),),
+                                                 produce)])
 
-A registered producer adds its columns to every priced table (in memory and on disk); a
-producer passed as ``producers=[...]`` to :func:`kernel.bulk.price` / ``price_file`` adds them
-to that run only. Columns come in registration order, then the per-run ones. A producer
+A producer passed as ``producers=[...]`` to :func:`kernel.bulk.price` / ``price_file`` adds its
+columns to that run, in the order given. A producer
 that needs trace columns lists them in ``inputs``; the trace must have them.
 
 **Passed-through trace columns** — ``keep=["replica", "ts"]`` copies trace columns to the
@@ -66,9 +66,6 @@ __all__ = [
     "with_measured",
     "price_grouped",
     "priced_table",
-    "register_columns",
-    "registered_columns",
-    "unregister_columns",
 ]
 
 # ``bottleneck`` is a dictionary column; the field metadata makes polars read it as
@@ -203,23 +200,6 @@ def check_rows(spec: OutputSpec, rows: Rows, rejects: list[pa.Table], strict: bo
         rows.bad[idx] = True
 
 
-_REGISTERED: dict[str, ColumnProducer] = {}
-
-
-def register_columns(producer: ColumnProducer) -> ColumnProducer:
-    """Add ``producer``'s columns to every priced table (re-registering a name replaces it)."""
-    _REGISTERED[producer.name] = producer
-    return producer
-
-
-def unregister_columns(name: str) -> None:
-    _REGISTERED.pop(name, None)
-
-
-def registered_columns() -> tuple[ColumnProducer, ...]:
-    return tuple(_REGISTERED.values())
-
-
 @dataclass(frozen=True)
 class OutputSpec:
     """The priced table of one run: base columns, producers' columns, kept trace columns."""
@@ -231,7 +211,7 @@ class OutputSpec:
     @staticmethod
     def make(producers: Iterable[ColumnProducer] | None = None,
              keep: Iterable[str] | None = None) -> OutputSpec:
-        ps = (*registered_columns(), *(producers or ()))
+        ps = tuple(producers or ())
         spec = OutputSpec(ps, tuple(keep or ()))
         seen = set(PRICED_SCHEMA.names)
         for name, where in ([(f.name, f"column producer {p.name!r}") for p in ps

@@ -54,6 +54,8 @@ import pyarrow as pa
 
 from pipeline import safe_output
 
+from .. import stamp
+from ..resolved import ResolvedPool
 from ..sources import TraceSource
 from ..trace import REJECT_SCHEMA, Rows
 from .batch_table import BatchTable
@@ -88,7 +90,6 @@ from .summed import ChunkTerms, Summed, rows_stay_near, summed_for
 if TYPE_CHECKING:
     from ..kernel import Kernel
     from ..protocols import TraceInput
-    from ..resolved import ResolvedPool
 
 __all__ = ["ROW_GROUP_ROWS", "SORT_MEMORY", "price_file", "priced_stream"]
 
@@ -590,7 +591,6 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                rejects_metadata: Mapping[str, str | bytes] | None = None,
                workers: int | None = None, order: str = "auto",
                sort_memory: str = SORT_MEMORY, memory_budget: int | str | None = None,
-               tune_malloc: bool = False,
                measured: str | None = None, measured_unit: str = "ns",
                reject_over_limit: bool = False, out_format: str | None = None) -> PriceCounts:
     """Stream ``src`` (any source :func:`kernel.sources.open_trace` takes) into parquet at
@@ -601,7 +601,8 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     ``rejects`` receives the rejected rows; ``strict`` raises
     :class:`RejectedRowError` at the first one. ``keep`` and ``producers`` add columns
     (:mod:`kernel.bulk.columns`); ``metadata`` (``rejects_metadata``) is written into the
-    output's (the rejects file's) key-value metadata. ``workers`` threads price (default: the
+    output's (the rejects file's) key-value metadata; left out, a kernel's run writes the
+    stamp :func:`kernel.stamp.for_pricing` makes (what :func:`kernel.read_priced` returns). ``workers`` threads price (default: the
     cores). A source in no known order is grouped in memory while its validated rows fit in
     ``memory_budget`` bytes (default: ``sort_memory``; ``"1GB"``, ``"512MiB"`` or an int),
     else partitioned by batch-id range into spill files in ``tmp_dir`` (default: beside
@@ -609,17 +610,20 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     there beyond ``sort_memory``; ``order="sort"`` does this even for a grouped source,
     ``order="external"`` always takes DuckDB. ``measured`` names a trace column of
     measured step times in ``measured_unit`` (``measured_ns`` and each estimate's relative
-    error; bad values are rejects). ``tune_malloc`` applies
-    :func:`kernel.malloc.tune` (process-wide). A kernel's prices carry the ``limits`` column;
+    error; bad values are rejects). The allocator is the caller's: an application that
+    streams big traces calls :func:`kernel.malloc.tune` itself (the CLI does). A kernel's prices carry the ``limits`` column;
     ``reject_over_limit`` sets over-limit batches aside instead. Returns the counts
     (``rows_in == rows_priced + rows_rejected``).
     """
     t0 = time.perf_counter()
+    if metadata is None and not isinstance(k, ResolvedPool):  # a bare pool has no documents
+        made = stamp.for_pricing(k, src, decode_threshold=decode_threshold, sm_budget=sm_budget,
+                                 columns=columns, batches=batches, measured=measured,
+                                 measured_unit=measured_unit)
+        metadata = made.to_metadata()
+        if rejects_metadata is None:
+            rejects_metadata = made.as_kind("rejects").to_metadata()
     producers = with_measured(producers, measured, measured_unit)
-    if tune_malloc:
-        from ..malloc import tune
-
-        tune()
     r = resolved(k)
     dst = Path(dst)
     n = _workers(workers)

@@ -8,7 +8,7 @@ by phase class, by batch-token bucket and by bottleneck.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -130,7 +130,3 @@ def _pct(x: float | None, signed: bool = False) -> str:
     if x is None or not np.isfinite(x):
         return "-"
     return f"{x:+.1%}" if signed else f"{x:.1%}"
-
-
-def summary_dict(rel: np.ndarray) -> Mapping[str, float | int]:
-    return summarise(rel).as_dict()

@@ -104,8 +104,9 @@ def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
              echo: Callable[[str], None] = click.echo) -> dict[str, Any]:
     """The main job; returns the summary dict written to ``summary.json``."""
     from kernel import bulk, stamp
-    from kernel.cli.report import decode_width, open_for_cli
+    from kernel.cli.report import open_for_cli
     from kernel.report import html
+    from kernel.report.compare import decode_width
     from kernel.report.summary import summarise
     from kernel.synth import Lengths, write_synth
     from kernel.utilisation import column_producer
@@ -126,7 +127,7 @@ def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
     priced_path = out / "priced.parquet"
     made = stamp.for_kernel(k, trace=trace, decode_threshold=decode_width(k), sm_budget=0)
     counts = bulk.price_file(k, trace, priced_path, progress=False,
-                             decode_threshold=decode_width(k), tune_malloc=True,
+                             decode_threshold=decode_width(k),
                              metadata=made.to_metadata(), producers=[column_producer()])
     priced = pl.read_parquet(priced_path)
     t_price = time.perf_counter()

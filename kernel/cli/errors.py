@@ -18,10 +18,6 @@ import click
 INTERNAL_EXIT = 70
 
 
-class OutputError(click.ClickException):
-    """An output that would destroy an input, or a target that cannot be a file."""
-
-
 def one_line(text: object) -> str:
     """``text`` with every run of whitespace (newlines included) folded to one space."""
     return " ".join(str(text).split())
@@ -136,6 +132,10 @@ def _expected() -> tuple[type[BaseException], ...]:
 
 class Group(click.Group):
     """The top-level group: the single place exceptions become CLI errors."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["blis.argv"] = ["blis-kernel", *args]  # the command line a stamp records
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         from pipeline.safe_output import command_scope

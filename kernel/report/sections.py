@@ -1,9 +1,7 @@
-"""The report's sections about a priced trace, and the hook for optional ones.
+"""The report's sections about a priced trace.
 
 A section builder takes a :class:`ReportContext` and returns a :class:`Section` (or None when
-the data it needs is absent). :data:`SECTION_BUILDERS` lists them in page order;
-:func:`register_section` appends one (another module's optional section, e.g. accuracy
-charts) without touching this file. Sections degrade honestly: when a column is missing the
+the data it needs is absent). :data:`SECTION_BUILDERS` lists them in page order. Sections degrade honestly: when a column is missing the
 section says which one and how to get it, instead of drawing nothing.
 """
 
@@ -33,7 +31,6 @@ __all__ = [
     "ReportContext",
     "Section",
     "build_sections",
-    "register_section",
 ]
 
 SECTION_IDS = {
@@ -339,13 +336,6 @@ SECTION_BUILDERS: list[SectionBuilder] = [
     throughput_section, timeline_section, tokens_section, utilisation_section, kv_section,
     limits_section, layers_section,
 ]
-
-
-def register_section(builder: SectionBuilder) -> SectionBuilder:
-    """Add an optional section after the built-in ones (usable as a decorator)."""
-    if builder not in SECTION_BUILDERS:
-        SECTION_BUILDERS.append(builder)
-    return builder
 
 
 def build_sections(ctx: ReportContext) -> list[Section]:
