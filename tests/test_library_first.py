@@ -18,6 +18,8 @@ CLI_ONLY = {
     "kernel.cli.replay": {"parse_slo"},  # --slo ttft_p99=2s
     "kernel.cli.errors": {"resource_error"},  # the one-line message for an OS error
     "kernel.cli.validate": {"check_scenarios"},  # the rows `validate` prints
+    "kernel.cli.dialect": {"DialectCommand", "complete_scenario"},  # spellings, completion
+    "kernel.cli.logs": {"level_for"},  # -v / BLIS_KERNEL_LOG to a logging level
 }
 
 
