@@ -86,6 +86,43 @@ def build(p: _Prepared) -> FastPath | None:
     return FastPath(p)
 
 
+def layer_token_terms(p: _Prepared, L: Any, T: float, mfac: Any) -> tuple[Any, ...]:
+    """One layer's terms that depend on the token count ``T`` only, in the shared path's
+    operation order: (dense FLOPs, shape-aware dense seconds before the derate, routed FLOPs,
+    routed weight bytes, elementwise bytes, recurrent seconds). The decode and the mixed fast
+    paths both take them from here."""
+    tp, peak = p.tp, p.peak
+    flops: Any = 0.0
+    dense_shaped: Any = 0.0
+    if L.gemms:
+        for f, kfac, nfac in L.gemms:
+            eff: Any = p.eps_max
+            if mfac is not None:
+                eff = eff * mfac
+            if kfac is not None:
+                eff = eff * kfac
+            if nfac is not None:
+                eff = eff * nfac
+            dense_shaped = dense_shaped + T * f / tp / (peak * eff)
+    elif not p.shape_aware:
+        flops = T * L.dense_flops / tp
+    routed_flops: Any = 0.0
+    routed_wb: Any = 0.0
+    if L.expert:
+        routed_tokens = T * L.funnel
+        routed_per_rank = routed_tokens * L.top_k * L.share
+        routed_flops = routed_per_rank * L.expert_flops * p.imbalance / L.dp_slice
+        touched = laws.experts_touched(laws.round_half(routed_tokens), L.total_experts,
+                                       L.top_k, L.experts_per_rank)
+        routed_wb = L.ets_weight * touched
+        flops = flops + T * L.shared_flops / tp
+    elementwise = T * L.elementwise / tp
+    rec: Any = 0.0
+    if L.rec:
+        rec = L.rec_floor_s + T / L.rec_rate
+    return flops, dense_shaped, routed_flops, routed_wb, elementwise, rec
+
+
 def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tuple[Any, ...]:
     """Every term of a decode step that depends on the token count only (model.md §1.3), in the
     shared path's operation order: per layer (count, dense SM share, routed HBM, routed, NVLink,
@@ -105,34 +142,8 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
     tot_sm = tot_nv = tot_nic = 0.0
     for L, (mode, _fl, _kv, _rate, weight, _secs, _preq) in zip(p.layers, fast.attn,
                                                                  strict=True):
-        flops: Any = 0.0
-        dense_shaped: Any = 0.0
-        if L.gemms:
-            for f, kfac, nfac in L.gemms:
-                eff: Any = p.eps_max
-                if mfac is not None:
-                    eff = eff * mfac
-                if kfac is not None:
-                    eff = eff * kfac
-                if nfac is not None:
-                    eff = eff * nfac
-                dense_shaped = dense_shaped + T * f / tp / (peak * eff)
-        elif not p.shape_aware:
-            flops = T * L.dense_flops / tp
-        routed_flops: Any = 0.0
-        routed_wb: Any = 0.0
-        if L.expert:
-            routed_tokens = T * L.funnel
-            routed_per_rank = routed_tokens * L.top_k * L.share
-            routed_flops = routed_per_rank * L.expert_flops * p.imbalance / L.dp_slice
-            touched = laws.experts_touched(laws.round_half(routed_tokens), L.total_experts,
-                                           L.top_k, L.experts_per_rank)
-            routed_wb = L.ets_weight * touched
-            flops = flops + T * L.shared_flops / tp
-        elementwise = T * L.elementwise / tp
-        rec: Any = 0.0
-        if L.rec:
-            rec = L.rec_floor_s + T / L.rec_rate
+        flops, dense_shaped, routed_flops, routed_wb, elementwise, rec = layer_token_terms(
+            p, L, T, mfac)
         # attn_sm stays 0.0 in a batch without prefill (every prefill term is deselected).
         dense_sm = flops / pr * derate + dense_shaped * derate + rec + 0.0
         routed_sm = routed_flops / pr * derate

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import laws
+from .step_fast import layer_token_terms
 
 if TYPE_CHECKING:
     from .step import BatchSummary, _Prepared
@@ -54,34 +55,8 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
     ps = peak * (ramp * p.prefill_scale) if p.prefill_scale > 0 else None
     layers = []
     for L, (mode, fl, kv, rate, weight, secs, preq) in zip(p.layers, fast.attn, strict=True):
-        flops: Any = 0.0
-        dense_shaped: Any = 0.0
-        if L.gemms:
-            for f, kfac, nfac in L.gemms:
-                eff: Any = p.eps_max
-                if mfac is not None:
-                    eff = eff * mfac
-                if kfac is not None:
-                    eff = eff * kfac
-                if nfac is not None:
-                    eff = eff * nfac
-                dense_shaped = dense_shaped + T * f / tp / (peak * eff)
-        elif not p.shape_aware:
-            flops = T * L.dense_flops / tp
-        routed_flops: Any = 0.0
-        routed_wb: Any = 0.0
-        if L.expert:
-            routed_tokens = T * L.funnel
-            routed_per_rank = routed_tokens * L.top_k * L.share
-            routed_flops = routed_per_rank * L.expert_flops * p.imbalance / L.dp_slice
-            touched = laws.experts_touched(laws.round_half(routed_tokens), L.total_experts,
-                                           L.top_k, L.experts_per_rank)
-            routed_wb = L.ets_weight * touched
-            flops = flops + T * L.shared_flops / tp
-        elementwise = T * L.elementwise / tp
-        rec: Any = 0.0
-        if L.rec:
-            rec = L.rec_floor_s + T / L.rec_rate
+        flops, dense_shaped, routed_flops, routed_wb, elementwise, rec = layer_token_terms(
+            p, L, T, mfac)
         dsd = dense_shaped * derate
         dense_sm = flops / pr * derate + dsd + rec  # + the attention's SM term, per call
         routed_sm = routed_flops / pr * derate
