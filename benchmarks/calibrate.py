@@ -2,7 +2,7 @@
 
     python benchmarks/calibrate.py                  # 1M steps, best of 3
     python benchmarks/calibrate.py --batches 200000 --repeat 1
-    python benchmarks/calibrate.py --before /work/main   # also time another checkout's code
+    python benchmarks/calibrate.py --before ../other-checkout   # also time another checkout's code
 
 ``--before DIR`` runs the same child on the code in DIR (e.g. the main branch before issue
 32), alternating with this tree's, so the two are compared as a ratio within one run.

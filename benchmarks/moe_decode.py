@@ -2,7 +2,7 @@
 priced three ways, against the stage's measured ITL (the sim-to-real study, issue 34).
 
     python benchmarks/moe_decode.py
-    python benchmarks/moe_decode.py --moe-table /tmp/aisim/aisimulate_core/systems/data/h100_sxm/moe/vllm/0.31.0/moe_perf.parquet
+    python benchmarks/moe_decode.py --moe-table aisim/aisimulate_core/systems/data/h100_sxm/moe/vllm/0.31.0/moe_perf.parquet
 
 Concurrency is Little's law on the measured stage: rate x (TTFT + output tokens x ITL), with
 TTFT taken as 60 ms (the measured whole-run TTFTs of the stages that do not queue are

@@ -1,9 +1,9 @@
 """Held-out error of every fitted family against the reference's law on the same operator rows
 (docs/registry_fit.md): vLLM's all-reduce, and decode attention.
 
-    pip download aisimulate==0.13.0.dev202610270000000085 --no-deps -d /tmp/aisim_wheel
-    (cd /tmp/aisim && unzip -q /tmp/aisim_wheel/*.whl)
-    python benchmarks/registry_fit_scores.py /tmp/aisim      # prints the markdown tables
+    pip download aisimulate==0.13.0.dev202610270000000085 --no-deps -d aisim_wheel
+    (cd aisim && unzip -q aisim_wheel/*.whl)
+    python benchmarks/registry_fit_scores.py aisim      # prints the markdown tables
 
 "NCCL law" is the registry's max(floor + b/transition, b/peak) all-reduce triple for the
 same chip and width (what the reference charges for every TP all-reduce), read at every
@@ -172,10 +172,10 @@ def prefill(root: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aisim")
+    main(sys.argv[1] if len(sys.argv) > 1 else "aisim")
     print()
-    attention(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aisim")
+    attention(sys.argv[1] if len(sys.argv) > 1 else "aisim")
     print()
-    prefill(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aisim")
+    prefill(sys.argv[1] if len(sys.argv) > 1 else "aisim")
     print()
-    gemm(sys.argv[1] if len(sys.argv) > 1 else "/tmp/aisim")
+    gemm(sys.argv[1] if len(sys.argv) > 1 else "aisim")

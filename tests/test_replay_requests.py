@@ -16,16 +16,13 @@ from hypothesis import strategies as st
 
 from kernel.replay import REJECT_SCHEMA, REQUEST_SCHEMA, RequestSet, read_requests
 from kernel.replay.formats import detect_format, write_requests
+from tests.validation_support import REFERENCE
 
 DATA = Path(__file__).parent / "data" / "request-traces"
 AZURE = DATA / "AzureLLMInferenceTrace_conv.head200.csv"
 MOONCAKE = DATA / "mooncake_conversation_trace.head200.jsonl"
-# The knowledge base sits beside the clone (../shared, as tests/validation_support.py finds
-# it); a worktree one level deeper finds it at /work/shared.
-SHARED = next((p / "shared" / "reference" / "request-traces"
-               for p in (Path(__file__).resolve().parents[2], Path("/work"))
-               if (p / "shared" / "reference" / "request-traces").is_dir()),
-              Path(__file__).resolve().parents[2] / "shared" / "reference" / "request-traces")
+# The full public traces, in the knowledge base beside the clone (../shared).
+SHARED = REFERENCE / "request-traces"
 
 
 def _check_contract(rs: RequestSet) -> None:
