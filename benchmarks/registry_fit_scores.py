@@ -2,7 +2,7 @@
 (docs/registry_fit.md): vLLM's all-reduce, and decode attention.
 
     pip download aisimulate==0.13.0.dev202610270000000085 --no-deps -d aisim_wheel
-    (cd aisim && unzip -q aisim_wheel/*.whl)
+    unzip -q -d aisim aisim_wheel/*.whl
     python benchmarks/registry_fit_scores.py aisim      # prints the markdown tables
 
 "NCCL law" is the registry's max(floor + b/transition, b/peak) all-reduce triple for the
