@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -85,10 +86,10 @@ def rows(table: OperatorTable) -> pl.DataFrame:
         pl.col("latency").min()).sort([*SHAPE, "kv_cache_dtype", "batch_size", "step"])
 
 
-def fit_attention_decode(table: OperatorTable) -> AttentionDecodeFit:
-    df = rows(table)
-    x, y = design(df)
-    c = nonnegative_fit(x, y)
+def held_out_by_shape(df: pl.DataFrame, x: np.ndarray, y: np.ndarray
+                      ) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    """Relative errors of each head shape's rows under a fit of every other shape's rows
+    (leave one shape out), and the shapes."""
     shapes = df.select(SHAPE).unique().rows()
     errs = []
     for shape in shapes:
@@ -96,7 +97,14 @@ def fit_attention_decode(table: OperatorTable) -> AttentionDecodeFit:
                                                                              strict=True)]), 1)
         ch = nonnegative_fit(x[~held], y[~held])
         errs.append((x[held] @ ch - y[held]) / y[held])
-    e = np.concatenate(errs)
+    return np.concatenate(errs), shapes
+
+
+def fit_attention_decode(table: OperatorTable) -> AttentionDecodeFit:
+    df = rows(table)
+    x, y = design(df)
+    c = nonnegative_fit(x, y)
+    e, shapes = held_out_by_shape(df, x, y)
     rate = 1.0 / c[2] if c[2] > 0 else 0.0
     return AttentionDecodeFit(float(c[0]), float(c[1]), float(rate), df.height, len(shapes),
                               float(np.mean(np.abs(e))), float(np.mean(e)),
@@ -168,14 +176,7 @@ def fit_attention_prefill(table: OperatorTable, peak_flops: float, eps_max: floa
     df = prefill_rows(table)
     x, y = prefill_design(df, peak_flops, eps_max, m_half)
     c = nonnegative_fit(x, y)
-    shapes = df.select(SHAPE).unique().rows()
-    errs = []
-    for shape in shapes:
-        held = np.all(np.column_stack([df[n].to_numpy() == v for n, v in zip(SHAPE, shape,
-                                                                             strict=True)]), 1)
-        ch = nonnegative_fit(x[~held], y[~held])
-        errs.append((x[held] @ ch - y[held]) / y[held])
-    e = np.concatenate(errs)
+    e, shapes = held_out_by_shape(df, x, y)
     scale = 1.0 / c[1] if c[1] > 0 else 0.0
     return AttentionPrefillFit(float(c[0]), float(scale), df.height, len(shapes),
                                float(np.mean(np.abs(e))), float(np.mean(e)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +52,12 @@ def set_name(chip: str) -> str:
     return f"vllm-all-reduce-{chip}"
 
 
-def attention_decode_set(chip: str, table: OperatorTable, f: AttentionDecodeFit
-                         ) -> dict[str, Any]:
-    """The coefficient set of one chip's fitted decode attention law (floor, rate and the
-    per-request term, fitted jointly; they replace the scenario's part-wide pair)."""
-    cite = f"{table.cite()} ({table.backend} {table.version}, full-attention rows)"
+def _attention_entry(chip: str, table: OperatorTable, f: AttentionDecodeFit | AttentionPrefillFit,
+                     rows: str) -> Callable[[str, float, str, str], dict[str, Any]]:
+    """A builder of one fitted attention coefficient: measured on ``chip`` from ``table``'s
+    ``rows``, its rationale ending with the held-out score (and the version actually measured
+    when the tables lack the priced one)."""
+    cite = f"{table.cite()} ({table.backend} {table.version}, {rows})"
     nearest = ("" if table.exact else
                f" Measured at {table.backend} {table.version}, the nearest version the tables "
                f"have to the priced {table.requested}.")
@@ -68,6 +69,15 @@ def attention_decode_set(chip: str, table: OperatorTable, f: AttentionDecodeFit
                        "fitted": True, "scope": {"hardware": [chip]},
                        "sources": [{"kind": "model", "cite": cite, "role": "primary"}],
                        "rationale": what + held}}
+
+    return entry
+
+
+def attention_decode_set(chip: str, table: OperatorTable, f: AttentionDecodeFit
+                         ) -> dict[str, Any]:
+    """The coefficient set of one chip's fitted decode attention law (floor, rate and the
+    per-request term, fitted jointly; they replace the scenario's part-wide pair)."""
+    entry = _attention_entry(chip, table, f, "full-attention rows")
 
     return {"kind": "CoefficientSet", "name": f"vllm-attention-decode-{chip}", "coefficients": [
         entry("attention_decode_floor", f.floor_us, "us_per_layer",
@@ -92,18 +102,7 @@ def attention_prefill_set(chip: str, table: OperatorTable, f: AttentionPrefillFi
                           ) -> dict[str, Any]:
     """The coefficient set of one chip's fitted prefill attention term (floor and work scale,
     at the chip's bf16 GEMM ramp: model.md §3.4)."""
-    cite = f"{table.cite()} ({table.backend} {table.version}, full-attention bf16 rows)"
-    nearest = ("" if table.exact else
-               f" Measured at {table.backend} {table.version}, the nearest version the tables "
-               f"have to the priced {table.requested}.")
-    held = (f" Fitted jointly on {f.rows} rows of {f.shapes} head shapes; held out by shape: "
-            f"{100 * f.mape:.1f}% MAPE ({100 * f.bias:+.1f}% bias).") + nearest
-
-    def entry(name: str, value: float, units: str, what: str) -> dict[str, Any]:
-        return {name: {"value": round(value, 4), "units": units, "method": "measured",
-                       "fitted": True, "scope": {"hardware": [chip]},
-                       "sources": [{"kind": "model", "cite": cite, "role": "primary"}],
-                       "rationale": what + held}}
+    entry = _attention_entry(chip, table, f, "full-attention bf16 rows")
 
     return {"kind": "CoefficientSet", "name": f"vllm-attention-prefill-{chip}", "coefficients": [
         entry("attention_prefill_floor", f.floor_us, "us_per_layer",
