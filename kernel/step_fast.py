@@ -123,6 +123,21 @@ def layer_token_terms(p: _Prepared, L: Any, T: float, mfac: Any) -> tuple[Any, .
     return flops, dense_shaped, routed_flops, routed_wb, elementwise, rec
 
 
+def secondary_attention(attn: Any, secs: Any, n_kv: Any, n_dec: int) -> Any:
+    """``attn`` plus each secondary attention read of a decode step (a window caps the KV
+    tokens at window × requests, a compression divides them), in the shared path's order."""
+    for window, compress, f2, per_tok, r2 in secs:
+        n: Any = n_kv
+        if window > 0:
+            w = float(window * n_dec)
+            if not (n <= w or n != n):  # Go's min
+                n = w
+        if compress > 1:
+            n = n / compress
+        attn = attn + (f2 + n * per_tok / r2)
+    return attn
+
+
 def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tuple[Any, ...]:
     """Every term of a decode step that depends on the token count only (model.md §1.3), in the
     shared path's operation order: per layer (count, dense SM share, routed HBM, routed, NVLink,
@@ -217,15 +232,8 @@ def decode_totals(p: _Prepared, fast: FastPath, tokens: int, kv_tokens: int, lo:
             attn = fl + n_kv * kv / rate
             if preq > 0:  # decision AC4: per-request work
                 attn = attn + n_dec * preq
-        for window, compress, f2, per_tok, r2 in secs or ():
-            n: Any = n_kv
-            if window > 0:
-                w = float(window * n_dec)
-                if not (n <= w or n != n):  # Go's min
-                    n = w
-            if compress > 1:
-                n = n / compress
-            attn = attn + (f2 + n * per_tok / r2)
+        if secs:
+            attn = secondary_attention(attn, secs, n_kv, n_dec)
         if mode == 2:
             hbm = ((weight + n_kv * kv) + elementwise) / p.hbm + attn + rh
         else:

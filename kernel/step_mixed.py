@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import laws
-from .step_fast import layer_token_terms
+from .step_fast import layer_token_terms, secondary_attention
 
 if TYPE_CHECKING:
     from .step import BatchSummary, _Prepared
@@ -127,15 +127,7 @@ def totals(p: _Prepared, fast: FastPath, s: BatchSummary) -> tuple[Any, ...] | N
                     flops = flops + layer_causal * q_heads * head_dim / tp
                     dense_sm = flops / pr * derate + dsd + rec
             if dec and secs:
-                for window, compress, f2, per_tok, r2 in secs:
-                    n: Any = n_dec_kv
-                    if window > 0:
-                        w = float(window * dec_req)
-                        if not (n <= w or n != n):  # Go's min
-                            n = w
-                    if compress > 1:
-                        n = n / compress
-                    attn = attn + (f2 + n * per_tok / r2)
+                attn = secondary_attention(attn, secs, n_dec_kv, dec_req)
         sm = dense_sm + attn_sm + rsm
         hbm = hbm_base + attn + rh
         if pcp_gather is not None and pcp_rows > 0:
