@@ -758,33 +758,12 @@ def _compose(p: _Prepared, s: BatchSummary,
 
     tot_sm = tot_hbm = tot_nv = tot_nic = overlap = 0.0
     for L in p.layers:
-        flops: Any = 0.0
-        dense_shaped: Any = 0.0
-        # Dense GEMMs.
-        if L.gemms:
-            for f, kfac, nfac in L.gemms:
-                eff: Any = p.eps_max
-                if mfac is not None:
-                    eff = eff * mfac
-                if kfac is not None:
-                    eff = eff * kfac
-                if nfac is not None:
-                    eff = eff * nfac
-                dense_shaped = dense_shaped + T * f / tp / (peak * eff)
-        elif not p.shape_aware:
-            flops = T * L.dense_flops / tp
-        # Routed experts.
-        routed_flops: Any = 0.0
-        routed_wb: Any = 0.0
-        if L.expert:
-            routed_tokens = T * L.funnel
-            routed_per_rank = routed_tokens * L.top_k * L.share
-            # Not divided by tp: the documented over-charge (model.md §4.2), kept.
-            routed_flops = routed_per_rank * L.expert_flops * p.imbalance / L.dp_slice
-            touched = laws.experts_touched(laws.round_half(routed_tokens), L.total_experts,
-                                           L.top_k, L.experts_per_rank)
-            routed_wb = L.ets_weight * touched
-            flops = flops + T * L.shared_flops / tp  # shared expert: the plain ramp, always
+        # Dense GEMMs, routed and shared experts, elementwise bytes, recurrent time: the terms
+        # of the token count alone, defined once for this path and the fast paths. Routed
+        # FLOPs are divided by L.dp_slice only (not by tp: the reference's documented
+        # over-charge, model.md §4.2), unless the measured layer splits experts over tp (MO1).
+        flops, dense_shaped, routed_flops, routed_wb, elementwise, rec = (
+            step_fast.layer_token_terms(p, L, T, mfac))
         # Attention.
         attn: Any = 0.0
         attn_sm: Any = 0.0
@@ -812,10 +791,6 @@ def _compose(p: _Prepared, s: BatchSummary,
             for a in L.secondaries:
                 n = secondary_read_tokens(a, n_dec_kv, s.decode_requests, dcp, inter)
                 attn = laws.select(dec, attn + (a.floor_s + n * a.per_tok / a.rate), attn)
-        elementwise = T * L.elementwise / tp
-        rec: Any = 0.0
-        if L.rec:
-            rec = L.rec_floor_s + T / L.rec_rate
         # Resource composition.
         dense_sm = flops / pr * derate + dense_shaped * derate + rec + attn_sm
         dense_hbm = (L.weight_bytes + kv_bytes + elementwise) / hbm_bps + attn
