@@ -33,8 +33,8 @@ def main() -> None:
     import kernel
     from kernel.calibration.accuracy import relative_error
     from kernel.calibration.fit import fit
-    from kernel.calibration.law import TERMS, calibrated_ns
     from kernel.calibration.splitwise import price_splitwise
+    from kernel.model.calibration_law import TERMS, calibrated_ns
 
     p = price_splitwise(repos=kernel.Repos(pricing="reference"))  # the reference's terms
     held = np.zeros(p.height, np.int64)

@@ -21,8 +21,8 @@ def price_all(pricing: str) -> pl.DataFrame:
     """Every kept Splitwise step priced with ``Repos(pricing=pricing)``."""
     import kernel
     from kernel.bulk import price
-    from kernel.calibration.measured import to_ns
     from kernel.calibration.splitwise import splitwise_trace
+    from kernel.io.measured import to_ns
 
     requests, batches = splitwise_trace()
     batches = batches.filter(~pl.col("suspect"))

@@ -7,7 +7,7 @@
 ``--before DIR`` runs the same child on the code in DIR (e.g. the main branch before issue
 32), alternating with this tree's, so the two are compared as a ratio within one run.
 
-It synthesises a continuous-batching trace (``kernel.synth``, 8 requests per step on
+It synthesises a continuous-batching trace (``kernel.io.synth``, 8 requests per step on
 average, ~5% prefill rows) on ``llama-3.1-70b-h200-tp4``, prices it once to make a measured
 column from a known calibration (per-phase multipliers and constants, times 2% log-normal
 noise), and writes it to parquet. Then, in a fresh child process each time (so the peak RSS
@@ -39,8 +39,8 @@ def make_trace(path: Path, batches: int) -> None:
     import polars as pl
 
     import kernel
-    from kernel.calibration.law import TERMS, Law, PhaseCorrection, calibrated_ns
-    from kernel.synth import synth
+    from kernel.io.synth import synth
+    from kernel.model.calibration_law import TERMS, Law, PhaseCorrection, calibrated_ns
 
     table = synth(batches, requests_per_batch=8.0, prefill_share=0.05, seed=1)
     frame = pl.from_arrow(table)

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernel  # noqa: E402
-from kernel import step  # noqa: E402
+from kernel.model import step  # noqa: E402
 from pipeline.resources import data_dir  # noqa: E402
 
 SCEN = data_dir() / "measurements" / "simtoreal" / "scenarios"
@@ -66,7 +66,7 @@ def score_moe_table(path: str) -> None:
     import polars as pl
     import pyarrow.parquet as pq
 
-    from kernel import laws
+    from kernel.model import laws
     r = kernel.open(str(SCEN / f"simtoreal-{EXPERIMENTS[27][0]}.yaml")).resolved_pool
     c = r.coefficients
     peak = 1979e12

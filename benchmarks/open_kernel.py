@@ -43,7 +43,7 @@ print(json.dumps({{"cold, imports included": (time.perf_counter() - t, time.proc
 """
 
 COLD = f"""
-import time, json, kernel, kernel.build, kernel.kernel, pipeline.validate, duckdb
+import time, json, kernel, kernel.pool.build, kernel.facade.kernel, pipeline.validate, duckdb
 t, c = time.perf_counter(), time.process_time(); kernel.open({SCENARIO!r})
 print(json.dumps({{"cold": (time.perf_counter() - t, time.process_time() - c)}}))
 """

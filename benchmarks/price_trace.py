@@ -22,7 +22,7 @@ every variant alike. Figures printed:
 * with ``--rss-sizes``: peak RSS of the sorted trace at each size, and the largest ÷ the
   smallest (issue 31: flat within 10% from 1M to 30M).
 
-Every child tunes glibc's malloc first (``kernel.malloc.tune``), as the command line does (a
+Every child tunes glibc's malloc first (``kernel.io.malloc.tune``), as the command line does (a
 library call does it only when asked), so before and after run under the same settings.
 
 ``BEFORE`` holds the same figures measured on the code before the issue-13 rewrite and
@@ -125,9 +125,9 @@ def _cpu() -> float:
 # -- children (one measurement each) -------------------------------------------------------
 
 def _tune_malloc() -> None:
-    """What the command line does (:func:`kernel.malloc.tune`), the same in every child and
+    """What the command line does (:func:`kernel.io.malloc.tune`), the same in every child and
     first, before numpy starts its threads."""
-    from kernel.malloc import tune
+    from kernel.io.malloc import tune
 
     tune()
 
@@ -186,7 +186,7 @@ def run_child(kind: str, trace: Path, out: Path, scenario: str) -> dict[str, flo
 def make_traces(work: Path, batches: int, orders: tuple[str, ...]) -> dict[str, Path]:
     import duckdb
 
-    from kernel.synth import write_synth
+    from kernel.io.synth import write_synth
 
     paths = {o: work / f"trace-{batches}-{o}.parquet" for o in orders}
     base = work / f"trace-{batches}-sorted.parquet"

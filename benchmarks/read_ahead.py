@@ -10,7 +10,7 @@ and prints its peak RSS:
 * ``scanner``: ``ds.Scanner.from_dataset(batch_readahead=2, fragment_readahead=1)``, the
   smallest readahead it offers;
 * ``row groups``: one row-group fragment at a time (``to_table``), what
-  :mod:`kernel.sources` does, a reader thread taking the next ones
+  :mod:`kernel.io.sources` does, a reader thread taking the next ones
   (:data:`kernel.bulk.stream.READ_AHEAD`) ahead.
 
 If the scanner held back for a slow consumer, both would stay near a few row groups' size.

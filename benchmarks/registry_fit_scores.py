@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main(root: str) -> None:
     import polars as pl
 
-    from kernel import laws
+    from kernel.model import laws
     from kernel.registry_fit import SYSTEMS, find_table, fit_all_reduce
     from kernel.registry_fit.allreduce import ELEMENT_BYTES, GRAPH_MODE
 

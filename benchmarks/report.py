@@ -49,10 +49,10 @@ def render_seconds(page: Path, tmp: Path, repeats: int) -> float | None:
 def one(steps: int, requests: float, tmp: Path, repeats: int) -> dict[str, float]:
     import kernel
     from kernel.bulk import price_file
+    from kernel.bulk.summary import summarise
+    from kernel.io.synth import write_synth
+    from kernel.model.utilisation import column_producer
     from kernel.report import html
-    from kernel.report.summary import summarise
-    from kernel.synth import write_synth
-    from kernel.utilisation import column_producer
 
     k = kernel.open(SCENARIO)
     trace = tmp / f"trace{steps}.parquet"

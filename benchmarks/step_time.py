@@ -48,9 +48,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 import kernel
-from kernel import step
-from kernel.step_batch import StepBatch
-from kernel.types import Batch, Request
+from kernel.model import step
+from kernel.model.step_batch import StepBatch
+from kernel.model.types import Batch, Request
 
 # Recorded on main at 3d63a3b with this script's timer (thread CPU time, best of 15), 2 cores.
 TODAY_US = {

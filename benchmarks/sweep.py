@@ -35,9 +35,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from kernel.build import open as open_kernel
-from kernel.distributed import make_client, price_dataset
-from kernel.synth import write_synth
+from kernel.facade.factory import open as open_kernel
+from kernel.io.synth import write_synth
+from kernel.sweep.distributed import make_client, price_dataset
 from pipeline.resources import data_dir
 
 PREFERRED = [
@@ -151,7 +151,7 @@ def _children_timed(run: Any) -> tuple[tuple[float, float], Any]:
 # The single-process run starts a fresh interpreter, as each worker does, so both sides pay
 # for imports and kernel construction; it reports its build and pricing seconds.
 ONE_PROCESS = (
-    "import sys, time; from kernel.build import open as o; "
+    "import sys, time; from kernel.facade.factory import open as o; "
     "from kernel.bulk import price_file\n"
     "b = p = 0.0\n"
     "for n in sys.argv[3:]:\n"

@@ -1,4 +1,4 @@
-"""Benchmark: how fast `kernel.synth` generates a trace (rows/s), best of several repeats.
+"""Benchmark: how fast `kernel.io.synth` generates a trace (rows/s), best of several repeats.
 
     python benchmarks/synth.py [--batches 200000] [--repeats 3]
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernel.synth import synth_batches  # noqa: E402
+from kernel.io.synth import synth_batches  # noqa: E402
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 import dataclasses
 
 import kernel
-from kernel.decode_terms import TERMS, decode_terms
+from kernel.model.decode_terms import TERMS, decode_terms
 
 
 def with_dcp(dcp: int) -> kernel.Kernel:

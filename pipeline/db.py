@@ -185,7 +185,7 @@ def sql_files() -> list[Path]:
 
 
 # Scalar functions the views call (the kernel's cost laws) are installed by the layer above:
-# kernel/sql_laws.py adds its installer here, so pipeline/ never imports kernel/ and SQL and
+# kernel/pool/sql_laws.py adds its installer here, so pipeline/ never imports kernel/ and SQL and
 # Python still share one definition of each law.
 UdfInstaller = Callable[[duckdb.DuckDBPyConnection], None]
 _UDF_INSTALLERS: list[UdfInstaller] = []
@@ -207,7 +207,7 @@ def install_udfs(con: duckdb.DuckDBPyConnection) -> None:
     if not _UDF_INSTALLERS:
         raise RuntimeError(
             "sql/ views call the kernel's cost laws, but no SQL function installer is "
-            "registered: import kernel.sql_laws (kernel.build and the CLI do) before "
+            "registered: import kernel.pool.sql_laws (kernel.pool.build and the CLI do) before "
             "applying the views")
     for install in _UDF_INSTALLERS:
         install(con)
@@ -270,7 +270,7 @@ def run_views(con: duckdb.DuckDBPyConnection, materialize: bool = True) -> None:
     (:func:`pipeline.sql_models.statements`): later files then read rows rather than
     re-expanding the whole chain, which keeps resolving many scenarios at once fast. Derived
     tables are a snapshot: call this again after registering more documents
-    (``load_scenarios`` and ``kernel.build.new`` do). ``materialize=False`` leaves every view a
+    (``load_scenarios`` and ``kernel.facade.factory.new`` do). ``materialize=False`` leaves every view a
     plain view whatever the headers say (slow; for debugging).
     """
     kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables"

@@ -43,7 +43,7 @@ class RulesPack:
 
 
 # The two rules over a pack's facts, as functions of those facts, so that SQL (which holds the
-# pack as the ``rules`` table) calls the same definition through kernel/sql_laws.py.
+# pack as the ``rules`` table) calls the same definition through kernel/pool/sql_laws.py.
 def sequence_parallel_moe(backend: str, expert_parallel: bool, tp: int, dp: int,
                           sp_moe_backends: Collection[str]) -> bool:
     """Whether the engine makes the MoE input sequence-parallel (drops the TP all-reduce)."""

@@ -4,7 +4,7 @@ In SQL, "unstated" (and "does not apply") is NULL, never ``0`` or ``''``. Every 
 declared here is required: the data tests (tests/test_sql_data.py) check it holds a value on
 every row of a pool that resolves. For ``resolved_pools`` each optional column also says what
 the kernel's dataclasses hold instead (their own "none": 0, 0.0 or ``''``; ``None`` where the
-reader takes NULL itself), and ``kernel.build`` reads the row through :func:`kernel_row`.
+reader takes NULL itself), and ``kernel.pool.build`` reads the row through :func:`kernel_row`.
 """
 
 from __future__ import annotations

@@ -353,7 +353,7 @@ def check_bundle(path: Path, repos: Repos, refusals: bool = True) -> Checked:
 
 
 def add_refusals(checked: list[Checked]) -> list[Checked]:
-    """Append to each field-valid bundle the refusals of every pool (what ``kernel.build``
+    """Append to each field-valid bundle the refusals of every pool (what ``kernel.pool.build``
     raises as :class:`RefusalError`), resolving all bundles in one database."""
     from . import db
 

@@ -17,7 +17,7 @@ WITH q AS (
     JOIN models m ON m.model = s.model
     JOIN chips c ON c.chip = s.hardware
 ), fit AS (
-    -- kernel.laws.dtype_fit: the coefficient suffix and peak the served dtype runs at
+    -- kernel.model.laws.dtype_fit: the coefficient suffix and peak the served dtype runs at
     SELECT *, gemm_fit(served_dtype, tflops_bf16, tflops_fp8, tflops_nvfp4) AS fit
     FROM q
 )

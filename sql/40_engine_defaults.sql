@@ -33,7 +33,7 @@ WITH e AS (
            (NOT hybrid AND (block_size > 0 OR is_dsa)) AS block_size_final,
            CASE WHEN block_size > 0 THEN block_size WHEN is_dsa THEN 64 ELSE 16 END
                AS resolved_block_size,
-           -- scheduler budgets (model.md §9.5): the stated ones, else kernel.laws' defaults
+           -- scheduler budgets (model.md §9.5): the stated ones, else kernel.model.laws' defaults
            CASE WHEN max_num_batched_tokens > 0 THEN max_num_batched_tokens
                 ELSE default_max_num_batched_tokens(memory_gib, chip) END
                AS resolved_max_num_batched_tokens,
@@ -101,7 +101,7 @@ WITH e AS (
     FROM r2e
 ), r4 AS (
     SELECT *,
-           -- vLLM's capture sizes (model.md §9.6), from kernel.laws.capture_sizes; empty when vLLM
+           -- vLLM's capture sizes (model.md §9.6), from kernel.model.laws.capture_sizes; empty when vLLM
            -- would refuse (90_refusals.sql reports it)
            capture_sizes(resolved_max_num_seqs, uniform_decode_width,
                          resolved_max_num_batched_tokens, max_cudagraph_capture_size,
@@ -171,7 +171,7 @@ SELECT *,
         AND block > 1) AS interleave_overridden
 FROM b;
 
--- MLA context-gather chunk (model.md §9.7, 19ac88e6 with alignment), from kernel.laws.
+-- MLA context-gather chunk (model.md §9.7, 19ac88e6 with alignment), from kernel.model.laws.
 CREATE OR REPLACE VIEW pool_mla_chunk AS
 SELECT e.scenario, e.pool,
        mla_context_chunk(e.max_model_len, e.resolved_max_num_seqs, e.resolved_block_size, d.dcp,

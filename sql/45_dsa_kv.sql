@@ -99,7 +99,7 @@ WITH k AS (
     FROM pool_dtypes d JOIN pool_layout l USING (scenario, pool)
     JOIN pool_dsa_backend b USING (scenario, pool)
 )
--- kernel.laws.kv_bytes_per_token, the packed DSA layouts included
+-- kernel.model.laws.kv_bytes_per_token, the packed DSA layouts included
 SELECT *,
        kv_bytes_per_token(kv_heads, tp, kv_head_dim, kv_layers, cache_bytes,
                           latent_kind(kv_kind), cache_layout) AS kv_bytes_per_token

@@ -136,7 +136,7 @@ WITH p AS (
     FROM p, (SELECT unnest(declared_widths()) AS w) AS dw
     GROUP BY p.scenario, p.pool
 ), snapped AS (
-    -- kernel.laws.snap_declared: the widest declared width <= the group's, else the narrowest
+    -- kernel.model.laws.snap_declared: the widest declared width <= the group's, else the narrowest
     SELECT p.*, snap_declared(p.tp, d.comm_widths) AS comm_rank,
            snap_declared(least(p.tp, 8), d.act_widths) AS act_rank
     FROM p JOIN declared d USING (scenario, pool)

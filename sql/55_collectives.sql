@@ -29,7 +29,7 @@ SELECT k.scenario, k.pool, k.key_order, k.op, k."group",
 FROM keys k JOIN l USING (scenario, pool);
 
 -- Widths with a complete floor/peak/transition triple in scope, per pool and lifted (op, chip
--- key): kernel.laws.measured_collective_widths over the pool's collective names.
+-- key): kernel.model.laws.measured_collective_widths over the pool's collective names.
 CREATE OR REPLACE VIEW pool_measured_widths AS
 WITH names AS (
     SELECT scenario, pool, list(name ORDER BY name) AS names
@@ -46,7 +46,7 @@ FROM keys k JOIN names n USING (scenario, pool);
 -- group is 16 ranks or wider and the width rule below would refuse it (no measurement at that
 -- width, none wider, and not past the clamp), and the scenario was opened with the extension
 -- on, its floor/peak/transition triple is derived from the two widest measured widths of the
--- same op and chip by kernel.laws.assumed_collective_figure:
+-- same op and chip by kernel.model.laws.assumed_collective_figure:
 --   floor(w) = f1 + max(0, (f1 - f0) / (w1 - w0)) * (w - w1)   (ring: a step per rank)
 --   rate(w) = rate(w1) * ((w1 - 1) / w1) / ((w - 1) / w)      (ring bus-bandwidth factor)
 -- The figures describe the group on one NVLink domain; where it spans nodes the kernel's
@@ -165,7 +165,7 @@ WITH g AS (
     FROM g
 ), s AS (
     SELECT x.*,
-           -- kernel.laws.snap_collective_width, else the assumed extension's own width
+           -- kernel.model.laws.snap_collective_width, else the assumed extension's own width
            CASE WHEN assumed THEN width ELSE snap_collective_width(width, measured) END
                AS ranks,
            CASE WHEN NOT crosses_nodes THEN CAST(1 AS DOUBLE)

@@ -8,7 +8,7 @@ WITH x AS (
            CASE WHEN p.eplb_enable THEN p.eplb_num_redundant_experts ELSE 0 END AS redundant
     FROM pool_layout l JOIN plan_totals t USING (scenario, pool) JOIN pools p USING (scenario, pool)
 ), r AS (
-    -- kernel.laws.experts_per_rank: (base, heaviest) experts per rank
+    -- kernel.model.laws.experts_per_rank: (base, heaviest) experts per rank
     SELECT *, experts_per_rank(experts + redundant, greatest(expert_width, 1)) AS per_rank
     FROM x
 )

@@ -1,6 +1,6 @@
 -- materialize: true
 -- Settings the engine changes from what the scenario states, with the reason, in the order
--- New() records them (kernel.resolved overrides).
+-- New() records them (kernel.model.resolved overrides).
 
 CREATE OR REPLACE VIEW pool_overrides AS
 SELECT * FROM (

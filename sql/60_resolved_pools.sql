@@ -1,5 +1,5 @@
 -- materialize: true
--- One row per pool: every scalar kernel.resolved.ResolvedPool carries, gathered from the
+-- One row per pool: every scalar kernel.model.resolved.ResolvedPool carries, gathered from the
 -- layout, dtype, engine, KV, expert and coefficient views. Unstated is NULL, never 0 or '': a
 -- width, limit or setting the scenario does not state, an optional coefficient its sets do not
 -- hold, a mode that does not apply (pipeline/unstated.py lists these columns and what the

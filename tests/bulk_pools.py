@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernel.resolved import (
+from kernel.model.resolved import (
     ALL2ALL,
     ALL_GATHER,
     ALL_REDUCE,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from kernel.resolved import (
+from kernel.model.resolved import (
     ALL2ALL,
     ALL_GATHER,
     ALL_REDUCE,

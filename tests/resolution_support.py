@@ -8,7 +8,7 @@ from typing import Any
 
 import duckdb
 
-from kernel import build
+from kernel.pool import build
 from pipeline import db
 from pipeline.documents import CoefficientEntry, CoefficientSet, Scope
 from pipeline.load import Inputs, open_inputs

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernel import laws
+from kernel.model import laws
 from pipeline.documents import CoefficientSet
 from pipeline.load import load_document
 from pipeline.resources import data_dir

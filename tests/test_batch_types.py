@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernel
-from kernel.types import Batch, Request
+from kernel.model.types import Batch, Request
 from tests.fixtures_pools import tiny_dense
 
 

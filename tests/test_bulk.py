@@ -10,10 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kernel import bulk, step
-from kernel.synth import synth
-from kernel.trace import RejectedRowError
-from kernel.types import Batch, Resource
+from kernel import bulk
+from kernel.io.synth import synth
+from kernel.io.trace import RejectedRowError
+from kernel.model import step
+from kernel.model.types import Batch, Resource
 
 from .bulk_pools import VARIANTS, pool
 
@@ -131,7 +132,7 @@ def test_array_summary_equals_stacked_scalar_summaries(variant: str) -> None:
 @pytest.mark.parametrize("family", sorted(SCENARIOS))
 def test_bulk_equals_scalar_on_embedded_scenarios(family: str) -> None:
     import kernel
-    from kernel import step as step_mod
+    from kernel.model import step as step_mod
 
     k = kernel.open(SCENARIOS[family])
     p = step_mod.prepared(k.resolved_pool)
@@ -258,7 +259,7 @@ def test_uint64_overflow_and_missing_column() -> None:
                   "prompt_len": pa.array([1, 1], pa.uint64())})
     res = bulk.price_result(pool(), t)
     assert res.rejects["reason"].to_list() == ["overflow"] and res.priced.height == 1
-    from kernel.trace import TraceError
+    from kernel.io.trace import TraceError
 
     with pytest.raises(TraceError, match="missing column 'computed'"):
         bulk.price(pool(), t.drop_columns(["computed"]))
@@ -401,7 +402,7 @@ def test_streaming_equals_in_memory_for_any_chunking(tmp_path: Path) -> None:
 
 
 def test_every_reject_table_comes_from_the_one_constructor() -> None:
-    from kernel.trace import REJECT_SCHEMA, RejectedRowError, record_rejects, reject_table
+    from kernel.io.trace import REJECT_SCHEMA, RejectedRowError, record_rejects, reject_table
 
     t = reject_table(np.array([4, 9]), np.array([1, 0]), "null", ["scheduled", "computed"],
                      "d", ["a", "b"], source="batches", batch_id_null=np.array([False, True]))

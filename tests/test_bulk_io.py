@@ -13,7 +13,7 @@ import pytest
 from kernel import bulk
 from kernel.bulk import BatchContext, ColumnProducer
 from kernel.bulk.stream import PRICE_AHEAD, ROW_GROUP_ROWS
-from kernel.trace import TraceError
+from kernel.io.trace import TraceError
 
 from .bulk_pools import VARIANTS, pool
 from .test_bulk import random_trace
@@ -252,7 +252,7 @@ def test_a_lazyframe_prices_in_bounded_memory(tmp_path: Path) -> None:
 # -- rejects in memory -------------------------------------------------------------------------
 
 def test_on_reject_modes_and_counts() -> None:
-    from kernel.trace import RejectedRowError
+    from kernel.io.trace import RejectedRowError
 
     from .test_bulk import _bad_trace
 
@@ -329,7 +329,7 @@ def test_a_failed_sort_leaves_no_spill_directory(tmp_path: Path) -> None:
 
 
 def test_narrow_counts_cross_the_sort_exactly(tmp_path: Path) -> None:
-    from kernel.synth import synth
+    from kernel.io.synth import synth
 
     r = pool(**VARIANTS["pcp2-dcp4"])
     t = pl.from_arrow(synth(300, seed=4, requests_per_batch=12))  # int32 counts
@@ -415,7 +415,7 @@ def test_partition_groups_rows_like_a_stable_sort() -> None:
     from hypothesis import strategies as st
 
     from kernel.bulk import partition as part
-    from kernel.trace import Rows
+    from kernel.io.trace import Rows
 
     # ("wraps": ids across multiples of 2**16, where their low 16 bits wrap)
     ids_of = st.sampled_from(["dense", "sparse64", "one", "lumpy", "wraps"])
@@ -471,7 +471,7 @@ def test_a_plan_the_rows_do_not_fit_is_replaced(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Statistics that do not cover the ids read (they never should): the chunks that do not
     fit the plan made before reading are grouped by a plan made after, prices unchanged."""
-    from kernel import sources
+    from kernel.io import sources
 
     r = pool(**VARIANTS["window-pcp2"])
     df = random_trace(200, 5)
@@ -507,7 +507,7 @@ def test_allocator_is_tuned_by_the_command_line_only() -> None:
     import subprocess
     import sys
 
-    probe = ("import kernel.malloc as m, numpy, kernel.bulk as b{extra}; "
+    probe = ("import kernel.io.malloc as m, numpy, kernel.bulk as b{extra}; "
              "print(m._TUNED)")
     lib = probe.format(extra="; b.price(__import__('tests.bulk_pools', fromlist=['pool'])"
                              ".pool(), __import__('polars').DataFrame({'batch_id': [1], "

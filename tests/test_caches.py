@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernel
-from kernel import caches, laws, memory
-from kernel.resolved import Plan, PlannedAttention, PlannedLayer
+from kernel.model import caches, laws, memory
+from kernel.model.resolved import Plan, PlannedAttention, PlannedLayer
 
 
 def _attention(kind: str, window: int = 0, role: str = "") -> PlannedAttention:

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 import kernel
 import kernel.calibration
 from kernel.calibration import CalibrationError
-from kernel.calibration.document import from_document
 from kernel.calibration.requests_fit import (
     GRIDS,
     RequestRun,
@@ -33,6 +32,7 @@ from kernel.calibration.requests_fit import (
     search_one,
     soft_l1,
 )
+from kernel.io.calibration_document import from_document
 from kernel.replay import ReplayOptions, generate, inference_perf_spec, write_requests
 from kernel.replay.simtoreal.catalogue import experiments, scenario_path
 from kernel.replay.simtoreal.metrics import stage_metrics

@@ -21,11 +21,11 @@ from kernel.calibration import (
     load_calibration,
 )
 from kernel.calibration.accuracy import accuracy_table, format_table, relative_error, summarise
-from kernel.calibration.document import from_document
 from kernel.calibration.fit import fit
-from kernel.calibration.law import TERMS, phase_code
-from kernel.calibration.measured import to_ns
 from kernel.calibration.splitwise import price_splitwise, scenario_path
+from kernel.io.calibration_document import from_document
+from kernel.io.measured import to_ns
+from kernel.model.calibration_law import TERMS, phase_code
 
 TERM_COLS = [f"{t}_ns" for t in TERMS]
 TRUE = Law(PhaseCorrection((1.3, 0.8, 1.7, 1.0, 1.0), 2e5),
@@ -357,7 +357,7 @@ def test_calibration_document_from_a_fit(tmp_path: Path) -> None:
         ["llama-2-70b-h100-tp2", "llama-2-70b-h100-tp4"]
     assert all(len(v) == 64 for s in doc["sources"]["scenarios"]
                for v in s["documents"].values())
-    from kernel.stamp import file_sha256
+    from kernel.io.stamp import file_sha256
 
     assert doc["sources"]["traces"][0]["sha256"] == file_sha256(traces[0])
     assert doc["held_out"]["mape"] > doc["training"]["mape"] > 0
@@ -369,7 +369,7 @@ def test_calibration_document_from_a_fit(tmp_path: Path) -> None:
 def test_measured_column_errors_and_bad_values_rejected(h100_kernels: dict[int, kernel.Kernel],
                                                         tmp_path: Path) -> None:
     from kernel.bulk import price_file, price_result
-    from kernel.calibration.columns import producers_for
+    from kernel.bulk.calibrated import producers_for
 
     trace = random_trace(30, 7)
     per_batch = {b: float(b + 1) * 1.5 for b in range(30)}

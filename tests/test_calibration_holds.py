@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 import kernel
 from kernel.calibration import CalibrationError, CalibrationWarning, Law, PhaseCorrection
 from kernel.calibration.fit import fit
-from kernel.calibration.law import TERMS, calibrated_ns
 from kernel.calibration.make import calibrate, split_mask
 from kernel.calibration.splitwise import price_splitwise, scenario_path, splitwise_trace
+from kernel.model.calibration_law import TERMS, calibrated_ns
 
 TERM_COLS = [f"{t}_ns" for t in TERMS]
 
@@ -268,7 +268,7 @@ def test_both_starts_are_fitted_and_the_better_held_out_kept(k70: kernel.Kernel)
 
 
 def test_a_law_found_elsewhere_makes_a_document_that_reads_back(tmp_path: Path) -> None:
-    from kernel.calibration.document import law_document, load_calibration
+    from kernel.io.calibration_document import law_document, load_calibration
 
     law = Law(decode=PhaseCorrection((0.9, 0.9, 1.2, 1.0, 1.0), -1.5e5, 2e4), start="overlap")
     doc = law_document(law, name="replayed", model="llama-2-70b-hf", chip="h100",
@@ -291,7 +291,7 @@ def test_a_law_found_elsewhere_makes_a_document_that_reads_back(tmp_path: Path) 
      r"phases.decode.terms.sm.status: 'pinned' is not one of"),
 ])
 def test_new_keys_are_read_strictly(tmp_path: Path, edit, message: str) -> None:
-    from kernel.calibration.document import law_document, load_calibration
+    from kernel.io.calibration_document import law_document, load_calibration
 
     doc = law_document(Law(), name="t", model="m", chip="c")
     doc["phases"]["decode"]["terms"] = {"sm": {"status": "tied"}}

@@ -373,8 +373,8 @@ VALIDATE_CASES = [
 @pytest.fixture(scope="module")
 def d(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from kernel import bulk
-    from kernel.build import open as open_kernel
-    from kernel.synth import write_synth
+    from kernel.facade.factory import open as open_kernel
+    from kernel.io.synth import write_synth
     from pipeline import db
 
     root = tmp_path_factory.mktemp("fuzz")

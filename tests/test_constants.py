@@ -80,7 +80,7 @@ def test_sql_sees_the_python_values() -> None:
                    list(constants.EVIDENCED_METHODS),
                    constants.FLASHINFER_SM90_SPARSE_MLA_VERSION)
     assert kernel.ENGINE_BEHAVIOUR_VERSION is constants.ENGINE_BEHAVIOUR_VERSION
-    from kernel import laws, types
+    from kernel.model import laws, types
 
     assert types.MAX_DURATION_NS == laws.MAX_DURATION_NS == 2**63 - 1
 

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
-from kernel import build
 from kernel.cli import cli
+from kernel.facade import factory
 from pipeline import db
 from pipeline.errors import DocumentError
 from pipeline.load import Repos
@@ -101,7 +101,7 @@ def test_views_match_new_for_each_embedded_pool():
     con = everything()
     for key, in con.execute("SELECT DISTINCT scenario FROM resolved_pools WHERE scenario IN "
                             "(?, ?) ORDER BY 1", [DS3, GLM5]).fetchall():
-        kernel = build.new(inputs(key))
+        kernel = factory.new(inputs(key))
         (row,) = query(con, "SELECT kv_bytes_per_token, capture_tokens, block_size FROM "
                        "resolved_pools WHERE scenario = ?", key)
         r = kernel.resolved_pool

@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 import kernel
+from kernel.bulk.summary import nearest_rank
 from kernel.cli import cli
-from kernel.report.summary import nearest_rank
 
 DS3 = "deepseek-v3-h200-fp8-sglang-tp8"
 BATCHES = 1500

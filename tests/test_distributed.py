@@ -16,8 +16,8 @@ import pytest
 
 import kernel
 from kernel.bulk import price
-from kernel.distributed import price_dataset, straddling_owners
-from kernel.synth import synth
+from kernel.io.synth import synth
+from kernel.sweep.distributed import price_dataset, straddling_owners
 
 SCENARIOS = ["deepseek-v3-h200-fp8-sglang-tp8", "llama-3.1-8b-h100-tp1"]
 
@@ -80,7 +80,7 @@ def test_cluster_equals_single_process_with_straddling_batches(tmp_path: Path, c
     assert summary["scenario"].to_list() == sorted(SCENARIOS)
     # every output is stamped: the summary with its scenarios and counts, each partition
     # with its scenario and its own counts (issue 14)
-    from kernel.stamp import read_stamp
+    from kernel.io.stamp import read_stamp
 
     top = read_stamp(tmp_path / "out" / "summary.parquet")
     assert top is not None and top.kind == "sweep-summary"

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import kernel
 from kernel.calibration.splitwise import scenario_path, splitwise_trace
 from kernel.cli import cli
-from kernel.fpm import FpmError, fpm_to_requests, integer_shape
+from kernel.io.fpm import FpmError, fpm_to_requests, integer_shape
 
 
 @st.composite

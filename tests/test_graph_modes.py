@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from kernel import build, laws
-from kernel.kernel import Kernel
-from kernel.types import Batch, Resource
+from kernel.facade import factory
+from kernel.facade.kernel import Kernel
+from kernel.model import laws
+from kernel.model.types import Batch, Resource
 from pipeline import db
 from pipeline.documents import Chip, Offload, PDTransfer, Speculative, Tier
 from pipeline.load import load_document
@@ -21,7 +22,7 @@ DECODE = Batch([(1, 4095)] * 32, decode_threshold=8)
 
 
 def k_of(inp) -> Kernel:
-    return build.new(inp)
+    return factory.new(inp)
 
 
 def modes_and_overrides(k: Kernel) -> tuple[tuple[str, str], list[tuple[str, str, str]]]:
@@ -148,7 +149,7 @@ def test_a_backend_with_no_graph_support_captures_decode_piecewise() -> None:
     con = db.open_db()
     con.execute("UPDATE attention_cudagraph_support SET support = 'NEVER', backend = 'MY_BACKEND' "
                 "WHERE chip_kind = 'hopper' AND kind = 'gqa'")
-    k = build.new(inp, con)
+    k = factory.new(inp, con)
     modes, overrides = modes_and_overrides(k)
     assert modes == ("PIECEWISE", "PIECEWISE")
     assert [(a, b) for a, b, _ in overrides] == [("FULL", "FULL_AND_PIECEWISE"),

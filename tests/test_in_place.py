@@ -16,11 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernel
-from kernel import bulk, step
+from kernel import bulk
 from kernel.bulk import BatchContext, ColumnProducer, engine, walk
 from kernel.bulk.groups import groups_in_range, groups_of_grouped, regroup
-from kernel.trace import Rows
-from kernel.utilisation import column_producer
+from kernel.bulk.utilisation import column_producer
+from kernel.io.trace import Rows
+from kernel.model import step
 
 from .bulk_pools import VARIANTS, pool
 from .test_bulk import random_trace
@@ -247,7 +248,7 @@ def test_what_needs_the_rows_of_a_batch_takes_the_grouping_path(tmp_path: Path, 
 
 def test_row_totals_are_checked_and_reach_the_producer_in_every_mode(tmp_path: Path) -> None:
     from kernel.bulk.columns import RowTotal
-    from kernel.trace import TraceError
+    from kernel.io.trace import TraceError
 
     with pytest.raises(ValueError, match="kind must be one of"):
         RowTotal("x", "mean", lambda r, s, c: s)

@@ -1,4 +1,4 @@
-"""Pure-function goldens of kernel/laws.py.
+"""Pure-function goldens of kernel/model/laws.py.
 
 `case N` is the reference's golden case N (model.md §14.1; §14.2 lists these,
 and the case's stated tolerance is used); SW-A, HY-M and MLA-D are the worked examples
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kernel import laws as L
+from kernel.model import laws as L
 
 INF, NAN = math.inf, math.nan
 

@@ -1,4 +1,4 @@
-"""Hypothesis properties of kernel/laws.py.
+"""Hypothesis properties of kernel/model/laws.py.
 
 The most important group is scalar/array equivalence: every polymorphic law, called with
 numpy arrays for its data arguments, must give element by element exactly the bits of the
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from kernel import laws as L
+from kernel.model import laws as L
 
 FAST = settings(max_examples=150, deadline=None)
 SLOW = settings(max_examples=60, deadline=None)
@@ -236,7 +236,7 @@ def test_equivalence_ring_pages_at(
 
 
 class _NoNumpy:
-    """Stands in for numpy inside kernel.laws: only `ndarray` (for isinstance) is allowed."""
+    """Stands in for numpy inside kernel.model.laws: only `ndarray` (for isinstance) is allowed."""
 
     ndarray = np.ndarray
 

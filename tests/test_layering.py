@@ -32,10 +32,10 @@ def kernel_imports(source: str, module: str) -> list[str]:
 
 
 def test_finder_sees_every_import_form() -> None:
-    src = ("import kernel\nimport os, kernel.laws as L\nfrom kernel import laws\n"
-           "def f():\n    from kernel.build import new\n")
-    assert kernel_imports(src, "pipeline.x") == ["kernel", "kernel.laws", "kernel",
-                                                 "kernel.build"]
+    src = ("import kernel\nimport os, kernel.model.laws as L\nfrom kernel import laws\n"
+           "def f():\n    from kernel.pool.build import new\n")
+    assert kernel_imports(src, "pipeline.x") == ["kernel", "kernel.model.laws", "kernel",
+                                                 "kernel.pool.build"]
     assert kernel_imports("from . import load\nfrom .errors import Problem\n",
                           "pipeline.db") == []
     assert kernel_imports("from ..db import x\n", "pipeline.derive.y") == []
@@ -58,16 +58,13 @@ def test_pipeline_never_imports_kernel() -> None:
 
 def test_views_without_the_kernel_laws_fail_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(db, "_UDF_INSTALLERS", [])
-    with pytest.raises(RuntimeError, match="kernel.sql_laws"):
+    with pytest.raises(RuntimeError, match="kernel.pool.sql_laws"):
         db.apply_views(duckdb.connect())
 
 
 def test_sql_dtype_widths_are_the_kernel_laws() -> None:
-    """dtype_bytes / cache_dtype_bytes in SQL are kernel.laws (no SQL copy left to drift)."""
-    from kernel import (
-        laws,
-        sql_laws,  # noqa: F401  (installs the cost laws the views call)
-    )
+    """dtype_bytes / cache_dtype_bytes in SQL are kernel.model.laws (no SQL copy left to drift)."""
+    from kernel.model import laws  # noqa: F401  (installs the cost laws the views call)
 
     con = duckdb.connect()
     db.install_udfs(con)

@@ -80,7 +80,7 @@ def test_the_scan_sees_an_import_from_the_cli(tmp_path: Path) -> None:
 
 
 def test_moved_functions_live_in_the_library() -> None:
-    from kernel.priced_db import write_db
+    from kernel.facade.priced_db import write_db
     from kernel.report.compare import compare_lines, compare_rows, compare_summaries
 
     for fn in (write_db, compare_lines, compare_rows, compare_summaries):

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kernel.extras import CHARTS_MESSAGE
+from kernel.io.extras import CHARTS_MESSAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 _BLOCKED = ("import sys; sys.modules['matplotlib'] = None; "

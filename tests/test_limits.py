@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernel
-from kernel import limits
 from kernel.bulk.groups import groups_from_starts
 from kernel.cli import cli
-from kernel.types import MAX_DURATION_NS, Batch, Request
+from kernel.model import limits
+from kernel.model.types import MAX_DURATION_NS, Batch, Request
 
 S = "llama-3.1-8b-h100-tp1"  # max_num_seqs 256, max_num_batched_tokens 8192, max_model_len 32768
 

@@ -15,10 +15,10 @@ from click.testing import CliRunner
 
 import kernel
 from kernel import bulk
-from kernel.calibration.law import TERMS
 from kernel.calibration.splitwise import scenario_path
 from kernel.cli import cli
 from kernel.cli.logs import level_for
+from kernel.model.calibration_law import TERMS
 
 from .bulk_pools import VARIANTS, pool
 from .test_bulk import random_trace
@@ -71,7 +71,7 @@ def test_the_calibration_applied_is_logged(caplog: pytest.LogCaptureFixture) -> 
                                       for p in ("prefill", "decode", "mixed")}}
     with caplog.at_level(logging.INFO, logger="kernel"):
         k.with_calibration(doc)
-    said = _messages(caplog, "kernel.calibration.document")
+    said = _messages(caplog, "kernel.io.calibration_document")
     assert any(m.startswith("calibration 'logged-cal' applied") for m in said), said
 
 

@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernel
-from kernel import laws
 from kernel.cli import cli
+from kernel.model import laws
 from kernel.registry_fit import find_table, fit_all_reduce
 from kernel.registry_fit.allreduce import curve_at, fit_width, monotone
 from kernel.registry_fit.layer import knot_name
@@ -291,7 +291,7 @@ def test_measured_layer_carries_the_fitted_attention_law() -> None:
 def test_per_request_term_adds_its_time_per_request_per_layer(n: int) -> None:
     """The HBM term of an all-decode step grows by exactly requests × layers × the term (the
     fast decode path and the shared path agree: a mixed batch is priced by the latter)."""
-    from kernel import step
+    from kernel.model import step
     r = kernel.open(H100).resolved_pool
     zero = dataclasses.replace(r, coefficients=dataclasses.replace(
         r.coefficients, attention_per_request_ns=0))

@@ -12,8 +12,8 @@ import dataclasses
 
 import pytest
 
-from kernel import memory
-from kernel.types import MemoryBreakdown
+from kernel.model import memory
+from kernel.model.types import MemoryBreakdown
 from tests.fixtures_pools import replace, tiny_dense, tiny_hybrid, tiny_moe_mla
 
 GIB = 2**30
@@ -170,8 +170,8 @@ def test_kv_capacity_dcp_tokens_and_admission() -> None:
 
 def test_tripling_memory_magnitudes_moves_memory_not_steps() -> None:
     """case 113 style: comm/workspace/capture/activation ×3 → those parts ×3; SVB unchanged."""
-    from kernel import step
-    from kernel.types import Batch
+    from kernel.model import step
+    from kernel.model.types import Batch
 
     r = tiny_moe_mla()
     m = r.memory

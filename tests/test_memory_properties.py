@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kernel
-from kernel import laws
-from kernel.kernel import Kernel
-from kernel.types import Placement
+from kernel.facade.kernel import Kernel
+from kernel.model import laws
+from kernel.model.types import Placement
 from pipeline.load import open_inputs
 from tests.embedded import BUILDABLE as SCENARIOS
 

@@ -1,5 +1,5 @@
 """Every law is defined once (issue 16): the views call the Python laws through the UDFs of
-``kernel/sql_laws.py``, and no SQL copy of a law's body comes back.
+``kernel/pool/sql_laws.py``, and no SQL copy of a law's body comes back.
 
 The copy check is a search, like ``git grep``, over ``sql/*.sql`` with comments stripped: each
 law lists fragments that only a SQL copy of its body would contain (its constants and
@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel import build, laws, sql_laws
+from kernel.model import laws
+from kernel.pool import build, sql_laws
 from pipeline import rules
 from pipeline.constants import EVIDENCED_METHODS, FLASHINFER_SM90_SPARSE_MLA_VERSION
 from pipeline.resources import sql_dir
@@ -140,7 +141,7 @@ def _udf_names() -> set[str]:
 def test_no_law_body_in_sql() -> None:
     assert sorted(sql_dir().glob("*.sql")), "no sql/ files found"
     copies = law_copies(sql_dir())
-    assert not copies, "laws written again in SQL (call the kernel.laws UDF instead): " + \
+    assert not copies, "laws written again in SQL (call the kernel.model.laws UDF instead): " + \
         "; ".join(f"{f}: {law} ({text!r})" for f, law, text in copies)
 
 

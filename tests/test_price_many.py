@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import kernel
-from kernel import distributed
 from kernel.bulk import many, price_file
 from kernel.bulk.many import Output, price_table_many
+from kernel.sweep import distributed
 
 from .test_bulk import random_trace
 from .test_bulk_io import _orders, _with_bad_rows
@@ -123,7 +123,7 @@ def test_contiguous_batches_are_validated_once(tmp_path: Path, kernels: list[ker
 def test_a_sweep_task_prices_its_scenarios_together(tmp_path: Path,
                                                     kernels: list[kernel.Kernel],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernel.saved import dumps
+    from kernel.facade.saved import dumps
 
     src = tmp_path / "part-000.parquet"
     pq.write_table(_trace("sorted", 8), src)

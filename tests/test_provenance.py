@@ -7,7 +7,8 @@ import functools
 
 import pytest
 
-from kernel import build
+from kernel.facade import factory
+from kernel.pool import build
 from tests.resolution_support import (
     DS3,
     GLM5,
@@ -69,7 +70,7 @@ def test_evidence_counts(name):
 
 
 def test_kernel_provenance_matches_view():
-    kernel = build.new(inputs(DS3))
+    kernel = factory.new(inputs(DS3))
     con = _con()
     rows = query(con, "SELECT name, set, method, scope FROM provenance WHERE scenario = ? "
                  "ORDER BY position", DS3)

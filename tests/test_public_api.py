@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import kernel
-from kernel import trace
+from kernel.io import trace
 from pipeline import errors
 
 

@@ -13,7 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from kernel import build
+from kernel.facade import factory
+from kernel.pool import build
 from pipeline.errors import RefusalError
 from tests.resolution_support import (
     DS3,
@@ -36,7 +37,7 @@ from tests.resolution_support import (
 
 def refuses(inp, setting: str, *needles: str) -> RefusalError:
     with pytest.raises(RefusalError) as info:
-        build.new(inp)
+        factory.new(inp)
     err = info.value
     assert err.setting == setting, str(err)
     text = str(err)
@@ -54,9 +55,9 @@ def starts(inp) -> None:
 
 def test_nil_documents_refused():
     with pytest.raises(RefusalError, match="needs a scenario, a deployment, a model graph"):
-        build.new(replace(inputs(DS3), model=None))  # type: ignore[arg-type]
+        factory.new(replace(inputs(DS3), model=None))  # type: ignore[arg-type]
     with pytest.raises(RefusalError, match="chip"):
-        build.new(replace(inputs(DS3), chip=None))  # type: ignore[arg-type]
+        factory.new(replace(inputs(DS3), chip=None))  # type: ignore[arg-type]
 
 
 def test_pool_index_out_of_range():

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from kernel.cli import cli
-from kernel.outputs import FormatError, read_table, table_format
+from kernel.io.outputs import FormatError, read_table, table_format
 from pipeline import safe_output
 from pipeline.resources import data_dir
 
@@ -38,7 +38,7 @@ def digest(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from kernel.synth import write_synth
+    from kernel.io.synth import write_synth
     from pipeline import db
 
     root = tmp_path_factory.mktemp("rel")
@@ -411,7 +411,7 @@ def test_max_model_len_beyond_the_model_context_is_refused(tmp_path: Path) -> No
 # -- RL5/RL6: temporaries that outlive a crash; --db locks first ----------------------------
 
 def test_after_a_kill_9_mid_price_the_next_run_leaves_no_temporary(tmp_path: Path) -> None:
-    from kernel.synth import write_synth
+    from kernel.io.synth import write_synth
 
     write_synth(tmp_path / "t.parquet", 300_000, requests_per_batch=8.0, seed=4)
     out = tmp_path / "o.parquet"

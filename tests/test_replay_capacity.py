@@ -113,7 +113,7 @@ def test_the_command_writes_stamped_curve_and_max_rate(tmp_path):
     best = pq.read_table(out / "max_rate.parquet")
     assert curve.num_rows == 6
     assert curve.column("scenario").to_pylist() == [S] * 3 + ["qwen3-30b-a3b-h100-tp2"] * 3
-    from kernel.stamp import read_stamp
+    from kernel.io.stamp import read_stamp
 
     st_ = read_stamp(out / "curve.parquet")
     assert st_ is not None and st_.kind == "replay-capacity-curve"

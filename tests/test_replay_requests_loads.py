@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernel.io.synth import Lengths
 from kernel.replay import (
     REQUEST_SCHEMA,
     LoadSpec,
@@ -20,7 +21,6 @@ from kernel.replay import (
     inference_perf_spec,
     parse_load,
 )
-from kernel.synth import Lengths
 
 MEASURED = next((p / "shared" / "reference" / "measurements" / "inference-sim-training"
                  / "default_args" for p in (Path(__file__).resolve().parents[2], Path("/work"))

@@ -17,19 +17,17 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from kernel.report import charts, html
-from kernel.report.summary import (
-    RESOURCES,
+from kernel.bulk.summary import RESOURCES, nearest_rank, summarise
+from kernel.facade.summary import (
     AnatomyPoint,
     BottleneckGrid,
     anatomy_sweep,
     bottleneck_grid,
     decode_batch,
-    fmt_duration,
-    nearest_rank,
-    summarise,
 )
-from kernel.types import Override, Resolution, Resource, StepEstimate
+from kernel.model.display import fmt_duration
+from kernel.model.types import Override, Resolution, Resource, StepEstimate
+from kernel.report import charts, html
 
 DS3 = "deepseek-v3-h200-fp8-sglang-tp8"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -55,7 +53,7 @@ def priced_frame(n: int = 400, seed: int = 1) -> pl.DataFrame:
 
 
 class FakeKernel:
-    """Enough of :class:`kernel.kernel.Kernel` for the report: HBM grows with context,
+    """Enough of :class:`kernel.facade.kernel.Kernel` for the report: HBM grows with context,
     SM with tokens; host is a constant."""
 
     def __init__(self) -> None:
@@ -334,7 +332,7 @@ def test_cli_anatomy_png_and_html(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def small_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from kernel.synth import write_synth
+    from kernel.io.synth import write_synth
 
     path = tmp_path_factory.mktemp("trace") / "trace.parquet"
     write_synth(path, 300, requests_per_batch=24, seed=3)

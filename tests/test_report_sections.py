@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernel.bulk.summary import nearest_rank, summarise
+from kernel.model.display import fmt_duration, fmt_long, fmt_span
 from kernel.report import charts, html, trace_stats
-from kernel.report.summary import fmt_duration, fmt_long, fmt_span, nearest_rank, summarise
 
 from .test_report import FakeKernel, assert_self_contained, parse, priced_frame
 
@@ -136,7 +137,7 @@ def test_wall_time_and_gpu_time_are_never_mixed() -> None:
 
 def test_anatomy_greys_out_batches_the_pool_cannot_hold() -> None:
     import kernel
-    from kernel.report.summary import anatomy_sweep, batch_limit
+    from kernel.facade.summary import anatomy_sweep, batch_limit
 
     k = kernel.open("llama-3.1-8b-h100-tp1")
     lim = batch_limit(k, 32768)
@@ -149,7 +150,7 @@ def test_anatomy_greys_out_batches_the_pool_cannot_hold() -> None:
     assert lim_small is not None and lim_small.reason == "max_num_seqs = 256"
     fig = charts.anatomy_figure(anatomy_sweep(k, 32768, range(1, 33)), context=32768, limit=lim)
     assert "the pool cannot hold these batches" in charts.to_svg(fig, "a")
-    from kernel.report.summary import bottleneck_grid
+    from kernel.facade.summary import bottleneck_grid
 
     grid = bottleneck_grid(k, sizes=(1, 8, 64), contexts=(1024, 32768))
     fig = charts.bottleneck_map_figure(grid, limits={32768: lim.size})
@@ -159,7 +160,7 @@ def test_anatomy_greys_out_batches_the_pool_cannot_hold() -> None:
 
 
 def test_sweep_reports_shares_of_time_as_compare_does(tmp_path: Path) -> None:
-    from kernel.distributed import summarise as sweep_summary
+    from kernel.sweep.distributed import summarise as sweep_summary
 
     df = priced_frame(500)
     part = tmp_path / "scenario=x"
@@ -193,7 +194,7 @@ def test_cli_price_utilisation_then_report_with_trace(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from kernel.cli import cli
-    from kernel.synth import write_synth
+    from kernel.io.synth import write_synth
 
     trace = tmp_path / "trace.parquet"
     write_synth(trace, 300, requests_per_batch=24, seed=3)

@@ -10,7 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from kernel import build, laws
+from kernel.facade import factory
+from kernel.model import laws
+from kernel.pool import build
 from pipeline.documents import PDTransfer, Speculative
 from tests.resolution_support import (
     DS3,
@@ -42,8 +44,8 @@ def assumption(resolved, name):
 
 def test_allreduce_custom_to_nccl_across_nodes():  # case 144
     inp = widened_collectives(variant(inputs(MM25_EP16), parallel={"dp": 1}))
-    kernel = build.new(inp)
-    res = kernel.resolved()
+    kernel = factory.new(inp)
+    res = kernel.model.resolved()
     assert res.tensor_parallel_width == 16
     assert res.all_reduce_backend == "nccl"
     (ov,) = [o for o in res.overrides if o.field == "allreduce_backend"]
@@ -54,7 +56,7 @@ def test_allreduce_custom_to_nccl_across_nodes():  # case 144
 
 def test_allreduce_not_requested_is_not_overridden():
     inp = widened_collectives(variant(inputs(MM25_EP16), engine={"allreduce_backend": "nccl"}))
-    res = build.new(inp).resolved()
+    res = factory.new(inp).resolved()
     assert res.all_reduce_backend == "nccl" and res.overrides == ()
 
 
@@ -218,8 +220,8 @@ def test_resolution_defaults_and_stated():  # model.md §12.9
 
 
 def test_disaggregated_pools():  # case 145
-    k0 = build.open_pool(PD, None, 0)
-    k1 = build.open_pool(PD, None, 1)
+    k0 = factory.open_pool(PD, None, 0)
+    k1 = factory.open_pool(PD, None, 1)
     assert k0.deployment().role == "prefill" and k1.deployment().role == "decode"
     assert (k0.resolved().tensor_parallel_width, k0.resolved().data_parallel_width) == (8, 1)
     assert (k1.resolved().tensor_parallel_width, k1.resolved().data_parallel_width) == (4, 2)
@@ -230,7 +232,7 @@ def test_disaggregated_pools():  # case 145
 
 def test_kernel_does_not_share_state_with_inputs():
     inp = inputs(DS3)
-    kernel = build.new(inp)
+    kernel = factory.new(inp)
     pool = kernel.deployment()
     assert pool == inp.pool and pool is not inp.pool
 
@@ -268,7 +270,7 @@ def test_graph_modes_and_capture_tokens(key):  # model.md §9.5 table, §9.6 wor
     (row,) = query(_graph_batch(), "SELECT * FROM pool_engine WHERE scenario = ?", key)
     assert (row["decode_graph_mode"], row["other_graph_mode"]) == modes
     assert row["capture_tokens"] == tokens
-    if row["captures_graphs"]:  # the SQL agrees with the pure law (kernel.laws)
+    if row["captures_graphs"]:  # the SQL agrees with the pure law (kernel.model.laws)
         assert row["capture_tokens"] == max(laws.capture_sizes(
             row["resolved_max_num_seqs"], row["uniform_decode_width"],
             row["resolved_max_num_batched_tokens"], changes.get("max_cudagraph_capture_size"),

@@ -1,4 +1,4 @@
-"""Resolved rows → kernel.resolved records by one rule (kernel.rows.from_row)."""
+"""Resolved rows → kernel.model.resolved records by one rule (kernel.pool.rows.from_row)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from kernel.resolved import MemoryMagnitudes, Origin, PlannedLayer
-from kernel.rows import from_row
+from kernel.model.resolved import MemoryMagnitudes, Origin, PlannedLayer
+from kernel.pool.rows import from_row
 
 ROW = {"comm_bytes": 10, "workspace_bytes": 20.0, "capture_bytes": 30,
        "activation_buffers": 2, "activation_floor": 0.5, "activation_width": 4,

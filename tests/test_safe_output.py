@@ -29,7 +29,7 @@ def digest(path: Path) -> str:
 
 @pytest.fixture()
 def files(tmp_path: Path) -> Path:
-    from kernel.synth import write_synth
+    from kernel.io.synth import write_synth
 
     write_synth(tmp_path / "t.parquet", 20, requests_per_batch=4.0, seed=2)
     (tmp_path / "sub").mkdir()
@@ -98,7 +98,7 @@ def test_the_input_survives_every_same_file_output(files: Path, kind: str) -> No
 ], ids=["report", "compare", "provenance", "sql"])
 def test_other_writers_refuse_their_input(files: Path, command) -> None:  # type: ignore[no-untyped-def]
     from kernel import bulk
-    from kernel.build import open as open_kernel
+    from kernel.facade.factory import open as open_kernel
 
     bulk.price_file(open_kernel(S), files / "t.parquet", files / "p.parquet", progress=False)
     args = command(files)

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernel
-from kernel import saved
-from kernel.types import Batch, Direction, Placement
+from kernel.facade import saved
+from kernel.model.types import Batch, Direction, Placement
 from pipeline import decode, documents, yamlio
 from pipeline.errors import DocumentError
 
@@ -74,7 +74,7 @@ def test_loaded_pool_answers_every_question_alike(built: kernel.Kernel,
 
 def test_bulk_prices_a_loaded_pool_identically(built: kernel.Kernel,
                                                loaded: kernel.Kernel) -> None:
-    from kernel.synth import synth
+    from kernel.io.synth import synth
 
     trace = synth(300, seed=3)
     assert loaded.price(trace).equals(built.price(trace))

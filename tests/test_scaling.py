@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 import kernel
 from kernel.bulk import price
-from kernel.distributed import Piece, price_dataset, price_partition_group, split_files
-from kernel.saved import dumps
-from kernel.synth import synth
+from kernel.facade.saved import dumps
+from kernel.io.synth import synth
+from kernel.sweep.distributed import Piece, price_dataset, price_partition_group, split_files
 from pipeline import yamlio
 from pipeline.errors import DocumentError
 

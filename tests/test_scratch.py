@@ -13,7 +13,7 @@ import threading
 import duckdb
 import pytest
 
-from kernel import build
+from kernel.pool import build
 from pipeline import db, normalise, scratch
 from pipeline.errors import RefusalError
 from pipeline.load import open_inputs

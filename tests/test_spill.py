@@ -127,7 +127,7 @@ def test_statistics_that_do_not_cover_the_rows_go_to_duckdb(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A chunk outside the plan (statistics that lie: they never should) sends the rows
     spilled so far, then the rest, to DuckDB's sort; prices unchanged, no file left."""
-    from kernel import sources
+    from kernel.io import sources
 
     r = pool(**VARIANTS["window-pcp2"])
     df = random_trace(200, 5)
@@ -168,7 +168,7 @@ def test_a_failure_while_spilled_groups_are_priced_leaves_no_file(
 
 
 def test_a_bad_row_under_strict_mid_spill_leaves_no_file(tmp_path: Path) -> None:
-    from kernel.trace import RejectedRowError
+    from kernel.io.trace import RejectedRowError
 
     r = pool(**VARIANTS["window-pcp2"])
     df = _with_bad_rows(random_trace(300, 8), 8)

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from kernel import sql_laws  # noqa: F401  (installs the cost laws the views call)
 from kernel.cli import cli
-from kernel.stamp import read_stamp
+from kernel.io.stamp import read_stamp
+from kernel.pool import sql_laws  # noqa: F401  (installs the cost laws the views call)
 from pipeline import db
 
 DS3 = "deepseek-v3-h200-fp8-sglang-tp8"

@@ -9,7 +9,7 @@ import functools
 import duckdb
 import pytest
 
-from kernel import build  # (importing it installs the cost laws the views call)
+from kernel.facade import factory
 from pipeline import db
 from pipeline.unstated import OPTIONAL
 from pipeline.validate_common import METHODS, ROLES
@@ -89,7 +89,7 @@ def test_unstated_is_null_in_sql_and_the_kernels_none_in_python() -> None:
         "ORDER BY ALL LIMIT 1").fetchall()
     assert rows, "no embedded pool leaves these unstated"
     scenario, pool = rows[0]
-    r = build.open_pool(scenario, None, pool).resolved_pool
+    r = factory.open_pool(scenario, None, pool).resolved_pool
     assert (r.max_model_len, r.layout.all2all_backend, r.layout.gpus_per_rack,
             r.coefficients.n_half) == (0, "", 0, 0.0)
     stated = everything().execute("SELECT count(*) FROM resolved_pools WHERE max_model_len > 0 "

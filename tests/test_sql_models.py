@@ -144,7 +144,7 @@ def test_apply_views_materialises_what_each_file_declares(tmp_path: Path,
 
 
 def test_every_repository_file_declares_and_its_views_become_tables() -> None:
-    from kernel import sql_laws  # noqa: F401  (installs the laws the views call)
+    from kernel.pool import sql_laws  # noqa: F401  (installs the laws the views call)
 
     con = db.open_db()
     have = kinds(con)
@@ -159,7 +159,7 @@ def test_the_repository_sql_runs_with_its_file_names_reversed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Prefixes are only for reading: renamed so that name order is backwards, the files
     still run (DuckDB binds a view when it is created, so a wrong order fails)."""
-    from kernel import sql_laws  # noqa: F401  (installs the laws the views call)
+    from kernel.pool import sql_laws  # noqa: F401  (installs the laws the views call)
 
     files = sorted(sql_dir().glob("*.sql"))
     for i, path in enumerate(files):

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernel
-from kernel import stamp
 from kernel.cli import cli
-from kernel.synth import write_synth
+from kernel.io import stamp
+from kernel.io.synth import write_synth
 
 DS3 = "deepseek-v3-h200-fp8-sglang-tp8"
 LLAMA = "llama-3.1-8b-h100-tp1"
@@ -297,7 +297,7 @@ def test_trace_arguments_are_typed_by_protocol() -> None:
     import duckdb
 
     from kernel.bulk import price, price_file, price_result
-    from kernel.protocols import ArrowStreamExportable
+    from kernel.io.protocols import ArrowStreamExportable
 
     for fn in (kernel.Kernel.price, price, price_result, price_file):
         params = list(inspect.signature(fn).parameters.values())

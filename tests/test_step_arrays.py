@@ -20,11 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kernel
-from kernel import StepBatch, step
+from kernel import StepBatch
 from kernel.calibration import Law, PhaseCorrection
-from kernel.calibration.law import TERMS
-from kernel.kernel import Kernel
-from kernel.types import Batch, Resource, StepEstimate
+from kernel.facade.kernel import Kernel
+from kernel.model import step
+from kernel.model.calibration_law import TERMS
+from kernel.model.types import Batch, Resource, StepEstimate
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

@@ -1,4 +1,4 @@
-"""The scalar decode fast path (kernel.step_fast) equals the shared path bit for bit.
+"""The scalar decode fast path (kernel.model.step_fast) equals the shared path bit for bit.
 
 The shared path is ``finish(compose(r, summarise(r, batch)))`` — the arithmetic the bulk path
 also runs — so equality here keeps scalar == bulk. Pools are drawn at random around the
@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel import step, step_fast
-from kernel.resolved import ALL_REDUCE, PlannedAttention, PlannedCollective, ResolvedPool
-from kernel.types import Batch, Request, Resource, StepEstimate
+from kernel.model import step, step_fast
+from kernel.model.resolved import ALL_REDUCE, PlannedAttention, PlannedCollective, ResolvedPool
+from kernel.model.types import Batch, Request, Resource, StepEstimate
 from tests.fixtures_pools import (
     ckey,
     dense_layer,

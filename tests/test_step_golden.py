@@ -1,6 +1,6 @@
 """Goldens on the embedded scenarios (model.md §14.3, §14.5).
 
-These need ``kernel.build`` (``kernel.open``/``kernel.new``). They are never skipped: if
+These need ``kernel.pool.build`` (``kernel.open``/``kernel.new``). They are never skipped: if
 the builder is missing they fail, so the gap is visible.
 
 Memory decision (the lead's): FixedBytes.comm_buffers is 0 and the communicator
@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 import kernel
-from kernel import decode_terms, laws, memory, step
-from kernel.kernel import Kernel
-from kernel.resolved import ResolvedPool
-from kernel.types import Batch, Placement, Resource
+from kernel.facade.kernel import Kernel
+from kernel.model import decode_terms, laws, memory, step
+from kernel.model.resolved import ResolvedPool
+from kernel.model.types import Batch, Placement, Resource
 from pipeline.load import open_inputs
 from tests.embedded import ASSUMED_WIDTHS, BUILDABLE
 
@@ -358,7 +358,7 @@ def _terms_total(r: ResolvedPool, ctxs: list[int]) -> dict[str, float]:
 def test_decode_terms_restate_the_pricing_path(name: str, ctx: int, dcps: tuple[int, ...]
                                                ) -> None:
     """The reference's decode terms (model.md §3.2, §3.7), restated term by term without
-    kernel.step, equal the priced layer: HBM = weights + elementwise + KV read + secondary reads,
+    kernel.model.step, equal the priced layer: HBM = weights + elementwise + KV read + secondary reads,
     NVLink = graph + DCP collectives (single node), to 1e-15 s per layer."""
     for d in dcps:
         r = rpool(_dcp(name, d)) if d > 1 else rpool(open_k(name))

@@ -1,5 +1,5 @@
-"""The scalar fast path for batches with prefill (kernel.step_mixed) equals the shared path bit
-for bit, and the column walk (kernel.step.walk_columns) equals the request walk.
+"""The scalar fast path for batches with prefill (kernel.model.step_mixed) equals the shared path bit
+for bit, and the column walk (kernel.model.step.walk_columns) equals the request walk.
 
 The shared path is ``_compose(p, _walk(p, batch))`` then ``finish`` — the arithmetic the bulk
 path also runs. Pools are drawn at random around the hand-built fixtures (``tests/
@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kernel
-from kernel import step, step_mixed
-from kernel.kernel import Kernel
-from kernel.resolved import ResolvedPool
-from kernel.types import Batch, Resource
+from kernel.facade.kernel import Kernel
+from kernel.model import step, step_mixed
+from kernel.model.resolved import ResolvedPool
+from kernel.model.types import Batch, Resource
 from tests.embedded import BUILDABLE
 from tests.fixtures_pools import replace_coeffs, tiny_pcp
 from tests.test_step_fast import assert_identical, pools

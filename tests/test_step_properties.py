@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel import step
-from kernel.resolved import ResolvedPool
-from kernel.types import Batch, Resource
+from kernel.model import step
+from kernel.model.resolved import ResolvedPool
+from kernel.model.types import Batch, Resource
 from tests.fixtures_pools import tiny_dense, tiny_hybrid, tiny_moe_mla, tiny_pcp
 
 POOLS: dict[str, ResolvedPool] = {

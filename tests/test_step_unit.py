@@ -1,7 +1,7 @@
 """StepTime term by term on hand-built pools (model.md §1–§5).
 
 Each expected value is written out from the spec's formula with the fixture's round
-coefficients (tests/fixtures_pools.py), independently of kernel/step.py.
+coefficients (tests/fixtures_pools.py), independently of kernel/model/step.py.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import math
 
 import pytest
 
-from kernel import laws, step
-from kernel.resolved import PlannedAttention
-from kernel.types import MAX_DURATION_NS, Batch, Resource, StepEstimate
+from kernel.model import laws, step
+from kernel.model.resolved import PlannedAttention
+from kernel.model.types import MAX_DURATION_NS, Batch, Resource, StepEstimate
 from tests.fixtures_pools import (
     dense_layer,
     make_pool,

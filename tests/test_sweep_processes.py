@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import kernel
-from kernel import distributed
 from kernel.bulk import price
-from kernel.distributed import _Processes, price_dataset, price_partition
-from kernel.saved import dumps
-from kernel.synth import synth
+from kernel.facade.saved import dumps
+from kernel.io.synth import synth
+from kernel.sweep import distributed
+from kernel.sweep.distributed import _Processes, price_dataset, price_partition
 
 SCENARIOS = ["deepseek-v3-h200-fp8-sglang-tp8", "llama-3.1-8b-h100-tp1"]
 
@@ -59,7 +59,7 @@ def test_a_task_prices_from_the_saved_pool_without_building(
     def refuse(*_a: object, **_k: object) -> None:
         raise AssertionError("a pricing task built a kernel")
 
-    from kernel import build
+    from kernel.pool import build
 
     monkeypatch.setattr(build, "open_pool", refuse)
     monkeypatch.setattr(build, "open", refuse)

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from kernel.synth import Lengths, synth, synth_batches, write_synth
+from kernel.io.synth import Lengths, synth, synth_batches, write_synth
 
 
 def _frame(**kw) -> pl.DataFrame:

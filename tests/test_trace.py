@@ -11,7 +11,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
-from kernel.trace import RejectedRowError, Rows, TraceError, coerce, open_trace
+from kernel.io.trace import RejectedRowError, Rows, TraceError, coerce, open_trace
 
 FRAME = pl.DataFrame({"batch_id": [0, 0, 1, 2, 2, 2], "scheduled": [1, 7, 1, 1, 1, 300],
                       "computed": [5, 0, 9, 3, 4, 0], "prompt_len": [4, 7, 8, 2, 3, 300],

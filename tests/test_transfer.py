@@ -9,9 +9,9 @@ import dataclasses
 
 import pytest
 
-from kernel import host, laws, transfer
-from kernel.resolved import ResolvedPool
-from kernel.types import MAX_DURATION_NS, Direction, Placement
+from kernel.model import host, laws, transfer
+from kernel.model.resolved import ResolvedPool
+from kernel.model.types import MAX_DURATION_NS, Direction, Placement
 from tests.fixtures_pools import ckey, replace, replace_coeffs, tiny_dense, tiny_moe_mla
 
 MIB64 = 64 * 2**20

@@ -8,7 +8,7 @@ import fnmatch
 
 import pytest
 
-from kernel import build  # (importing it installs the cost laws the views call)
+from kernel.pool import build  # (importing it installs the cost laws the views call)
 from pipeline import db, units
 from pipeline.errors import RefusalError
 from pipeline.validate_common import UNITS as VOCABULARY

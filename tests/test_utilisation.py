@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel import step, utilisation
-from kernel.types import Batch, Request
+from kernel.model import step, utilisation
+from kernel.model.types import Batch, Request
 
 from .fixtures_pools import HIDDEN, replace, tiny_dense, tiny_moe_mla, tiny_pcp
 

@@ -2,8 +2,8 @@
 
 Over the malformed corpus every bundle is opened for real, every pool. Over the embedded
 scenarios (31 pools: opening each for real takes ~20 s on 2 cores) the builder's own checks
-decide on one shared database — ``kernel.build._check_inputs`` (the field checks ``open``
-runs) and ``kernel.build.refusals`` (the refusal rows ``open`` raises the first of) — and a
+decide on one shared database — ``kernel.pool.build._check_inputs`` (the field checks ``open``
+runs) and ``kernel.pool.build.refusals`` (the refusal rows ``open`` raises the first of) — and a
 sample (the two 16-wide scenarios, a two-pool deployment, a scenario with warnings) is opened
 for real as well. Both with and without the assumed collective widths (decisions F1).
 """
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kernel import build
 from kernel.cli.validate import check_scenarios
+from kernel.facade import factory
+from kernel.pool import build
 from pipeline import db
 from pipeline.errors import DocumentError, RefusalError
 from pipeline.load import Repos, open_inputs
@@ -39,7 +40,7 @@ def open_refuses(path: Path | str, repos: Repos) -> str | None:
         return str(exc)
     for i in range(pools):
         try:
-            build.new(open_inputs(path, repos, i))
+            factory.new(open_inputs(path, repos, i))
         except (DocumentError, RefusalError) as exc:
             return f"pool {i}: {exc}"
     return None

@@ -7,7 +7,7 @@ batch id range (:mod:`kernel.bulk.partition`), or sorted by DuckDB when it does 
 ``memory_budget``: batch_id order.
 
 Rejected rows are never dropped silently: ``on_reject="warn"`` (the default) warns with
-their count, ``"raise"`` raises :class:`kernel.trace.RejectedRowError` at the first one,
+their count, ``"raise"`` raises :class:`kernel.io.trace.RejectedRowError` at the first one,
 ``"ignore"`` keeps quiet; :func:`price_result` returns them either way.
 """
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow as pa
 
-from ..trace import REJECT_SCHEMA
+from ..io.trace import REJECT_SCHEMA
 from .batch_table import BatchTable
 from .columns import ColumnProducer, with_measured
 from .engine import Engine, PricedResult, open_priced_trace, resolved
@@ -32,9 +32,9 @@ from .over_limit import over_limit_of, with_limits
 from .stream import SORT_MEMORY, _workers, priced_stream
 
 if TYPE_CHECKING:
-    from ..kernel import Kernel
-    from ..protocols import TraceInput
-    from ..resolved import ResolvedPool
+    from ..io.protocols import TraceInput
+    from ..model.pricer import Pricer
+    from ..model.resolved import ResolvedPool
 
 __all__ = ["ON_REJECT", "RejectedRowsWarning", "price", "price_result"]
 
@@ -45,7 +45,7 @@ class RejectedRowsWarning(UserWarning):
     """Some trace rows were set aside (``price_result(...).rejects`` has them)."""
 
 
-def price_result(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshold: int = 1,
+def price_result(k: Pricer | ResolvedPool, trace: TraceInput, *, decode_threshold: int = 1,
                  sm_budget: int = 0, columns: Mapping[str, str] | None = None,
                  batches: Any = None, strict: bool = False,
                  keep: Iterable[str] | None = None,
@@ -55,7 +55,7 @@ def price_result(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshol
                  sort_memory: str = SORT_MEMORY, memory_budget: int | str | None = None,
                  order: str = "auto", measured: str | None = None,
                  measured_unit: str = "ns", reject_over_limit: bool = False) -> PricedResult:
-    """Price a trace (any source :func:`kernel.sources.open_trace` takes): priced rows,
+    """Price a trace (any source :func:`kernel.io.sources.open_trace` takes): priced rows,
     rejects and counts, in memory.
 
     ``batches`` is an optional per-batch table (``batch_id`` + ``decode_threshold`` and/or
@@ -114,7 +114,7 @@ def price_result(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshol
     return PricedResult(frame, rframe, counts)
 
 
-def price(k: Kernel | ResolvedPool, trace: TraceInput, *, decode_threshold: int = 1,
+def price(k: Pricer | ResolvedPool, trace: TraceInput, *, decode_threshold: int = 1,
           sm_budget: int = 0, columns: Mapping[str, str] | None = None, batches: Any = None,
           strict: bool = False, keep: Iterable[str] | None = None,
           producers: Iterable[ColumnProducer] | None = None, on_reject: str = "warn",

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..sources import open_trace
-from ..trace import (
+from ..io.sources import open_trace
+from ..io.trace import (
     BATCH_COLUMNS,
     BATCH_REJECTED,
     DUPLICATE_BATCH,

@@ -45,13 +45,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from .. import limits, step
-from ..trace import Rows, TraceError
+from ..io.trace import Rows, TraceError
+from ..model import limits, step
 from .groups import Groups, regroup
 from .walk import RESOURCE_NAMES, finish_columns, summarise_columns
 
 if TYPE_CHECKING:
-    from ..resolved import ResolvedPool
+    from ..model.resolved import ResolvedPool
 
 __all__ = [
     "BOTTLENECK_TYPE",
@@ -169,11 +169,11 @@ class ColumnProducer:
 
 def with_measured(producers: Iterable[ColumnProducer] | None, measured: str | None,
                   measured_unit: str = "ns") -> list[ColumnProducer]:
-    """``producers`` plus the measured-column producer (:mod:`kernel.calibration.columns`)
+    """``producers`` plus the measured-column producer (:mod:`kernel.bulk.calibrated`)
     when ``measured`` names a trace column."""
     out = list(producers or ())
     if measured is not None:
-        from ..calibration.columns import measured_producer
+        from .calibrated import measured_producer
 
         out.append(measured_producer(measured, measured_unit))
     return out
@@ -181,7 +181,7 @@ def with_measured(producers: Iterable[ColumnProducer] | None, measured: str | No
 
 def check_rows(spec: OutputSpec, rows: Rows, rejects: list[pa.Table], strict: bool) -> None:
     """Run the producers' row checks on coerced rows: mark failing rows bad, record why."""
-    from ..trace import record_rejects, reject_table
+    from ..io.trace import record_rejects, reject_table
 
     for p in spec.producers:
         if p.check is None or len(rows) == 0:

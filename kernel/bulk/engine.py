@@ -17,8 +17,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..sources import TraceSource, open_trace
-from ..trace import BATCH_COLUMNS, Rows, TraceError, coerce
+from ..io.sources import TraceSource, open_trace
+from ..io.trace import BATCH_COLUMNS, Rows, TraceError, coerce
 from .batch_table import BatchTable
 from .columns import OutputSpec, check_rows, price_grouped
 from .groups import (
@@ -33,11 +33,12 @@ from .groups import (
 )
 from .over_limit import reject_over_limit
 from .partition import group_piece
+from .summary import priced_html
 
 if TYPE_CHECKING:
-    from ..kernel import Kernel
-    from ..limits import Limits
-    from ..resolved import ResolvedPool
+    from ..model.limits import Limits
+    from ..model.pricer import Pricer
+    from ..model.resolved import ResolvedPool
 
 # Request rows priced at once: bounds the walk's temporaries while keeping the per-batch
 # work on arrays long enough that numpy, not Python (which holds the GIL), dominates. On 2
@@ -67,7 +68,7 @@ class PriceCounts:
     rows_rejected: int = 0
     batches_priced: int = 0
     batch_table_rows_rejected: int = 0  # rows of the per-batch table set aside
-    batches_over_limit: int = 0  # priced batches over a deployment limit (kernel.limits)
+    batches_over_limit: int = 0  # priced batches over a deployment limit (kernel.model.limits)
     mode: str = "in-memory"  # grouped | summed | sorted | spill | external once run (docs/traces.md)
     seconds: float = 0.0
 
@@ -94,8 +95,6 @@ class PricedResult:
     counts: PriceCounts = field(default_factory=PriceCounts)
 
     def _repr_html_(self) -> str:
-        from ..notebook import priced_html
-
         c = self.counts
         return priced_html(self.priced, title="priced trace", extra=[
             ("rows", f"in {c.rows_in:,} = priced {c.rows_priced:,} + rejected "
@@ -291,8 +290,8 @@ def rows_of(trace: Any) -> Rows:
     return (Rows.concat(parts) if parts else Rows.empty()).widened()
 
 
-def resolved(k: Kernel | ResolvedPool) -> ResolvedPool:
-    from ..resolved import ResolvedPool
+def resolved(k: Pricer | ResolvedPool) -> ResolvedPool:
+    from ..model.resolved import ResolvedPool
 
     return k if isinstance(k, ResolvedPool) else k.resolved_pool
 

@@ -1,6 +1,6 @@
 """Grouping request rows by batch, and the checks that reject whole batches.
 
-Rows arrive validated one by one (:func:`kernel.trace.coerce`); here they are arranged so each
+Rows arrive validated one by one (:func:`kernel.io.trace.coerce`); here they are arranged so each
 batch's requests are contiguous and in input order (:func:`group`), and batches that cannot
 be priced whole are set aside with their reason (:func:`batch_checks`).
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..trace import (
+from ..io.trace import (
     BATCH_REJECTED,
     CONFLICT,
     INT64_MAX,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from ..trace import REJECT_SCHEMA, Rows
+from ..io.trace import REJECT_SCHEMA, Rows
 from .columns import OutputSpec
 from .engine import Coerced, Engine, PriceCounts, open_priced_trace, resolved
 from .over_limit import with_limits
@@ -32,7 +32,7 @@ from .sink import Sink
 from .stream import CHUNK_ROWS, _grouped_units, _workers, abort_files, close_files, price_file
 
 if TYPE_CHECKING:
-    from ..kernel import Kernel
+    from ..model.pricer import Pricer
 
 __all__ = ["Output", "price_table_many"]
 
@@ -40,7 +40,7 @@ __all__ = ["Output", "price_table_many"]
 class Output:
     """One kernel's share of the run: where its priced rows and rejects go, with metadata."""
 
-    kernel: Kernel
+    kernel: Pricer
     dst: Path
     rejects: Path | None = None
     metadata: Mapping[str, str | bytes] | None = None

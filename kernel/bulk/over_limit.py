@@ -1,6 +1,6 @@
 """Deployment limits in bulk: the ``limits`` column and ``reject_over_limit``.
 
-The arithmetic is :mod:`kernel.limits` (shared with the scalar ``Kernel.check``); this module
+The arithmetic is :mod:`kernel.model.limits` (shared with the scalar ``Kernel.check``); this module
 only plugs it into bulk pricing: :func:`limits_producer` is a column producer
 (:mod:`kernel.bulk.columns`) naming, per priced batch, the limits it breaks ("" for none), and
 :func:`reject_over_limit` moves every row of such a batch to the rejects (reason
@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from .. import limits
-from ..trace import Rows, record_rejects, reject_table, row_values
+from ..io.trace import Rows, record_rejects, reject_table, row_values
+from ..model import limits
 from .columns import KV_BLOCKS_HELD, LONGEST_CONTEXT, BatchContext, ColumnProducer
 from .groups import Groups, groups_of_grouped
 
 if TYPE_CHECKING:
-    from ..kernel import Kernel
+    from ..model.pricer import Pricer
 
 __all__ = ["LIMITS_FIELD", "OVER_LIMIT", "limits_producer", "reject_over_limit",
            "with_limits"]
@@ -46,21 +46,21 @@ def limits_producer(lim: limits.Limits) -> ColumnProducer:
 def with_limits(k: Any, producers: Any) -> list[ColumnProducer]:
     """``producers`` with the ``limits`` column first when ``k`` is a kernel (a bare
     ResolvedPool does not know its KV capacity, so it gets no column)."""
-    from ..kernel import Kernel
+    from ..model.resolved import ResolvedPool
 
     given = list(producers or ())
-    if not isinstance(k, Kernel) or any(p.name == "limits" for p in given):
+    if isinstance(k, ResolvedPool) or any(p.name == "limits" for p in given):
         return given
     return [limits_producer(k.limits), *given]
 
 
-def over_limit_of(k: Kernel | Any, reject: bool) -> limits.Limits | None:
+def over_limit_of(k: Pricer | Any, reject: bool) -> limits.Limits | None:
     """The limits to reject by (None: keep over-limit batches, flagged)."""
-    from ..kernel import Kernel
+    from ..model.resolved import ResolvedPool
 
     if not reject:
         return None
-    if not isinstance(k, Kernel):
+    if isinstance(k, ResolvedPool):
         raise ValueError("reject_over_limit needs a Kernel (a ResolvedPool does not carry "
                          "its KV capacity)")
     return k.limits

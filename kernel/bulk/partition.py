@@ -23,7 +23,7 @@ All of it is linear in the rows but the grouping fallback for a piece spanning m
 (e.g. sparse 64-bit ids: a stable merge sort of that piece alone). Rows keep their input
 order within a batch, so float sums accumulate exactly as for a sorted trace: the prices are
 equal bit for bit. Columns are kept narrow (int32 where the values fit) while they wait
-(:meth:`kernel.trace.Rows.narrowed`).
+(:meth:`kernel.io.trace.Rows.narrowed`).
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..trace import Rows
+from ..io.trace import Rows
 
 __all__ = ["CELLS", "Partition", "Scattered", "fits", "gather_piece", "group_piece", "plan",
            "plan_from_ranges", "scatter"]
 
 CELLS = 1 << 16  # id ranges of the histogram (the lookup table: 64k entries)
 # Scattered rows are allocated by malloc, as every other array is: where an application has
-# tuned it (kernel.malloc), freed chunks are reused rather than faulted in again.
+# tuned it (kernel.io.malloc), freed chunks are reused rather than faulted in again.
 _POOL = pa.system_memory_pool()
 
 

@@ -1,5 +1,5 @@
 """The output file of :func:`kernel.bulk.price_file`: parquet, Arrow IPC, CSV or JSON Lines by
-suffix (:mod:`kernel.outputs`; ``-`` streams to stdout), encoded on a writer
+suffix (:mod:`kernel.io.outputs`; ``-`` streams to stdout), encoded on a writer
 thread of its own, to a temporary name renamed at the end.
 
 The writer thread is what lets the calling thread keep the pricing workers fed: encoding a
@@ -48,7 +48,7 @@ class Sink:
                  row_group_rows: int = ROW_GROUP_ROWS,
                  metadata: Mapping[str, str | bytes] | None = None,
                  sorted_by: tuple[str, ...] = (), fmt: str | None = None):
-        from ..outputs import is_stdout, table_format
+        from ..io.outputs import is_stdout, table_format
 
         self.path = path
         self.to_stdout = is_stdout(path)  # ``-``: streamed to stdout, nothing to rename
@@ -72,7 +72,7 @@ class Sink:
         self._writes: deque[Future[None]] = deque()
 
     def _open(self) -> None:
-        from ..outputs import TableWriter, stdout_sink
+        from ..io.outputs import TableWriter, stdout_sink
 
         if self.to_stdout:
             self.w = TableWriter(stdout_sink(), self.schema, self.fmt, to_stdout=True,

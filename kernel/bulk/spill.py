@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from pipeline import safe_output
 
-from ..trace import KEEP_PREFIX, Rows
+from ..io.trace import KEEP_PREFIX, Rows
 from .engine import PRICE_ROWS, Engine, Priced
 from .partition import Partition, Scattered, fits, gather_piece, plan_from_ranges, scatter
 
@@ -46,7 +46,7 @@ __all__ = ["ROW_BYTES", "group_bounds", "spill_plan", "spill_units"]
 ROW_BYTES = 16  # bytes a held row is taken to cost (12 with the usual narrow columns, RO14)
 MAX_FILES = 256  # spill groups at most (open files)
 WRITE_AHEAD = 2  # scattered chunks waiting for the writer thread
-_POOL = pa.system_memory_pool()  # (read-back rows in the heap kernel.malloc governs)
+_POOL = pa.system_memory_pool()  # (read-back rows in the heap kernel.io.malloc governs)
 
 Unit = Callable[[], Priced]
 

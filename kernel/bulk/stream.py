@@ -2,7 +2,7 @@
 
 A run is a pipeline (``docs/traces.md`` "Streaming"):
 
-1. **read**: :mod:`kernel.sources` yields Arrow chunks (parquet row-group fragments of
+1. **read**: :mod:`kernel.io.sources` yields Arrow chunks (parquet row-group fragments of
    pyarrow.dataset, decoded on Arrow's threads), taken :data:`READ_AHEAD` ahead on a reader
    thread (decision RO15);
 2. **validate**: each chunk is checked row by row on a worker thread;
@@ -54,10 +54,10 @@ import pyarrow as pa
 
 from pipeline import safe_output
 
-from .. import stamp
-from ..resolved import ResolvedPool
-from ..sources import TraceSource
-from ..trace import REJECT_SCHEMA, Rows
+from ..io import stamp
+from ..io.sources import TraceSource
+from ..io.trace import REJECT_SCHEMA, Rows
+from ..model.resolved import ResolvedPool
 from .batch_table import BatchTable
 from .columns import ColumnProducer, with_measured
 from .engine import (
@@ -88,8 +88,8 @@ from .spill import spill_plan, spill_units
 from .summed import ChunkTerms, Summed, rows_stay_near, summed_for
 
 if TYPE_CHECKING:
-    from ..kernel import Kernel
-    from ..protocols import TraceInput
+    from ..io.protocols import TraceInput
+    from ..model.pricer import Pricer
 
 __all__ = ["ROW_GROUP_ROWS", "SORT_MEMORY", "price_file", "priced_stream"]
 
@@ -549,7 +549,7 @@ def size_bytes(v: int | str, what: str) -> int:
 # -- writing -------------------------------------------------------------------------------
 
 def _progress(total: int | None, enabled: bool) -> Any:
-    from ..progress import open_progress  # a terminal bar, a notebook bar, or nothing
+    from ..io.progress import open_progress  # a terminal bar, a notebook bar, or nothing
 
     return open_progress(total, enabled)
 
@@ -569,8 +569,8 @@ def abort_files(*sinks: Sink | None) -> None:
 
 
 def counts_metadata(counts: PriceCounts) -> dict[str, str]:
-    """The run's row counts as the stamp's ``counts`` key (:mod:`kernel.stamp`)."""
-    from ..stamp import counts_metadata as stamp_counts
+    """The run's row counts as the stamp's ``counts`` key (:mod:`kernel.io.stamp`)."""
+    from ..io.stamp import counts_metadata as stamp_counts
 
     return stamp_counts(rows_in=counts.rows_in, rows_priced=counts.rows_priced,
                         rows_rejected=counts.rows_rejected,
@@ -580,7 +580,7 @@ def counts_metadata(counts: PriceCounts) -> dict[str, str]:
 
 # -- the entry point -------------------------------------------------------------------------
 
-def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
+def price_file(k: Pricer | ResolvedPool, src: TraceInput, dst: str | Path, *,
                rejects: str | Path | None = None, strict: bool = False,
                chunk_rows: int = CHUNK_ROWS, progress: bool = True, decode_threshold: int = 1,
                sm_budget: int = 0, columns: Mapping[str, str] | None = None,
@@ -593,16 +593,16 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
                sort_memory: str = SORT_MEMORY, memory_budget: int | str | None = None,
                measured: str | None = None, measured_unit: str = "ns",
                reject_over_limit: bool = False, out_format: str | None = None) -> PriceCounts:
-    """Stream ``src`` (any source :func:`kernel.sources.open_trace` takes) into parquet at
+    """Stream ``src`` (any source :func:`kernel.io.sources.open_trace` takes) into parquet at
     ``dst``, in bounded memory, whatever the row order (module docstring).
 
     ``dst`` and ``rejects`` are parquet, Arrow IPC, CSV or JSON Lines by suffix
-    (:mod:`kernel.outputs`; ``dst`` ``-`` streams ``out_format``, default CSV, to stdout).
+    (:mod:`kernel.io.outputs`; ``dst`` ``-`` streams ``out_format``, default CSV, to stdout).
     ``rejects`` receives the rejected rows; ``strict`` raises
     :class:`RejectedRowError` at the first one. ``keep`` and ``producers`` add columns
     (:mod:`kernel.bulk.columns`); ``metadata`` (``rejects_metadata``) is written into the
     output's (the rejects file's) key-value metadata; left out, a kernel's run writes the
-    stamp :func:`kernel.stamp.for_pricing` makes (what :func:`kernel.read_priced` returns). ``workers`` threads price (default: the
+    stamp :func:`kernel.io.stamp.for_pricing` makes (what :func:`kernel.read_priced` returns). ``workers`` threads price (default: the
     cores). A source in no known order is grouped in memory while its validated rows fit in
     ``memory_budget`` bytes (default: ``sort_memory``; ``"1GB"``, ``"512MiB"`` or an int),
     else partitioned by batch-id range into spill files in ``tmp_dir`` (default: beside
@@ -611,7 +611,7 @@ def price_file(k: Kernel | ResolvedPool, src: TraceInput, dst: str | Path, *,
     ``order="external"`` always takes DuckDB. ``measured`` names a trace column of
     measured step times in ``measured_unit`` (``measured_ns`` and each estimate's relative
     error; bad values are rejects). The allocator is the caller's: an application that
-    streams big traces calls :func:`kernel.malloc.tune` itself (the CLI does). A kernel's prices carry the ``limits`` column;
+    streams big traces calls :func:`kernel.io.malloc.tune` itself (the CLI does). A kernel's prices carry the ``limits`` column;
     ``reject_over_limit`` sets over-limit batches aside instead. Returns the counts
     (``rows_in == rows_priced + rows_rejected``).
     """

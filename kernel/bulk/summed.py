@@ -30,14 +30,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import step
-from ..trace import Rows
+from ..io.trace import Rows
+from ..model import step
 from .columns import RowTotal, priced_table
 from .engine import Engine, Priced, piece_bounds
 from .walk import INT_SUMS, RowSums, RowTerms, float_sums, row_terms
 
 if TYPE_CHECKING:
-    from ..sources import TraceSource
+    from ..io.sources import TraceSource
 
 __all__ = ["NEAR_IDS", "Summed", "rows_stay_near", "summed_for"]
 

@@ -1,12 +1,12 @@
-"""The vectorised walk: :func:`kernel.step.summarise` and :func:`kernel.step.finish` on columns.
+"""The vectorised walk: :func:`kernel.model.step.summarise` and :func:`kernel.model.step.finish` on columns.
 
-:func:`summarise_columns` evaluates the per-request laws of :mod:`kernel.laws` on whole columns
-of rows and reduces them per batch into a :class:`kernel.step.BatchSummary` of arrays, in two
+:func:`summarise_columns` evaluates the per-request laws of :mod:`kernel.model.laws` on whole columns
+of rows and reduces them per batch into a :class:`kernel.model.step.BatchSummary` of arrays, in two
 steps: :func:`row_terms` (the laws on every row; pure, so it runs on any thread) and
 :class:`RowSums` (their per-batch sums: integers exact in int64, floats accumulated one row
 at a time in row order with ``np.add.at``, exactly as the scalar walk does). So a batch's rows
 need not be contiguous, only in request order among themselves, and may arrive in several
-pieces: a trace in no known order is summed as it streams by. :func:`kernel.step.compose`
+pieces: a trace in no known order is summed as it streams by. :func:`kernel.model.step.compose`
 then runs unchanged on the array summary, and :func:`finish_columns` is ``step.finish`` on
 arrays. The numbers equal ``Kernel.step_time``'s bit for bit.
 """
@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import laws, step
-from ..types import MAX_DURATION_NS, RESOURCES
+from ..model import laws, step
+from ..model.types import MAX_DURATION_NS, RESOURCES
 from .groups import Groups
 
 if TYPE_CHECKING:
-    from ..resolved import ResolvedPool
+    from ..model.resolved import ResolvedPool
 
 __all__ = ["INT_SUMS", "RESOURCE_NAMES", "RowSums", "RowTerms", "finish_columns", "float_sums",
            "row_terms", "summarise_columns"]

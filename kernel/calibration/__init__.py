@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .document import Calibration, CalibrationError, load_calibration
-from .identity import CalibrationWarning
-from .law import PHASES, STARTS, TERMS, Law, PhaseCorrection, calibrated_ns
+from ..io.calibration_document import Calibration, CalibrationError, load_calibration
+from ..io.calibration_identity import CalibrationWarning
+from ..model.calibration_law import PHASES, STARTS, TERMS, Law, PhaseCorrection, calibrated_ns
 from .make import calibrate
 
 

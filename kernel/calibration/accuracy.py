@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .law import PHASES, phase_code
+from ..model.calibration_law import PHASES, phase_code
 
 __all__ = ["ESTIMATES", "Summary", "accuracy_table", "relative_error", "summarise",
            "token_bucket"]

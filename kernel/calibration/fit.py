@@ -45,8 +45,16 @@ from typing import Any
 
 import numpy as np
 
+from ..model.calibration_law import (
+    PHASES,
+    STARTS,
+    TERMS,
+    Law,
+    PhaseCorrection,
+    calibrated_ns,
+    phase_code,
+)
 from .accuracy import Summary, relative_error, summarise
-from .law import PHASES, STARTS, TERMS, Law, PhaseCorrection, calibrated_ns, phase_code
 
 __all__ = ["FitOptions", "FitResult", "PhaseFit", "TermFit", "TiedGroup", "cross_validate",
            "fit", "fit_phase"]

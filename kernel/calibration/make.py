@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .columns import measured_producer
-from .document import VERSION, Calibration, CalibrationError, from_document
+from ..bulk.calibrated import measured_producer
+from ..io.calibration_document import VERSION, Calibration, CalibrationError, from_document
+from ..io.calibration_identity import NOT_STATED, layout_shape, parse_engine, rules_version
+from ..io.measured import BAD_MEASURED, UNITS
+from ..model.calibration_law import PHASES, STARTS, TERMS
 from .fit import CONSTANT, PER_REQUEST, FitOptions, FitResult, fit
-from .identity import NOT_STATED, layout_shape, parse_engine, rules_version
-from .law import PHASES, STARTS, TERMS
-from .measured import BAD_MEASURED, UNITS
 
 __all__ = ["calibrate", "calibration_document", "split_mask"]
 
@@ -166,7 +166,7 @@ class _Priced:
 
 
 def _columns_of(tr: Any, columns: Mapping[str, str] | None) -> list[str]:
-    from kernel.sources import open_trace
+    from kernel.io.sources import open_trace
 
     if isinstance(tr, pl.DataFrame):
         return tr.columns
@@ -177,9 +177,10 @@ def _columns_of(tr: Any, columns: Mapping[str, str] | None) -> list[str]:
 def _price(into: _Priced, scenarios: list[Any], traces: list[Any], measured: str, unit: str,
            repos: Any, pool: int, columns: Mapping[str, str] | None, trace_format: str,
            keep: list[str], decode_threshold: int) -> None:
-    import kernel
     from kernel.bulk import price_result
-    from kernel.stamp import file_sha256
+    from kernel.io.stamp import file_sha256
+
+    from ..facade.factory import open as open_kernel
 
     if len(scenarios) == 1:
         scenarios = scenarios * len(traces)
@@ -187,7 +188,7 @@ def _price(into: _Priced, scenarios: list[Any], traces: list[Any], measured: str
         raise CalibrationError(f"{len(scenarios)} scenarios for {len(traces)} traces: give "
                                "one scenario, or one per trace")
     for scen, tr in zip(scenarios, traces, strict=True):
-        k = kernel.open(str(scen), repos, pool)
+        k = open_kernel(str(scen), repos, pool)
         r = k.resolved_pool
         if into.model is None:
             into.model, into.chip = r.model_name, r.chip_name
@@ -204,7 +205,7 @@ def _price(into: _Priced, scenarios: list[Any], traces: list[Any], measured: str
                               "documents": {role: d["sha256"]
                                             for role, d in sorted(k.documents().items())}})
         if trace_format == "fpm":
-            from kernel.fpm import fpm_to_requests
+            from kernel.io.fpm import fpm_to_requests
 
             req, batches, fpm_rej = fpm_to_requests(tr, columns=columns)
             into.rejected_steps += fpm_rej.height

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .document import Calibration, CalibrationError, from_document, law_document
-from .law import PHASES, STARTS, Law, PhaseCorrection
+from ..io.calibration_document import Calibration, CalibrationError, from_document, law_document
+from ..model.calibration_law import PHASES, STARTS, Law, PhaseCorrection
 
 __all__ = ["GRIDS", "PARAMETERS", "STAGE_METRICS", "RequestRun", "Search", "from_requests",
            "law_for", "measured_per_request", "measured_stages", "request_log_run",
@@ -358,7 +358,7 @@ def from_requests(runs: RequestRun | Sequence[RequestRun], *,
     """Fit the law through the serving replay to measured request latencies (one run or
     several of the same model and chip) and return it as a calibration document
     (:func:`.document.law_document`) recording the engine, the rules pack and the layouts."""
-    from .identity import kernel_identity, layout_shape, rules_version
+    from ..io.calibration_identity import kernel_identity, layout_shape, rules_version
 
     rs = [runs] if isinstance(runs, RequestRun) else list(runs)
     values, s = fit_runs(rs, parameters=parameters, start=start, refine=refine,

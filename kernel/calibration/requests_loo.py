@@ -41,7 +41,7 @@ def experiment_run(exp: Any, measured: pl.DataFrame, *, duration_scale: float = 
     """One experiment as a :class:`RequestRun` on its stage aggregates: the scenario's
     kernel, the inference-perf load (stages ``duration_scale`` times as long: a subsample of
     the run at the same rates), the replay options the simtoreal harness uses."""
-    from .. import open as open_kernel
+    from ..facade.factory import open as open_kernel
     from ..replay import generate, inference_perf_spec
     from ..replay.simtoreal.catalogue import scenario_path
     from ..replay.simtoreal.run import replay_options, scaled_workload

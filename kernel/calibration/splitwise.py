@@ -105,12 +105,13 @@ def splitwise_trace(csv: str | Path | None = None) -> tuple[pl.DataFrame, pl.Dat
 def price_splitwise(csv: str | Path | None = None, *, keep_suspect: bool = False,
                     repos: Any = None) -> pl.DataFrame:
     """Every Splitwise step priced on its scenario, with ``measured_ns`` and the per-batch
-    labels joined on (one kernel per scenario; ``repos`` a ``kernel.Repos``, e.g. the
+    labels joined on (one kernel per scenario; ``repos`` a ``Repos``, e.g. the
     reference's pricing)."""
-    import kernel
+
     from kernel.bulk import price
 
-    from .measured import to_ns
+    from ..facade.factory import open as open_kernel
+    from ..io.measured import to_ns
 
     requests, batches = splitwise_trace(csv)
     if not keep_suspect:
@@ -118,7 +119,7 @@ def price_splitwise(csv: str | Path | None = None, *, keep_suspect: bool = False
     parts = []
     for scen, sub in batches.group_by("scenario", maintain_order=True):
         ids = sub["batch_id"]
-        k = kernel.open(str(scen[0]), repos)
+        k = open_kernel(str(scen[0]), repos)
         priced = price(k, requests.filter(pl.col("batch_id").is_in(ids.implode())))
         parts.append(priced.join(sub, on="batch_id", how="left"))
     out = pl.concat(parts).sort("batch_id")

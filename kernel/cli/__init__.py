@@ -1,11 +1,11 @@
 """``blis-kernel``: the command line. Each module in this package adds its own commands.
 
 The command line is an application, so it tunes the process's allocator for streaming
-(:func:`kernel.malloc.tune`), first, before numpy starts threads."""
+(:func:`kernel.io.malloc.tune`), first, before numpy starts threads."""
 
 from __future__ import annotations
 
-from ..malloc import tune
+from ..io.malloc import tune
 
 tune()
 

@@ -148,8 +148,8 @@ def register(group: click.Group) -> None:
         """Fit a calibration of the kernel's per-resource terms to the measured step times in
         TRACE(s), cross-validate it, and write it to OUTPUT (docs/calibration.md)."""
         from kernel.calibration import CalibrationError, calibrate
-        from kernel.fpm import FpmError
-        from kernel.trace import TraceError
+        from kernel.io.fpm import FpmError
+        from kernel.io.trace import TraceError
 
         if request_log.get("requests_log"):  # issue 32 item 7: through the serving replay
             if traces or measured:
@@ -259,8 +259,8 @@ class MeasuredRun:
     """What ``price`` does differently for a measured trace, a calibration or an FPM trace."""
 
     def __init__(self, k: Any, trace: str, options: dict[str, Any], rejects: Path | None):
+        from kernel.bulk.calibrated import producers_for
         from kernel.calibration import CalibrationError
-        from kernel.calibration.columns import producers_for
 
         self.measured = options.get("measured")
         self.unit = options.get("measured_unit", "ns")
@@ -292,7 +292,7 @@ class MeasuredRun:
             self._fpm(trace, rejects)
 
     def _fpm(self, trace: str, rejects: Path | None) -> None:
-        from kernel.fpm import FpmError, fpm_to_requests
+        from kernel.io.fpm import FpmError, fpm_to_requests
 
         try:
             req, batches, rej = fpm_to_requests(trace)
@@ -319,7 +319,7 @@ class MeasuredRun:
         import polars as pl
 
         if self.k.calibration is not None:
-            from kernel.calibration.identity import window_warnings
+            from kernel.io.calibration_identity import window_warnings
 
             req = (pl.read_csv(out, columns=["requests"]) if out.suffix.lower() == ".csv"
                    else pl.read_parquet(out, columns=["requests"]))["requests"].to_numpy()
@@ -334,7 +334,7 @@ class MeasuredRun:
                 "decode_requests", "tokens", "bottleneck"]
         if self.k.calibration is not None:
             cols.append("calibrated_ns")
-        from kernel.outputs import read_table
+        from kernel.io.outputs import read_table
 
         priced = pl.DataFrame(pl.from_arrow(read_table(out, cols)))  # any table format (RL3)
         table = accuracy_table(priced.with_columns(pl.col("bottleneck").cast(pl.String)))

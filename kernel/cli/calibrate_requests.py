@@ -68,13 +68,13 @@ def calibrate_from_requests(scenarios: tuple[str, ...], pool: int, start: str,
                             duration_scale: float, load_seed: int) -> None:
     from kernel import open as open_kernel
     from kernel.calibration import CalibrationError
-    from kernel.calibration.identity import parse_engine
     from kernel.calibration.requests_fit import (
         RequestRun,
         from_requests,
         measured_stages,
         request_log_run,
     )
+    from kernel.io.calibration_identity import parse_engine
 
     if len(scenarios) != 1:
         raise click.UsageError("--requests takes one --scenario (the deployment that served "

@@ -1,6 +1,6 @@
 """``blis-kernel demo``: the main job on the embedded defaults.
 
-Synthesises a realistic continuous-batching trace (:mod:`kernel.synth`), prices it in bulk on
+Synthesises a realistic continuous-batching trace (:mod:`kernel.io.synth`), prices it in bulk on
 the default scenario (:mod:`kernel.bulk`), and writes into ``--out`` (default ``out/``):
 
 * ``trace.parquet`` — the synthetic trace (one row per request per step);
@@ -53,7 +53,7 @@ def summarise_scenarios(repos: Repos) -> tuple[Table, int]:
     for col in ("scenario", "pool", "role", "model", "chip", "tp×dp (ep)", "status", "evidence"):
         table.add_column(col)
     can_validate = _has("pipeline.validate")
-    can_build = _has("kernel.build")
+    can_build = _has("kernel.pool.build")
     failures = 0
     for name in _scenario_names(repos):
         try:
@@ -75,7 +75,7 @@ def summarise_scenarios(repos: Repos) -> tuple[Table, int]:
                     status = ("[green]valid[/]" if report.ok() else "[red]invalid[/]") + (
                         f" ({warnings} warning{'s' if warnings != 1 else ''})" if warnings else "")
                 if can_build:
-                    from kernel.build import new
+                    from kernel.facade.factory import new
 
                     k = new(inputs)
                     ev, total, _ = k.evidence()
@@ -103,13 +103,14 @@ def run_demo(out: Path, batches: int, scenario: str = DEFAULT_SCENARIO,
              repos: Repos | None = None, seed: int = 0, *,
              echo: Callable[[str], None] = click.echo) -> dict[str, Any]:
     """The main job; returns the summary dict written to ``summary.json``."""
-    from kernel import bulk, stamp
+    from kernel import bulk
+    from kernel.bulk.summary import summarise
+    from kernel.bulk.utilisation import column_producer
     from kernel.cli.report import open_for_cli
+    from kernel.io import stamp
+    from kernel.io.synth import Lengths, write_synth
     from kernel.report import html
     from kernel.report.compare import decode_width
-    from kernel.report.summary import summarise
-    from kernel.synth import Lengths, write_synth
-    from kernel.utilisation import column_producer
 
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)

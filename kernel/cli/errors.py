@@ -123,7 +123,7 @@ def _expected() -> tuple[type[BaseException], ...]:
     import polars as pl
     import pyarrow as pa
 
-    from kernel.extras import MissingExtraError
+    from kernel.io.extras import MissingExtraError
     from pipeline.errors import DocumentError, RefusalError
 
     return (DocumentError, RefusalError, MissingExtraError, OSError, ValueError, ArithmeticError, duckdb.Error,

@@ -3,7 +3,7 @@
 ``--format`` picks the format; without it ``-o FILE`` infers it from the suffix, and no
 ``-o`` (or ``-o -``) writes to stdout, binary formats included. A suffix that names another
 format than ``--format`` is an error (RL3). Parquet and IPC files carry
-the stamp (:mod:`kernel.stamp`). A table never truncates its key column: it is printed whole,
+the stamp (:mod:`kernel.io.stamp`). A table never truncates its key column: it is printed whole,
 without wrapping, and a console that is not a terminal is made wide enough for every row.
 """
 
@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
-from kernel.stamp import Stamp, stamped
+from kernel.io.stamp import Stamp, stamped
 from pipeline import safe_output
 
 FORMATS = ("table", "parquet", "arrow", "csv", "json", "jsonl")

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kernel.outputs import TABLE_FORMATS, is_stdout
-from kernel.priced_db import write_db
+from kernel.facade.priced_db import write_db
+from kernel.io.outputs import TABLE_FORMATS, is_stdout
 from pipeline import safe_output
 from pipeline.load import Repos
 
@@ -32,11 +32,11 @@ TRACE_SUFFIXES = (".parquet", ".csv", ".arrow", ".ipc", ".feather")
 
 
 def _open_kernel(scenario: str, pool: int, repos: Any) -> Any:
-    from kernel import build
+    from kernel.facade import factory
     from pipeline.errors import DocumentError, RefusalError
 
     try:
-        return build.open(scenario, repos, pool)
+        return factory.open(scenario, repos, pool)
     except (DocumentError, RefusalError, IndexError, ValueError) as exc:
         from .errors import describe
 
@@ -46,7 +46,7 @@ def _open_kernel(scenario: str, pool: int, repos: Any) -> Any:
 
 def _check_formats(output: str, out_format: str | None, rejects: str | None) -> None:
     """Every table output's format, from its suffix, before anything is read (RL3)."""
-    from kernel.outputs import FormatError, table_format
+    from kernel.io.outputs import FormatError, table_format
 
     try:
         table_format(output, out_format, label="-o", default="csv")
@@ -83,7 +83,7 @@ def _unlock_db(con: Any, db: str | None) -> None:
 
 def _price_on_cluster(trace: str, scenario: str, pool: int, output: str, cluster: str,
                       decode_threshold: int, repos: Repos, connect_timeout: float) -> None:
-    from kernel.distributed import price_dataset
+    from kernel.sweep.distributed import price_dataset
 
     if safe_output.same_file(trace, output):
         raise click.UsageError("OUTPUT is TRACE: write the priced partitions elsewhere")
@@ -165,10 +165,10 @@ def register(group: click.Group) -> None:
                   registry_root: str | None, **measured: Any) -> None:
         """Price every batch of a recorded TRACE (a file, a directory, a glob) into parquet
         (docs/traces.md)."""
-        from kernel import stamp
         from kernel.bulk import price_file
-        from kernel.trace import RejectedRowError, TraceError
-        from kernel.utilisation import column_producer
+        from kernel.bulk.utilisation import column_producer
+        from kernel.io import stamp
+        from kernel.io.trace import RejectedRowError, TraceError
 
         repos = make_repos(scenarios_root, catalog_root, registry_root)
         if cluster is not None:
@@ -304,7 +304,7 @@ def register(group: click.Group) -> None:
                   budget: int, chunk: int | None, seed: int, output: str) -> None:
         """Write a synthetic continuous-batching trace (requests enter, prefill in chunks,
         decode, leave)."""
-        from kernel.synth import write_synth
+        from kernel.io.synth import write_synth
 
         if Path(output).suffix.lower() not in TRACE_SUFFIXES:
             raise click.BadParameter(f"{output}: the suffix says the format; it must be one of "

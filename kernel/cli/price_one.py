@@ -26,8 +26,8 @@ from kernel.cli.output import TEXT_FORMATS, emit_rows, format_options, resolve_f
 from .dialect import DialectCommand, complete_scenario
 
 if TYPE_CHECKING:
-    from kernel.kernel import Kernel
-    from kernel.types import Request
+    from kernel.facade.kernel import Kernel
+    from kernel.model.types import Request
 
 GIB = 2**30
 MIB = 2**20
@@ -82,7 +82,7 @@ def _read_batch_file(path: Path, spec: str) -> Any:
 
 def parse_batch_spec(spec: str) -> list[Request]:
     """``COUNTxSCHEDULED@COMPUTED[,…]`` or a JSON/YAML file → requests, in order."""
-    from kernel.types import Request
+    from kernel.model.types import Request
 
     path = Path(spec)
     if path.suffix.lower() in (".json", ".yaml", ".yml") or path.is_file():
@@ -170,8 +170,8 @@ def register(group: click.Group) -> None:
                  fmt: str | None, scenarios_root: str | None, catalog_root: str | None,
                  registry_root: str | None) -> None:
         """Price one forward pass of SCENARIO over the batch SPEC."""
-        from kernel import step
-        from kernel.types import Batch
+        from kernel.model import step
+        from kernel.model.types import Batch
 
         reqs = parse_batch_spec(spec)
         k = _open(scenario, pool, make_repos(scenarios_root, catalog_root, registry_root))

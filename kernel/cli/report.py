@@ -37,8 +37,8 @@ from pipeline import safe_output
 from .dialect import DialectCommand, complete_scenario
 
 if TYPE_CHECKING:
-    from kernel.kernel import Kernel
-    from kernel.report.summary import TraceSummary
+    from kernel.bulk.summary import TraceSummary
+    from kernel.facade.kernel import Kernel
     from pipeline.load import Repos
 
 DEFAULT_SCENARIO = "deepseek-v3-h200-fp8-sglang-tp8"
@@ -70,7 +70,7 @@ def _check_output(path: str, allowed: tuple[str, ...]) -> None:
 
 
 def _compare_table(summaries: list[TraceSummary], names: list[str]) -> Table:
-    from kernel.report.summary import fmt_duration
+    from kernel.model.display import fmt_duration
 
     table = Table(title="One trace, several deployments (NoOverlap; shares are of wall time)")
     table.add_column("scenario", no_wrap=True)
@@ -132,8 +132,8 @@ def register(group: click.Group) -> None:
                 scenarios_root: str | None, catalog_root: str | None,
                 registry_root: str | None) -> None:
         """Step anatomy of SCENARIO: where the time of a decode step goes, by batch size."""
+        from kernel.facade.summary import anatomy_sweep, batch_limit
         from kernel.report import charts, html
-        from kernel.report.summary import anatomy_sweep, batch_limit
 
         _check_output(output, (*CHART_SUFFIXES, ".html"))
         safe_output.check_outputs([], [("-o", output)])
@@ -172,10 +172,10 @@ def register(group: click.Group) -> None:
                catalog_root: str | None, registry_root: str | None) -> None:
         """Report on a priced trace (PRICED.parquet from `blis-kernel price`), or on a
         replay's output directory (`blis-kernel replay`, with or without --rates)."""
+        from kernel.bulk.summary import summarise
         from kernel.cli.stamped import kernel_for
-        from kernel.priced import read_priced
+        from kernel.io.priced import read_priced
         from kernel.report import charts, html
-        from kernel.report.summary import summarise
 
         if Path(priced).is_dir():  # a replay's outputs: the serving report (issue 29)
             _serving_report(priced, output, scenario, trace_path)
@@ -220,9 +220,9 @@ def register(group: click.Group) -> None:
                 catalog_root: str | None, registry_root: str | None) -> None:
         """Price one TRACE under several deployments and show the differences; or compare
         priced files (from `price` or a sweep), each on the scenario its stamp names."""
+        from kernel.bulk.summary import summarise
         from kernel.cli.stamped import is_priced, priced_files
         from kernel.report import charts, html
-        from kernel.report.summary import summarise
 
         if output is not None:
             _check_output(output, (*CHART_SUFFIXES, ".html"))

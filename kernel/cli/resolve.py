@@ -15,10 +15,10 @@ import duckdb
 import pyarrow as pa
 from rich.console import Console
 
-from kernel import sql_laws  # noqa: F401  (installs the cost laws the views call)
 from kernel.cli.common import FiniteFloatRange, make_repos, with_repos
 from kernel.cli.output import emit, format_options, resolve_format
-from kernel.stamp import for_database
+from kernel.io.stamp import for_database
+from kernel.pool import sql_laws  # noqa: F401  (installs the cost laws the views call)
 from pipeline import db, safe_output
 from pipeline.errors import DocumentError
 from pipeline.load import Repos

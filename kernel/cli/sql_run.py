@@ -19,8 +19,8 @@ import duckdb
 import pyarrow as pa
 
 from kernel.cli.output import emit, resolve_format
-from kernel.outputs import TableWriter, stdout_sink
-from kernel.stamp import Stamp
+from kernel.io.outputs import TableWriter, stdout_sink
+from kernel.io.stamp import Stamp
 from pipeline import safe_output
 
 BATCH_ROWS = 65_536

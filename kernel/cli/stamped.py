@@ -1,5 +1,5 @@
 """Priced files that say what made them: ``report`` and ``compare`` take the scenario from the
-file's stamp (:mod:`kernel.stamp`) rather than asking for it, and refuse a contradiction."""
+file's stamp (:mod:`kernel.io.stamp`) rather than asking for it, and refuse a contradiction."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kernel.priced import PricedFile, read_priced
-from kernel.stamp import Stamp, StampError, check_kernel, read_stamp
+from kernel.io.priced import PricedFile, read_priced
+from kernel.io.stamp import Stamp, StampError, check_kernel, read_stamp
 
 if TYPE_CHECKING:
-    from kernel.kernel import Kernel
+    from kernel.facade.kernel import Kernel
     from pipeline.load import Repos
 
 PRICED_KINDS = ("priced", "sweep-partition")

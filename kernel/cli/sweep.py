@@ -75,7 +75,7 @@ def register(group: click.Group) -> None:
               scenarios_root: str | None, catalog_root: str | None,
               registry_root: str | None) -> None:
         """Price TRACE (a parquet file or a directory of partitions) under every scenario."""
-        from kernel.distributed import price_dataset
+        from kernel.sweep.distributed import price_dataset
 
         repos = make_repos(scenarios_root, catalog_root, registry_root)
         names = match_scenarios(patterns, repos)

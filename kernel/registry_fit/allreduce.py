@@ -55,7 +55,7 @@ def monotone(y: np.ndarray) -> np.ndarray:
 
 
 def curve_at(knot_bytes: np.ndarray, knot_us: np.ndarray, nbytes: float) -> float:
-    """The fitted curve at ``nbytes``: the kernel's law (kernel.laws.knot_time) in µs."""
+    """The fitted curve at ``nbytes``: the kernel's law (kernel.model.laws.knot_time) in µs."""
     if nbytes >= knot_bytes[-1] and len(knot_bytes) > 1:
         slope = (knot_us[-1] - knot_us[-2]) / (knot_bytes[-1] - knot_bytes[-2])
         return float(knot_us[-1] + (nbytes - knot_bytes[-1]) * slope)

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ..types import Placement
+from ..model.types import Placement
 from .engine import Core, EngineLimits, Group, RunState, Simulation
 from .pricing import ESTIMATES, price_step, step_ns
 from .router import ROUTERS, make_router
 
 if TYPE_CHECKING:
-    from ..kernel import Kernel
+    from ..facade.kernel import Kernel
     from .results import ReplayResult
 
 __all__ = ["ReplayOptions", "engine_limits", "open_pools", "replay"]
@@ -130,7 +130,7 @@ def open_pools(scenario: str, repos: Any = None) -> list[Kernel]:
     :func:`replay` takes for a disaggregated prefill/decode deployment)."""
     from pipeline.load import open_inputs
 
-    from ..build import new
+    from ..facade.factory import new
 
     first = open_inputs(scenario, repos, 0)
     return [new(first), *(new(open_inputs(scenario, repos, i))
@@ -139,7 +139,7 @@ def open_pools(scenario: str, repos: Any = None) -> list[Kernel]:
 
 def _kernels(k: Any) -> list[Kernel]:
     """One kernel (a colocated pool) or the [prefill, decode] kernels of a P/D deployment."""
-    from ..kernel import Kernel
+    from ..facade.kernel import Kernel
 
     if isinstance(k, Kernel):
         return [k]

@@ -1,7 +1,7 @@
 """Capacity planning: one request source replayed at many arrival rates on many deployments.
 
 :func:`sweep_rates` runs one replay per (scenario, rate) through the sweep executors of
-:mod:`kernel.distributed` (local processes, or a Dask cluster by address; ``inline`` runs in
+:mod:`kernel.sweep.distributed` (local processes, or a Dask cluster by address; ``inline`` runs in
 this process) and returns the latency-throughput curve and, per scenario, the highest rate that
 meets the SLOs (docs/replay.md "Capacity planning", decisions CP1-CP6).
 
@@ -115,7 +115,7 @@ def replay_point(scenario: str, saved: Sequence[bytes], source: RequestSet | Loa
                  seed: int, min_attainment: float) -> dict[str, Any]:
     """One task: ``source`` at ``factor`` × its rate replayed on the saved kernel(s) (one pool,
     or [prefill, decode]); the curve row. Runs in a worker process."""
-    from ..distributed import _worker_kernel
+    from ..sweep.distributed import _worker_kernel
     from .api import replay
     from .loads import generate
 
@@ -164,15 +164,16 @@ class _Inline:
 
 def _pools(scenario: str, repos: Any, pool: int, calibration: str | None) -> list[Any]:
     """The kernels a scenario replays on: its pool, or both pools of a P/D deployment."""
-    import kernel
     from pipeline.load import open_inputs
 
-    first = kernel.open(scenario, repos, pool, calibration=calibration)
+    from ..facade.factory import open as open_kernel
+
+    first = open_kernel(scenario, repos, pool, calibration=calibration)
     if pool != 0:
         return [first]
     roles = [p.role for p in open_inputs(scenario, repos, 0).deployment.pools]
     if roles == ["prefill", "decode"]:
-        return [first, kernel.open(scenario, repos, 1, calibration=calibration)]
+        return [first, open_kernel(scenario, repos, 1, calibration=calibration)]
     return [first]
 
 
@@ -186,10 +187,10 @@ def sweep_rates(scenarios: Sequence[str], source: RequestSet | LoadSpec, rates: 
 
     ``cluster``: ``inline`` (this process), ``local[:N]`` (N local processes, the default N
     the core count), ``dask-local:N``, a Dask scheduler address or a ``Client``
-    (:func:`kernel.distributed._runner`). ``slo`` in seconds (ttft, itl, tpot, e2e, as
+    (:func:`kernel.sweep.distributed._runner`). ``slo`` in seconds (ttft, itl, tpot, e2e, as
     :func:`kernel.replay.replay`); a rate meets them when at least ``min_attainment`` of its
     requests meet every one."""
-    from ..distributed import _runner
+    from ..sweep.distributed import _runner
 
     options = options or ReplayOptions()
     slo = dict(slo or {})
@@ -210,7 +211,7 @@ def sweep_rates(scenarios: Sequence[str], source: RequestSet | LoadSpec, rates: 
     t0 = time.perf_counter()
     saved: dict[str, list[bytes]] = {}
     docs: dict[str, Any] = {}
-    from ..saved import dumps
+    from ..facade.saved import dumps
 
     for name in scenarios:  # each scenario's kernel(s) built once, shipped as saved pools
         ks = _pools(name, repos, pool, calibration)
@@ -261,7 +262,7 @@ def write_capacity(result: CapacityResult, out_dir: str | os.PathLike[str]) -> d
     the replay options, the SLOs, the source and its base rate)."""
     from pipeline import safe_output
 
-    from ..stamp import Stamp, stamped
+    from ..io.stamp import Stamp, stamped
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kernel.synth import Lengths
+from kernel.io.synth import Lengths
 
 from .loads import LoadSpec, SharedPrefix, Stage
 from .yamlfile import load_yaml

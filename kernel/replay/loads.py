@@ -11,7 +11,7 @@ A :class:`LoadSpec` is either
   request is sent ``think`` ms after the previous one of its user finishes (expressed by
   ``session_id`` + ``think_ns``, as the replay contract says; the engine resolves the arrivals).
 
-Lengths use the synth grammar (:class:`kernel.synth.Lengths`: ``fixed:N``, ``uniform:LO:HI``,
+Lengths use the synth grammar (:class:`kernel.io.synth.Lengths`: ``fixed:N``, ``uniform:LO:HI``,
 ``lognormal:MEAN:SIGMA``, ``exponential:MEAN``). With ``shared_prefix`` every prompt is one of
 ``groups x prompts_per_group`` distinct prompts: a group's system prompt of ``system_tokens``
 tokens followed by that prompt's question; block hashes of ``hash_block_tokens`` tokens say
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from kernel.synth import Lengths
+from kernel.io.synth import Lengths
 
 from .hashes import chain, list_array, mix, take_lists
 from .requests import Columns, RejectLog, RequestSet, assemble

@@ -3,7 +3,7 @@
 ``OUT_DIR/requests.parquet`` (one row per request), ``steps.parquet`` (one row per request per
 step, in the trace schema ``price`` reads), ``engine_steps.parquet`` (one row per engine core
 per step: occupancy, queue), ``rejects.parquet`` and ``summary.json`` / ``summary.parquet``.
-Every parquet file carries the stamp (:mod:`kernel.stamp`): scenario, documents, the replay
+Every parquet file carries the stamp (:mod:`kernel.io.stamp`): scenario, documents, the replay
 options (the step estimate among them) and the request source.
 """
 
@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 
 from pipeline import safe_output
 
-from .. import stamp as _stamp
+from ..io import stamp as _stamp
 
 if TYPE_CHECKING:
-    from ..kernel import Kernel
+    from ..facade.kernel import Kernel
     from .results import ReplayResult
 
 __all__ = ["write_replay"]

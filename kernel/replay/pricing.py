@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..types import Batch, Request, StepEstimate
+from ..model.types import Batch, Request, StepEstimate
 
 if TYPE_CHECKING:
-    from ..kernel import Kernel
+    from ..facade.kernel import Kernel
 
 __all__ = ["ESTIMATES", "price_step", "step_ns"]
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 from .engine import Rows
 
 if TYPE_CHECKING:
-    from ..kernel import Kernel
+    from ..facade.kernel import Kernel
     from .api import ReplayOptions
     from .engine import RunState, Simulation
 

@@ -15,8 +15,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..laws import to_duration_ns
-from ..transfer import PDTransferDemand
+from ..model.laws import to_duration_ns
+from ..model.transfer import PDTransferDemand
 
 __all__ = ["LinkShare"]
 

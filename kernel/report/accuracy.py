@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from ..extras import require_charts
+from ..io.extras import require_charts
 
 require_charts()  # before matplotlib: a missing extra is one line (CF7)
 
@@ -19,7 +19,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from ..calibration.accuracy import ESTIMATES, accuracy_table  # noqa: E402
-from ..calibration.law import PHASES, phase_code  # noqa: E402
+from ..model.calibration_law import PHASES, phase_code  # noqa: E402
 from . import charts  # noqa: E402
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The charts, drawn with matplotlib's object API on the Agg canvas (no pyplot, no display).
 
-Each ``*_figure`` function takes plain data (see :mod:`kernel.report.summary`) and returns a
+Each ``*_figure`` function takes plain data (see :mod:`kernel.facade.summary`) and returns a
 :class:`matplotlib.figure.Figure`; :func:`save` writes it as PNG/SVG/PDF by suffix,
 :func:`to_svg` returns it as an inline ``<svg>`` element (text kept as text, with an ``id``)
 and :func:`to_png_data_uri` as a base64 ``data:`` URI. Each time axis has one unit (µs or ms),
@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, cast
 
-from ..extras import require_charts
+from ..io.extras import require_charts
 
 require_charts()  # before matplotlib: a missing extra is one line (CF7)
 
@@ -33,14 +33,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
-from .summary import (  # noqa: E402
-    RESOURCES,
-    AnatomyPoint,
-    BatchLimit,
-    BottleneckGrid,
-    TraceSummary,
-    nearest_rank,
-)
+from ..bulk.summary import RESOURCES, TraceSummary, nearest_rank  # noqa: E402
+from ..facade.summary import AnatomyPoint, BatchLimit, BottleneckGrid  # noqa: E402
 
 __all__ = [
     "COLORS",

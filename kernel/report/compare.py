@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import polars as pl
 
-    from kernel.kernel import Kernel
-    from kernel.protocols import TraceInput
-    from kernel.report.summary import TraceSummary
+    from kernel.bulk.summary import TraceSummary
+    from kernel.facade.kernel import Kernel
+    from kernel.io.protocols import TraceInput
     from pipeline.load import Repos
 
 __all__ = ["compare_lines", "compare_rows", "compare_summaries", "decode_width", "open_kernel"]
@@ -24,9 +24,9 @@ __all__ = ["compare_lines", "compare_rows", "compare_summaries", "decode_width",
 
 def open_kernel(scenario: str, repos: Repos | None = None) -> Kernel:
     """``kernel.open`` on a scenario name or path, with optional roots."""
-    import kernel
+    from ..facade.factory import open as open_kernel
 
-    k: Kernel = kernel.open(scenario, repos) if repos is not None else kernel.open(scenario)
+    k: Kernel = open_kernel(scenario, repos) if repos is not None else open_kernel(scenario)
     return k
 
 
@@ -48,7 +48,7 @@ def _shift(base: TraceSummary, s: TraceSummary) -> str:
 
 def compare_lines(summaries: list[TraceSummary], names: list[str]) -> list[str]:
     """One plain line per deployment after the first: the differences against the first."""
-    from kernel.report.summary import fmt_duration
+    from kernel.model.display import fmt_duration
 
     base, out = summaries[0], []
     for s, name in zip(summaries[1:], names[1:], strict=True):
@@ -90,7 +90,7 @@ def compare_summaries(trace: TraceInput, scenarios: Sequence[str | Kernel], repo
     """Price ``trace`` under each scenario (a name, a path or an open kernel); the summaries
     and the priced frames, in order."""
     from kernel import bulk
-    from kernel.report.summary import summarise
+    from kernel.bulk.summary import summarise
 
     summaries, frames = [], []
     for item in scenarios:

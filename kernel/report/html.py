@@ -1,9 +1,9 @@
 """A self-contained HTML report: inline CSS, inline SVG (or base64 PNG) charts, no scripts,
 no network. Open it from disk in any browser.
 
-:func:`render` lays out plain data (:class:`Chart`, :class:`~kernel.report.summary.TraceSummary`,
+:func:`render` lays out plain data (:class:`Chart`, :class:`~kernel.bulk.summary.TraceSummary`,
 a kernel's resolution and provenance); :func:`trace_report` and :func:`anatomy_report` gather
-that data from a priced trace and/or a :class:`~kernel.kernel.Kernel`.
+that data from a priced trace and/or a :class:`~kernel.facade.kernel.Kernel`.
 """
 
 from __future__ import annotations
@@ -19,23 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ..bulk.summary import RESOURCES, TraceSummary, summarise
+from ..facade.summary import anatomy_sweep, batch_limit, bottleneck_grid
+from ..model.display import fmt_duration, fmt_span
 from . import charts
 from .sections import ReportContext, Section, build_sections
-from .summary import (
-    RESOURCES,
-    TraceSummary,
-    anatomy_sweep,
-    batch_limit,
-    bottleneck_grid,
-    fmt_duration,
-    fmt_span,
-    summarise,
-)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from kernel.kernel import Kernel
+    from kernel.facade.kernel import Kernel
 
 __all__ = [
     "CHART_IDS",

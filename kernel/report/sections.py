@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from ..bulk.summary import TraceSummary
+from ..model.display import fmt_duration, fmt_si
 from . import trace_figures as tf
 from . import trace_stats as ts
-from .summary import TraceSummary, fmt_duration, fmt_si
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from kernel.kernel import Kernel
+    from kernel.facade.kernel import Kernel
 
 __all__ = [
     "SECTION_BUILDERS",
@@ -291,8 +292,8 @@ def layers_section(ctx: ReportContext) -> Section | None:
     if ctx.kernel is None or ctx.trace is None:
         return _missing(sid, title, "The per-layer breakdown re-prices the median steps: it "
                         "needs the scenario and the request-level trace (--scenario, --trace).")
-    from kernel import step
-    from kernel.types import Batch
+    from kernel.model import step
+    from kernel.model.types import Batch
 
     r = ctx.kernel.resolved_pool
     width = max(int(getattr(r, "uniform_decode_width", 1) or 1), 1)

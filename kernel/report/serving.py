@@ -88,7 +88,7 @@ def read_serving(path: str | Path) -> ServingData:
     curve_slo: dict[str, float] = {}
     if (p / "curve.parquet").is_file():
         curve = pq.read_table(p / "curve.parquet")
-        from ..stamp import Stamp
+        from ..io.stamp import Stamp
 
         st = Stamp.from_metadata(curve.schema.metadata)
         if st is not None and isinstance(st.options.get("slo"), dict):

@@ -13,15 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from ..extras import require_charts
+from ..io.extras import require_charts
 
 require_charts()  # before matplotlib: a missing extra is one line (CF7)
 
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, PercentFormatter  # noqa: E402
 
+from ..bulk.summary import RESOURCES  # noqa: E402
+from ..model.display import fmt_duration  # noqa: E402
 from .charts import COLORS, LABELS, _new, _plain, _rc  # noqa: E402
-from .summary import RESOURCES, fmt_duration  # noqa: E402
 from .trace_stats import Windows  # noqa: E402
 
 __all__ = [

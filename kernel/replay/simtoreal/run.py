@@ -134,10 +134,10 @@ def run_experiment(exp: Experiment, *, seed: int = 0, duration_scale: float = 1.
                    pricing: str | None = None) -> ExperimentRun:
     """Replay ``exp`` uncalibrated on its scenario and compute the study's metrics
     (``pricing``: ``Repos(pricing=...)``, default the kernel's)."""
-    from kernel import Repos
-    from kernel import open as open_kernel
+    from kernel.facade.factory import open as open_kernel
     from kernel.replay import generate, inference_perf_spec
     from kernel.replay.api import replay
+    from pipeline.load import Repos
 
     t0, c0 = time.perf_counter(), time.process_time()
     k = open_kernel(scenario_path(exp), Repos(pricing=pricing) if pricing else None)
