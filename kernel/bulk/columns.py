@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ..io.trace import Rows, TraceError
+from ..io.trace import Rows, TraceError, record_rejects, reject_table
 from ..model import limits, step
 from .groups import Groups, regroup
 from .walk import RESOURCE_NAMES, finish_columns, summarise_columns
@@ -181,7 +181,6 @@ def with_measured(producers: Iterable[ColumnProducer] | None, measured: str | No
 
 def check_rows(spec: OutputSpec, rows: Rows, rejects: list[pa.Table], strict: bool) -> None:
     """Run the producers' row checks on coerced rows: mark failing rows bad, record why."""
-    from ..io.trace import record_rejects, reject_table
 
     for p in spec.producers:
         if p.check is None or len(rows) == 0:

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from ..io.sources import TraceSource, open_trace
 from ..io.trace import BATCH_COLUMNS, Rows, TraceError, coerce
+from ..model.resolved import ResolvedPool
 from .batch_table import BatchTable
 from .columns import OutputSpec, check_rows, price_grouped
 from .groups import (
@@ -291,7 +292,6 @@ def rows_of(trace: Any) -> Rows:
 
 
 def resolved(k: Pricer | ResolvedPool) -> ResolvedPool:
-    from ..model.resolved import ResolvedPool
 
     return k if isinstance(k, ResolvedPool) else k.resolved_pool
 

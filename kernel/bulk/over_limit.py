@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from ..io.trace import Rows, record_rejects, reject_table, row_values
 from ..model import limits
+from ..model.resolved import ResolvedPool
 from .columns import KV_BLOCKS_HELD, LONGEST_CONTEXT, BatchContext, ColumnProducer
 from .groups import Groups, groups_of_grouped
 
@@ -46,7 +47,6 @@ def limits_producer(lim: limits.Limits) -> ColumnProducer:
 def with_limits(k: Any, producers: Any) -> list[ColumnProducer]:
     """``producers`` with the ``limits`` column first when ``k`` is a kernel (a bare
     ResolvedPool does not know its KV capacity, so it gets no column)."""
-    from ..model.resolved import ResolvedPool
 
     given = list(producers or ())
     if isinstance(k, ResolvedPool) or any(p.name == "limits" for p in given):
@@ -56,7 +56,6 @@ def with_limits(k: Any, producers: Any) -> list[ColumnProducer]:
 
 def over_limit_of(k: Pricer | Any, reject: bool) -> limits.Limits | None:
     """The limits to reject by (None: keep over-limit batches, flagged)."""
-    from ..model.resolved import ResolvedPool
 
     if not reject:
         return None

@@ -22,6 +22,8 @@ import pyarrow as pa
 
 from pipeline import safe_output
 
+from ..io.outputs import TableWriter, is_stdout, stdout_sink, table_format
+
 __all__ = ["ROW_GROUP_ROWS", "Sink"]
 
 ROW_GROUP_ROWS = 1 << 18  # priced rows per parquet row group (DuckDB scans like >= 128k)
@@ -48,7 +50,6 @@ class Sink:
                  row_group_rows: int = ROW_GROUP_ROWS,
                  metadata: Mapping[str, str | bytes] | None = None,
                  sorted_by: tuple[str, ...] = (), fmt: str | None = None):
-        from ..io.outputs import is_stdout, table_format
 
         self.path = path
         self.to_stdout = is_stdout(path)  # ``-``: streamed to stdout, nothing to rename
@@ -72,7 +73,6 @@ class Sink:
         self._writes: deque[Future[None]] = deque()
 
     def _open(self) -> None:
-        from ..io.outputs import TableWriter, stdout_sink
 
         if self.to_stdout:
             self.w = TableWriter(stdout_sink(), self.schema, self.fmt, to_stdout=True,

@@ -56,6 +56,7 @@ from pipeline import safe_output
 
 from ..io import stamp
 from ..io.sources import TraceSource
+from ..io.stamp import counts_metadata as stamp_counts
 from ..io.trace import REJECT_SCHEMA, Rows
 from ..model.resolved import ResolvedPool
 from .batch_table import BatchTable
@@ -570,7 +571,6 @@ def abort_files(*sinks: Sink | None) -> None:
 
 def counts_metadata(counts: PriceCounts) -> dict[str, str]:
     """The run's row counts as the stamp's ``counts`` key (:mod:`kernel.io.stamp`)."""
-    from ..io.stamp import counts_metadata as stamp_counts
 
     return stamp_counts(rows_in=counts.rows_in, rows_priced=counts.rows_priced,
                         rows_rejected=counts.rows_rejected,

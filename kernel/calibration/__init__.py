@@ -21,12 +21,12 @@ from ..io.calibration_document import Calibration, CalibrationError, load_calibr
 from ..io.calibration_identity import CalibrationWarning
 from ..model.calibration_law import PHASES, STARTS, TERMS, Law, PhaseCorrection, calibrated_ns
 from .make import calibrate
+from .requests_fit import from_requests as fit
 
 
 def from_requests(*args: Any, **kwargs: Any) -> Calibration:
     """:func:`kernel.calibration.requests_fit.from_requests` (imported on first use: it
     needs the serving replay)."""
-    from .requests_fit import from_requests as fit
 
     return fit(*args, **kwargs)
 

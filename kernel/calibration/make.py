@@ -11,7 +11,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from kernel.bulk import price_result
+from kernel.io.sources import open_trace
+from kernel.io.stamp import file_sha256
+
 from ..bulk.calibrated import measured_producer
+from ..facade.factory import open as open_kernel
 from ..io.calibration_document import VERSION, Calibration, CalibrationError, from_document
 from ..io.calibration_identity import NOT_STATED, layout_shape, parse_engine, rules_version
 from ..io.measured import BAD_MEASURED, UNITS
@@ -166,7 +171,6 @@ class _Priced:
 
 
 def _columns_of(tr: Any, columns: Mapping[str, str] | None) -> list[str]:
-    from kernel.io.sources import open_trace
 
     if isinstance(tr, pl.DataFrame):
         return tr.columns
@@ -177,10 +181,7 @@ def _columns_of(tr: Any, columns: Mapping[str, str] | None) -> list[str]:
 def _price(into: _Priced, scenarios: list[Any], traces: list[Any], measured: str, unit: str,
            repos: Any, pool: int, columns: Mapping[str, str] | None, trace_format: str,
            keep: list[str], decode_threshold: int) -> None:
-    from kernel.bulk import price_result
-    from kernel.io.stamp import file_sha256
 
-    from ..facade.factory import open as open_kernel
 
     if len(scenarios) == 1:
         scenarios = scenarios * len(traces)

@@ -35,7 +35,12 @@ import numpy as np
 import polars as pl
 
 from ..io.calibration_document import Calibration, CalibrationError, from_document, law_document
+from ..io.calibration_identity import kernel_identity, layout_shape, rules_version
 from ..model.calibration_law import PHASES, STARTS, Law, PhaseCorrection
+from ..replay import read_requests
+from ..replay.api import ReplayOptions, replay
+from ..replay.simtoreal.metrics import stage_metrics
+from ..replay.simtoreal.run import latencies
 
 __all__ = ["GRIDS", "PARAMETERS", "STAGE_METRICS", "RequestRun", "Search", "from_requests",
            "law_for", "measured_per_request", "measured_stages", "request_log_run",
@@ -175,8 +180,6 @@ def replay_latencies(run: RequestRun, law: Law, model: str, chip: str) -> pl.Dat
     ttft_ns, e2e_ns, output_tokens."""
     import dataclasses
 
-    from ..replay.api import ReplayOptions, replay
-    from ..replay.simtoreal.run import latencies
 
     doc = law_document(law, name="request-log-candidate", model=model, chip=chip)
     k = run.kernel.with_calibration(doc, force=True)
@@ -190,7 +193,6 @@ def run_residuals(run: RequestRun, lat: pl.DataFrame) -> dict[str, np.ndarray]:
     """Per compared metric, the log ratios ln(replayed / measured). A request the replay did
     not finish counts as a large error (its measured values against nothing is not allowed
     to vanish: ln 10)."""
-    from ..replay.simtoreal.metrics import stage_metrics
 
     if run.stages is not None:
         pred = stage_metrics(lat)
@@ -358,7 +360,6 @@ def from_requests(runs: RequestRun | Sequence[RequestRun], *,
     """Fit the law through the serving replay to measured request latencies (one run or
     several of the same model and chip) and return it as a calibration document
     (:func:`.document.law_document`) recording the engine, the rules pack and the layouts."""
-    from ..io.calibration_identity import kernel_identity, layout_shape, rules_version
 
     rs = [runs] if isinstance(runs, RequestRun) else list(runs)
     values, s = fit_runs(rs, parameters=parameters, start=start, refine=refine,
@@ -410,7 +411,6 @@ def request_log_run(kernel: Any, log: str | Path, *, options: Any = None,
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from ..replay import read_requests
 
     path = Path(log)
     if not path.is_file():

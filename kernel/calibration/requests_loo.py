@@ -18,7 +18,20 @@ from typing import Any
 
 import polars as pl
 
-from .requests_fit import GRIDS, RequestRun, Search, fit_runs, law_for, measured_stages
+from ..facade.factory import open as open_kernel
+from ..replay import generate, inference_perf_spec
+from ..replay.simtoreal.catalogue import scenario_path
+from ..replay.simtoreal.metrics import compare, stage_metrics
+from ..replay.simtoreal.run import replay_options, scaled_workload
+from .requests_fit import (
+    GRIDS,
+    RequestRun,
+    Search,
+    fit_runs,
+    law_for,
+    measured_stages,
+    replay_latencies,
+)
 
 __all__ = ["Fold", "experiment_run", "groups", "leave_one_out", "score_experiment"]
 
@@ -41,10 +54,6 @@ def experiment_run(exp: Any, measured: pl.DataFrame, *, duration_scale: float = 
     """One experiment as a :class:`RequestRun` on its stage aggregates: the scenario's
     kernel, the inference-perf load (stages ``duration_scale`` times as long: a subsample of
     the run at the same rates), the replay options the simtoreal harness uses."""
-    from ..facade.factory import open as open_kernel
-    from ..replay import generate, inference_perf_spec
-    from ..replay.simtoreal.catalogue import scenario_path
-    from ..replay.simtoreal.run import replay_options, scaled_workload
 
     path = str(scenario_path(exp))
     cache = kernels if kernels is not None else {}
@@ -69,8 +78,6 @@ def groups(exps: Iterable[Any]) -> dict[str, list[Any]]:
 def score_experiment(run: RequestRun, exp_id: int, values: dict[str, float],
                      start: str, measured: pl.DataFrame) -> pl.DataFrame:
     """Replay ``run`` with the fitted law; its whole-run errors on :data:`LOO_METRICS`."""
-    from ..replay.simtoreal.metrics import compare, stage_metrics
-    from .requests_fit import replay_latencies
 
     model = run.kernel.resolved_pool.model_name
     chip = run.kernel.resolved_pool.chip_name

@@ -27,7 +27,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from kernel.bulk import price
 from pipeline.resources import data_dir
+
+from ..facade.factory import open as open_kernel
+from ..io.measured import to_ns
 
 __all__ = ["CHIPS", "MODELS", "scenario_path", "splitwise_dir", "splitwise_trace",
            "price_splitwise"]
@@ -108,10 +112,7 @@ def price_splitwise(csv: str | Path | None = None, *, keep_suspect: bool = False
     labels joined on (one kernel per scenario; ``repos`` a ``Repos``, e.g. the
     reference's pricing)."""
 
-    from kernel.bulk import price
 
-    from ..facade.factory import open as open_kernel
-    from ..io.measured import to_ns
 
     requests, batches = splitwise_trace(csv)
     if not keep_suspect:

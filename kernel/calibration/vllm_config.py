@@ -29,6 +29,9 @@ from typing import Any
 
 import yaml
 
+from pipeline.resources import data_dir
+from pipeline.rules import PACKS
+
 __all__ = ["ConfigError", "FromConfig", "from_vllm_config", "rules_for"]
 
 MIN_V1_ONLY = (0, 11, 0)
@@ -64,7 +67,6 @@ def _version_tuple(v: str) -> tuple[int, int, int] | None:
 def rules_for(version: str | None, engine: str = "vllm", chosen: str | None = None
               ) -> tuple[str, str]:
     """(rules pack version, the sentence saying why) for a measured engine and version."""
-    from pipeline.rules import PACKS
 
     newest = max(PACKS, key=lambda v: _version_tuple(v) or (0, 0, 0))
     if chosen is not None:
@@ -201,7 +203,6 @@ def from_vllm_config(path: str | Path, hardware: str, *, name: str | None = None
     """The Scenario + Deployment YAML for the engine config at ``path`` on ``hardware`` (a
     catalog chip). ``model`` overrides the config's model (a catalog name or HF id);
     ``engine_version`` states the vLLM version when the config does not."""
-    from pipeline.resources import data_dir
 
     p = Path(path)
     raw = _read(p)

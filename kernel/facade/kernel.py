@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 from collections.abc import Mapping
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..io.calibration_document import as_calibration, bind
 from ..model import host, memory, step, step_arrays, transfer, utilisation
 from ..model import limits as _limits
+from ..model.calibration_law import TERMS, calibrated_ns
 from ..model.resolved import ResolvedPool
 from ..model.types import (
     Batch,
@@ -30,6 +30,7 @@ from ..model.types import (
     StepEstimate,
     refuse_empty,
 )
+from ..pool.calibrate import provenance_entries
 
 if TYPE_CHECKING:
     import polars as pl
@@ -92,7 +93,6 @@ class Kernel:
                 refuse_empty(batch)
             return est
         refuse_empty(batch)
-        from ..model.calibration_law import TERMS, calibrated_ns
 
         s = step.summarise(self._r, batch)
         mine: dict[Resource, int] = {} if per is None else per
@@ -114,7 +114,6 @@ class Kernel:
         one made for another model, chip, rules pack, parallel layout or (``engine``,
         ``NAME[:VERSION]``, the engine this kernel stands for) engine is refused unless
         ``force``, which records the differences in provenance (docs/calibration.md)."""
-        from ..io.calibration_document import as_calibration, bind
 
         cal = bind(as_calibration(calibration), self, force, engine)
         return Kernel(self._r, self._pool, self._resolution, self._documents, cal)
@@ -182,7 +181,7 @@ class Kernel:
         rows with a bad measured value to the rejects (:mod:`kernel.bulk.calibrated`).
         ``trace_format="fpm"`` reads one row per forward pass with aggregates
         (:mod:`kernel.io.fpm`; its other columns are kept; impossible passes are left out)."""
-        from ..bulk import price
+        from ..bulk import price  # (heavy: polars and pyarrow load on the first bulk call)
 
         trace = self._requests(trace, trace_format, measured, options)
         return price(self, trace, **self._with_producers(measured, measured_unit, options))
@@ -192,7 +191,7 @@ class Kernel:
                      **options: Any) -> Any:
         """:meth:`price` with the rejected rows and the counts (a
         :class:`kernel.bulk.PricedResult`); see :func:`kernel.bulk.price_result`."""
-        from ..bulk import price_result
+        from ..bulk import price_result  # (heavy: polars and pyarrow)
 
         trace = self._requests(trace, trace_format, measured, options)
         return price_result(self, trace,
@@ -206,7 +205,7 @@ class Kernel:
             return trace
         if trace_format != "fpm":
             raise ValueError(f"trace_format must be 'requests' or 'fpm', not {trace_format!r}")
-        from ..io.fpm import fpm_to_requests
+        from ..io.fpm import fpm_to_requests  # (heavy: polars)
 
         req, batches, _rejected = fpm_to_requests(trace, columns=options.pop("columns", None))
         options["keep"] = [*(options.get("keep") or ()),
@@ -262,7 +261,6 @@ class Kernel:
         the calibration's entries (method ``fitted``) when there is one."""
         if self._cal is None:
             return list(self._r.provenance)
-        from ..pool.calibrate import provenance_entries
 
         return [*self._r.provenance, *provenance_entries(self._cal)]
 
@@ -290,12 +288,6 @@ class Kernel:
         """Role → {file, sha256} of every document the kernel was built from (a copy)."""
         return {k: dict(v) for k, v in self._documents.items()}
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Save this kernel's resolution to ``path``; :func:`kernel.load_kernel` reads it back
-        without YAML or resolution (see :mod:`kernel.facade.saved`)."""
-        from .saved import save_kernel
-
-        return save_kernel(self, path)
 
     @property
     def resolved_pool(self) -> ResolvedPool:
@@ -312,7 +304,6 @@ class Kernel:
             return frame
         import polars as pl
 
-        from ..pool.calibrate import provenance_entries
 
         fitted = pl.DataFrame(
             [{"position": frame.height + i + 1, "name": o.name, "set": o.set,
@@ -343,7 +334,8 @@ class Kernel:
         return frame.with_columns(pl.col(n).cast(pl.String).cast(e) for n, e in enums.items())
 
     def _repr_html_(self) -> str:
-        from .notebook import kernel_html
+
+        from .notebook import kernel_html  # (heavy: DuckDB, for notebooks only)
 
         return kernel_html(self)
 

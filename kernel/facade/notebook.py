@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from pipeline import db
 from pipeline.constants import ENGINE_BEHAVIOUR_VERSION
 
 from ..model.display import table_html
@@ -29,7 +30,6 @@ def connect(scenarios: Iterable[str | os.PathLike[str]] | None = None,
     resolution views applied (docs/tables.md); ``database`` keeps it in a file. Writable: it
     is the caller's own connection."""
     from kernel.pool import sql_laws  # noqa: F401  (installs the cost laws the views call)
-    from pipeline import db
 
     con = db.open_db(database, apply=False) if database else None
     return db.load_scenarios(scenarios, repos, con)

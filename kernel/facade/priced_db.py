@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline import db as pdb
+
 if TYPE_CHECKING:
     from kernel.facade.kernel import Kernel
     from pipeline.load import Repos
@@ -27,7 +29,6 @@ def write_db(db: str | Path, k: Kernel, scenario: str, pool: int, priced: Path, 
     resolution views, so plain DuckDB can join prices with their provenance.
     """
     from kernel.pool import sql_laws  # noqa: F401  (installs the cost laws the views call)
-    from pipeline import db as pdb
 
     con = pdb.open_db(db) if con is None else con
     pdb.load_scenarios([scenario], repos=repos, con=con)

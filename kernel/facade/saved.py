@@ -20,6 +20,8 @@ from typing import Any
 
 from pipeline.constants import ENGINE_BEHAVIOUR_VERSION
 
+from ..model.resolved import ResolvedPool
+from ..model.types import Resolution
 from .kernel import Kernel
 
 FORMAT = "blis-kernel resolved pool"
@@ -56,8 +58,6 @@ def loads(data: bytes, source: str = "<bytes>") -> Kernel:
     if header.get("engine") != _engine():
         raise ValueError(f"{source}: resolved for engine behaviour {header.get('engine')!r}; "
                          f"this blis-kernel prices {_engine()!r}: save it again")
-    from ..model.resolved import ResolvedPool
-    from ..model.types import Resolution
 
     resolved, pool, resolution, documents, calibration = _parts(body, source)
     if not isinstance(resolved, ResolvedPool) or not isinstance(resolution, Resolution):

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kernel.model.types import Batch, Request
+
 from ..bulk.summary import RESOURCES
 
 if TYPE_CHECKING:
@@ -47,7 +49,6 @@ def _decode_width(k: Kernel) -> int:
 
 def decode_batch(k: Kernel, size: int, context: int) -> Any:
     """``size`` identical decode requests whose next token sits at position ``context``."""
-    from kernel.model.types import Batch, Request
 
     width = _decode_width(k)
     computed = max(context - width, 0)

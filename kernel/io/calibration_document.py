@@ -18,7 +18,10 @@ from typing import Any
 
 import yaml
 
+from pipeline import safe_output
+
 from ..model.calibration_law import PHASES, STARTS, TERMS, Law, PhaseCorrection
+from .calibration_identity import applies, kernel_identity, parse_engine, warn
 
 __all__ = ["Calibration", "CalibrationError", "bind", "law_document", "load_calibration"]
 
@@ -56,7 +59,6 @@ class Calibration:
         return yaml.safe_dump(self.document, sort_keys=False, allow_unicode=True, width=100)
 
     def write(self, path: str | Path) -> None:
-        from pipeline import safe_output
 
         safe_output.write_text(path, self.to_yaml())
 
@@ -191,7 +193,6 @@ def bind(cal: Calibration, k: Any, force: bool = False, engine: str | None = Non
     outside the fit window."""
     import dataclasses
 
-    from .calibration_identity import applies, kernel_identity, parse_engine, warn
 
     try:
         who = parse_engine(engine)

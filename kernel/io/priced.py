@@ -9,6 +9,8 @@ from pathlib import Path
 
 import polars as pl
 
+from pipeline import safe_output
+
 from ..model.types import RESOURCES
 from .stamp import Stamp, read_stamp
 
@@ -48,7 +50,6 @@ def read_priced(path: str | os.PathLike[str]) -> PricedFile:
     The stamp (see :mod:`kernel.io.stamp`) carries the scenario, pool, document digests, options,
     trace and row counts the file was written with; a CSV or a foreign file has none.
     """
-    from pipeline import safe_output
 
     p = Path(path)
     safe_output.note_read("the priced file", p)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.constants import ENGINE_BEHAVIOUR_COMMIT, ENGINE_BEHAVIOUR_VERSION
+from pipeline.resources import data_dir
 
 if TYPE_CHECKING:
     import duckdb
@@ -90,7 +91,6 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 def _display_path(file: str) -> str:
     """An embedded document as ``<embedded>/catalog/…``; anything else as given."""
-    from pipeline.resources import data_dir
 
     try:
         return "<embedded>/" + Path(file).resolve().relative_to(data_dir().resolve()).as_posix()

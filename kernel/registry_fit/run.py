@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline.load import Repos
+
 from . import layer
 from .allreduce import fit_all_reduce
 from .attention import fit_attention_decode, fit_attention_prefill
@@ -59,7 +61,6 @@ def _catalog_and_ramp(chip: str) -> tuple[dict[str, Any], float, float] | None:
     registry: the prefill term is priced at that ramp (model.md §3.4)."""
     import yaml
 
-    from pipeline.load import Repos
 
     repos = Repos()
     hw = yaml.safe_load(repos.catalog_file(f"hardware/{chip}.yaml").read_text()) or {}
@@ -99,7 +100,6 @@ def _gemm_scores(root: str | Path, chip: str, engine: str, required: bool
                  ) -> list[dict[str, Any]]:
     import yaml
 
-    from pipeline.load import Repos
 
     family_dir, table_name = FAMILIES["gemm"]
     try:

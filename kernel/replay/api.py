@@ -15,10 +15,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from pipeline.load import open_inputs
+
+from ..facade.factory import new
+from ..facade.kernel import Kernel
 from ..model.types import Placement
 from .engine import Core, EngineLimits, Group, RunState, Simulation
 from .pricing import ESTIMATES, price_step, step_ns
+from .results import build_result
 from .router import ROUTERS, make_router
+from .transfers import LinkShare
 
 if TYPE_CHECKING:
     from ..facade.kernel import Kernel
@@ -128,9 +134,7 @@ def _ints(table: pa.Table, name: str, default: int | None = None) -> np.ndarray:
 def open_pools(scenario: str, repos: Any = None) -> list[Kernel]:
     """A kernel for every pool of the scenario's deployment, in pool order (what
     :func:`replay` takes for a disaggregated prefill/decode deployment)."""
-    from pipeline.load import open_inputs
 
-    from ..facade.factory import new
 
     first = open_inputs(scenario, repos, 0)
     return [new(first), *(new(open_inputs(scenario, repos, i))
@@ -139,7 +143,6 @@ def open_pools(scenario: str, repos: Any = None) -> list[Kernel]:
 
 def _kernels(k: Any) -> list[Kernel]:
     """One kernel (a colocated pool) or the [prefill, decode] kernels of a P/D deployment."""
-    from ..facade.kernel import Kernel
 
     if isinstance(k, Kernel):
         return [k]
@@ -176,8 +179,6 @@ def replay(k: Any, requests: Any, options: ReplayOptions | None = None, *,
     [prefill, decode] kernels of a disaggregated deployment (:func:`open_pools`): each request
     is prefilled on the prefill pool (one token, as vLLM's disaggregated proxy asks), its
     prompt KV handed off (:mod:`kernel.replay.transfers`), then decoded on the decode pool."""
-    from .results import build_result
-    from .transfers import LinkShare
 
     options = options or ReplayOptions()
     kernels = _kernels(k)

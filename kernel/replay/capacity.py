@@ -26,8 +26,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .api import ReplayOptions
-from .loads import LoadSpec
+from pipeline import safe_output
+from pipeline.load import open_inputs
+
+from ..facade.factory import open as open_kernel
+from ..facade.saved import dumps
+from ..io.stamp import Stamp, stamped
+from ..sweep.distributed import _runner, _worker_kernel
+from .api import ReplayOptions, replay
+from .loads import LoadSpec, generate
 from .requests import RequestSet, scale_rate
 
 __all__ = ["CURVE_COLUMNS", "CapacityResult", "base_rate", "max_rate_within_slo", "meets_slo",
@@ -115,9 +122,6 @@ def replay_point(scenario: str, saved: Sequence[bytes], source: RequestSet | Loa
                  seed: int, min_attainment: float) -> dict[str, Any]:
     """One task: ``source`` at ``factor`` × its rate replayed on the saved kernel(s) (one pool,
     or [prefill, decode]); the curve row. Runs in a worker process."""
-    from ..sweep.distributed import _worker_kernel
-    from .api import replay
-    from .loads import generate
 
     kernels = [_worker_kernel(_digest(b), b) for b in saved]
     requests = (generate(source.scaled(factor), seed=seed) if isinstance(source, LoadSpec)
@@ -164,9 +168,7 @@ class _Inline:
 
 def _pools(scenario: str, repos: Any, pool: int, calibration: str | None) -> list[Any]:
     """The kernels a scenario replays on: its pool, or both pools of a P/D deployment."""
-    from pipeline.load import open_inputs
 
-    from ..facade.factory import open as open_kernel
 
     first = open_kernel(scenario, repos, pool, calibration=calibration)
     if pool != 0:
@@ -190,7 +192,6 @@ def sweep_rates(scenarios: Sequence[str], source: RequestSet | LoadSpec, rates: 
     (:func:`kernel.sweep.distributed._runner`). ``slo`` in seconds (ttft, itl, tpot, e2e, as
     :func:`kernel.replay.replay`); a rate meets them when at least ``min_attainment`` of its
     requests meet every one."""
-    from ..sweep.distributed import _runner
 
     options = options or ReplayOptions()
     slo = dict(slo or {})
@@ -211,7 +212,6 @@ def sweep_rates(scenarios: Sequence[str], source: RequestSet | LoadSpec, rates: 
     t0 = time.perf_counter()
     saved: dict[str, list[bytes]] = {}
     docs: dict[str, Any] = {}
-    from ..facade.saved import dumps
 
     for name in scenarios:  # each scenario's kernel(s) built once, shipped as saved pools
         ks = _pools(name, repos, pool, calibration)
@@ -260,9 +260,7 @@ def write_capacity(result: CapacityResult, out_dir: str | os.PathLike[str]) -> d
     """``OUT_DIR/curve.parquet`` and ``max_rate.parquet``, stamped (kinds
     ``replay-capacity-curve`` / ``replay-capacity-max-rate``: every scenario and its documents,
     the replay options, the SLOs, the source and its base rate)."""
-    from pipeline import safe_output
 
-    from ..io.stamp import Stamp, stamped
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

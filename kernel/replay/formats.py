@@ -36,6 +36,8 @@ import pyarrow.csv as pcsv
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from pipeline import safe_output
+
 from .hashes import HASH_TYPE, chain, list_array, mix
 from .requests import (
     ARRIVAL_UNITS,
@@ -80,7 +82,6 @@ def read_requests(source: Any, *, format: str | None = None, arrival_unit: str =
         raise ValueError(f"on_reject must be 'collect' or 'raise', not {on_reject!r}")
     if hash_block_tokens is not None and hash_block_tokens <= 0:
         raise ValueError(f"hash_block_tokens must be > 0, not {hash_block_tokens}")
-    from pipeline import safe_output
 
     for part in (source if isinstance(source, tuple | list) else (source,)):
         if isinstance(part, str | os.PathLike):  # no output of the command lands on it (RL1)

@@ -21,9 +21,10 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 from ..calibration.accuracy import ESTIMATES, accuracy_table  # noqa: E402
 from ..model.calibration_law import PHASES, phase_code  # noqa: E402
 from . import charts  # noqa: E402
+from .blocks import Chart  # noqa: E402
 
 if TYPE_CHECKING:
-    from .html import Chart
+    from .blocks import Chart
 
 __all__ = ["accuracy_charts", "accuracy_section", "error_vs_tokens_figure",
            "predicted_vs_measured_figure"]
@@ -146,7 +147,6 @@ def accuracy_section(priced: pl.DataFrame) -> str:
 
 def accuracy_charts(priced: pl.DataFrame, *, embed: str = "svg",
                     png_dir: Path | None = None) -> list[Chart]:
-    from .html import Chart
 
     fig = predicted_vs_measured_figure(priced)
     out = [Chart.of(fig, "predicted-vs-measured", "Predicted against measured",

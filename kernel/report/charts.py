@@ -33,6 +33,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
+from pipeline import safe_output  # noqa: E402
+
 from ..bulk.summary import RESOURCES, TraceSummary, nearest_rank  # noqa: E402
 from ..facade.summary import AnatomyPoint, BatchLimit, BottleneckGrid  # noqa: E402
 
@@ -101,7 +103,6 @@ def _new(width: float = 9.0, height: float = 5.0) -> Figure:
 
 def save(fig: Figure, path: str | Path) -> Path:
     """Write ``fig`` to ``path``; the format follows the suffix (.png, .svg, .pdf)."""
-    from pipeline import safe_output
 
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower() or "png"

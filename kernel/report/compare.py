@@ -11,6 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel import bulk
+from kernel.bulk.summary import summarise
+from kernel.model.display import fmt_duration
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -48,7 +52,6 @@ def _shift(base: TraceSummary, s: TraceSummary) -> str:
 
 def compare_lines(summaries: list[TraceSummary], names: list[str]) -> list[str]:
     """One plain line per deployment after the first: the differences against the first."""
-    from kernel.model.display import fmt_duration
 
     base, out = summaries[0], []
     for s, name in zip(summaries[1:], names[1:], strict=True):
@@ -89,8 +92,6 @@ def compare_summaries(trace: TraceInput, scenarios: Sequence[str | Kernel], repo
                       ) -> tuple[list[TraceSummary], list[pl.DataFrame]]:
     """Price ``trace`` under each scenario (a name, a path or an open kernel); the summaries
     and the priced frames, in order."""
-    from kernel import bulk
-    from kernel.bulk.summary import summarise
 
     summaries, frames = [], []
     for item in scenarios:

@@ -11,22 +11,24 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from pipeline import safe_output
+
 from ..bulk.summary import RESOURCES, TraceSummary, summarise
 from ..facade.summary import anatomy_sweep, batch_limit, bottleneck_grid
 from ..model.display import fmt_duration, fmt_span
 from . import charts
+from .blocks import CHART_IDS, Chart, chart_html
+from .blocks import table as _table
 from .sections import ReportContext, Section, build_sections
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
     from kernel.facade.kernel import Kernel
 
@@ -40,36 +42,6 @@ __all__ = [
     "trace_report",
     "write",
 ]
-
-# The element ids of the charts (tests and links rely on them).
-CHART_IDS = {
-    "anatomy": "chart-anatomy",
-    "bottleneck_map": "chart-bottleneck-map",
-    "step_time": "chart-step-time",
-    "by_bottleneck": "chart-by-bottleneck",
-    "compare": "chart-compare",
-}
-
-
-@dataclass(frozen=True)
-class Chart:
-    """One chart ready for the page: its element id, caption and inline markup."""
-
-    id: str
-    title: str
-    caption: str
-    markup: str  # an <svg id=…> element or an <img id=…> element
-
-    @classmethod
-    def of(cls, fig: Figure, element_id: str, title: str, caption: str = "",
-           embed: str = "svg") -> Chart:
-        if embed == "png":
-            markup = (f'<img id="{escape(element_id)}" class="chart" alt="{escape(title)}" '
-                      f'src="{charts.to_png_data_uri(fig)}">')
-        else:
-            markup = charts.to_svg(fig, element_id)
-        return cls(element_id, title, caption, markup)
-
 
 _CSS = """
 :root { --fg:#1d2430; --muted:#5b6573; --line:#dde2ea; --bg:#fff; --band:#f5f7fa;
@@ -108,21 +80,6 @@ code { font-size:12.5px; }
 details summary { cursor:pointer; color:var(--muted); margin:6px 0; }
 footer { color:var(--muted); font-size:12px; margin-top:40px; }
 """
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[Any]], *,
-           numeric: Sequence[int] = (), row_class: Sequence[str] | None = None,
-           cls: str = "") -> str:
-    out = [f'<table class="{escape(cls)}"><thead><tr>'
-           + "".join(f"<th>{escape(str(h))}</th>" for h in header) + "</tr></thead><tbody>"]
-    for i, row in enumerate(rows):
-        rc = f' class="{escape(row_class[i])}"' if row_class else ""
-        cells = "".join(
-            f'<td class="n">{escape(str(v))}</td>' if j in numeric else f"<td>{escape(str(v))}</td>"
-            for j, v in enumerate(row))
-        out.append(f"<tr{rc}>{cells}</tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
 
 
 def _card(key: str, value: str, sub: str = "") -> str:
@@ -230,11 +187,6 @@ def _provenance_html(k: Kernel) -> str:
     return "".join(out)
 
 
-def _chart_html(c: Chart) -> str:
-    cap = f"<figcaption>{escape(c.caption)}</figcaption>" if c.caption else ""
-    return f'<figure data-chart="{escape(c.id)}"><h3>{escape(c.title)}</h3>{c.markup}{cap}</figure>'
-
-
 def render(*, title: str, subtitle: str = "", summary: TraceSummary | None = None,
            charts_: Sequence[Chart] = (), kernel: Kernel | None = None,
            extra_sections: Sequence[str] = (), sections: Sequence[Section] = ()) -> str:
@@ -249,10 +201,10 @@ def render(*, title: str, subtitle: str = "", summary: TraceSummary | None = Non
     if summary is not None:
         parts.append(_summary_html(summary))
     parts.extend(extra_sections)
-    parts.extend(sec.render(_chart_html) for sec in sections)
+    parts.extend(sec.render(chart_html) for sec in sections)
     if charts_:
         parts.append('<section id="charts"><h2>Charts</h2>')
-        parts.extend(_chart_html(c) for c in charts_)
+        parts.extend(chart_html(c) for c in charts_)
         parts.append("</section>")
     if kernel is not None:
         parts.append(_config_html(kernel))
@@ -359,7 +311,6 @@ def anatomy_report(k: Kernel, *, context: int = 4096, embed: str = "svg") -> str
 
 
 def write(text: str, path: str | Path) -> Path:
-    from pipeline import safe_output
 
     path = Path(path)
     with safe_output.atomic(path) as tmp:

@@ -16,10 +16,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from kernel.model import step
+from kernel.model.types import Batch
+
 from ..bulk.summary import TraceSummary
 from ..model.display import fmt_duration, fmt_si
+from . import charts
 from . import trace_figures as tf
 from . import trace_stats as ts
+from .blocks import Chart, table
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -112,8 +117,6 @@ SectionBuilder = Callable[[ReportContext], Section | None]
 
 def _chart(ctx: ReportContext, fig: Figure, element_id: str, title: str, caption: str,
            png_name: str) -> Any:
-    from . import charts
-    from .html import Chart
 
     if ctx.png_dir is not None:
         charts.save(fig, ctx.png_dir / png_name)
@@ -121,7 +124,6 @@ def _chart(ctx: ReportContext, fig: Figure, element_id: str, title: str, caption
 
 
 def _table(header: list[str], rows: Any, *, numeric: tuple[int, ...] = (), cls: str = "") -> str:
-    from .html import _table as table
 
     return table(header, rows, numeric=numeric, cls=cls)
 
@@ -292,8 +294,6 @@ def layers_section(ctx: ReportContext) -> Section | None:
     if ctx.kernel is None or ctx.trace is None:
         return _missing(sid, title, "The per-layer breakdown re-prices the median steps: it "
                         "needs the scenario and the request-level trace (--scenario, --trace).")
-    from kernel.model import step
-    from kernel.model.types import Batch
 
     r = ctx.kernel.resolved_pool
     width = max(int(getattr(r, "uniform_decode_width", 1) or 1), 1)

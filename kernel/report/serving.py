@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import charts
-from .html import Chart, _chart_html, render
+from .blocks import Chart, chart_html
+from .html import render
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -349,7 +350,7 @@ def serving_section(data: ServingData, embed: str = "svg") -> str:
         parts.append(_summary_table(data.summary))
     if data.curve is not None:
         parts.append("<h3>Capacity</h3>" + _curve_table(data.curve, data.max_rate))
-    parts.extend(_chart_html(c) for c in serving_charts(data, embed))
+    parts.extend(chart_html(c) for c in serving_charts(data, embed))
     parts.append("</section>")
     return "".join(parts)
 

@@ -35,6 +35,12 @@ import pyarrow.parquet as pq
 from pipeline import safe_output
 from pipeline.load import Repos
 
+from ..bulk import price_file
+from ..bulk.many import Output, price_table_many
+from ..facade.factory import open_pool
+from ..facade.saved import dumps
+from ..io.stamp import Stamp, for_kernel, read_stamp, stamped
+
 if TYPE_CHECKING:
     from ..bulk.engine import PriceCounts
     from ..bulk.many import Output
@@ -209,8 +215,6 @@ def _read_partition(files: Sequence[Part], index: int, owned: np.ndarray,
 
 def build_kernel(scenario: str, pool: int, repos: Repos) -> bytes:
     """A build task: the scenario's kernel as a saved resolved pool (:func:`kernel.facade.saved.dumps`)."""
-    from ..facade.factory import open_pool
-    from ..facade.saved import dumps
 
     return dumps(open_pool(scenario, repos, pool))
 
@@ -281,8 +285,6 @@ def _failed(scenario: str, index: int, dst: str, exc: Exception) -> PartitionRes
 def _output(files: Sequence[Part], index: int, scenario: str, saved: bytes, digest: str,
             dst: str, decode_threshold: int) -> Output:
     """Where one scenario's rows of partition ``index`` go, with their stamps."""
-    from ..bulk.many import Output
-    from ..io.stamp import for_kernel
 
     key = scenario_key(scenario)
     out = Path(dst) / f"scenario={key}" / f"part-{index:05d}.parquet"
@@ -311,7 +313,6 @@ def _result(scenario: str, index: int, counts: PriceCounts, out: Path) -> Partit
 def _price_table(table: pa.Table, files: Sequence[Part], index: int, scenario: str,
                  saved: bytes, digest: str, dst: str, decode_threshold: int, column: str,
                  threads: int | None) -> PartitionResult:
-    from ..bulk import price_file
 
     try:
         o = _output(files, index, scenario, saved, digest, dst, decode_threshold)
@@ -328,7 +329,6 @@ def _price_table_many(table: pa.Table, files: Sequence[Part], index: int,
                       kernels: Sequence[tuple[str, bytes, str]], dst: str,
                       decode_threshold: int, column: str, threads: int | None
                       ) -> list[PartitionResult]:
-    from ..bulk.many import price_table_many
 
     outputs = [_output(files, index, name, saved, digest, dst, decode_threshold)
                for name, saved, digest in kernels]
@@ -577,7 +577,6 @@ def write_summary(summary: pl.DataFrame, path: Path, done: Sequence[PartitionRes
     with (from the partitions' own stamps), the options and the row counts."""
     import pyarrow.parquet as pq
 
-    from ..io.stamp import Stamp, read_stamp, stamped
 
     docs: dict[str, dict[str, str]] = {}
     for name in sorted({r.scenario for r in done}):

@@ -19,9 +19,13 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from kernel.facade.factory import open as open_kernel
+from kernel.replay import generate, inference_perf_spec
+from kernel.replay.api import replay
 from kernel.replay.simtoreal.catalogue import Experiment, scenario_path
 from kernel.replay.simtoreal.metrics import stage_metrics
 from kernel.replay.simtoreal.study import StudyError
+from pipeline.load import Repos
 
 __all__ = ["ExperimentRun", "latencies", "replay_options", "run_experiment", "scaled_workload"]
 
@@ -134,10 +138,6 @@ def run_experiment(exp: Experiment, *, seed: int = 0, duration_scale: float = 1.
                    pricing: str | None = None) -> ExperimentRun:
     """Replay ``exp`` uncalibrated on its scenario and compute the study's metrics
     (``pricing``: ``Repos(pricing=...)``, default the kernel's)."""
-    from kernel.facade.factory import open as open_kernel
-    from kernel.replay import generate, inference_perf_spec
-    from kernel.replay.api import replay
-    from pipeline.load import Repos
 
     t0, c0 = time.perf_counter(), time.process_time()
     k = open_kernel(scenario_path(exp), Repos(pricing=pricing) if pricing else None)
