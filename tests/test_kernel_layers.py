@@ -100,3 +100,27 @@ def test_architecture_names_every_module_and_its_layer() -> None:
 def test_each_layer_folder_says_what_it_is(folder: str) -> None:
     init = ROOT / "kernel" / folder / "__init__.py"
     assert ast.get_docstring(ast.parse(init.read_text())), f"{init} has no docstring"
+
+
+def deferred_imports(source: str) -> list[tuple[int, str]]:
+    """The imports inside function bodies, each with its source line(s)."""
+    lines = source.splitlines()
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    found.append((node.lineno,
+                                  " ".join(lines[node.lineno - 1:node.end_lineno])))
+    return sorted(set(found))
+
+
+def test_deferred_imports_say_why() -> None:
+    """Below the CLI an import inside a function is for a heavy or optional dependency (or
+    one module of a pair that reads the other), and its line says so; the CLI loads each
+    command's library modules only when the command runs, so ``--help`` stays fast."""
+    silent = [f"{path.relative_to(ROOT)}:{line}: {text.strip()}"
+              for path in kernel_files() if path.relative_to(ROOT).parts[1] != "cli"
+              for line, text in deferred_imports(path.read_text()) if "#" not in text]
+    assert not silent, "deferred imports without a stated reason:\n" + "\n".join(silent)
+    assert deferred_imports("def f():\n    import os\n") == [(2, "    import os")]

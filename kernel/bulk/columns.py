@@ -173,7 +173,7 @@ def with_measured(producers: Iterable[ColumnProducer] | None, measured: str | No
     when ``measured`` names a trace column."""
     out = list(producers or ())
     if measured is not None:
-        from .calibrated import measured_producer
+        from .calibrated import measured_producer  # (calibrated.py builds on this module)
 
         out.append(measured_producer(measured, measured_unit))
     return out

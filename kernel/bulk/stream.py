@@ -427,7 +427,7 @@ def _external_units(eng: Engine, ts: TraceSource, parts: Iterator[Rows],
                     failure: list[BaseException], chunk_rows: int, tmp_parent: Path,
                     sort_memory: str) -> Iterator[Unit]:
     """Every validated row through DuckDB's external sort by (batch_id, row)."""
-    import duckdb
+    import duckdb  # (heavy: DuckDB, loaded only on this path)
 
     head = next(parts, None)
     if head is None:

@@ -19,6 +19,7 @@ from ..bulk.calibrated import measured_producer
 from ..facade.factory import open as open_kernel
 from ..io.calibration_document import VERSION, Calibration, CalibrationError, from_document
 from ..io.calibration_identity import NOT_STATED, layout_shape, parse_engine, rules_version
+from ..io.fpm import fpm_to_requests
 from ..io.measured import BAD_MEASURED, UNITS
 from ..model.calibration_law import PHASES, STARTS, TERMS
 from .fit import CONSTANT, PER_REQUEST, FitOptions, FitResult, fit
@@ -206,8 +207,6 @@ def _price(into: _Priced, scenarios: list[Any], traces: list[Any], measured: str
                               "documents": {role: d["sha256"]
                                             for role, d in sorted(k.documents().items())}})
         if trace_format == "fpm":
-            from kernel.io.fpm import fpm_to_requests
-
             req, batches, fpm_rej = fpm_to_requests(tr, columns=columns)
             into.rejected_steps += fpm_rej.height
             wanted = [c for c in (measured, *keep, *ENGINE_COLUMNS) if c in batches.columns]

@@ -24,6 +24,7 @@ what the replay's clients see with what was measured.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -178,7 +179,6 @@ class RequestRun:
 def replay_latencies(run: RequestRun, law: Law, model: str, chip: str) -> pl.DataFrame:
     """The replay of ``run`` under ``law``: per finished request, request_id, stage,
     ttft_ns, e2e_ns, output_tokens."""
-    import dataclasses
 
 
     doc = law_document(law, name="request-log-candidate", model=model, chip=chip)
@@ -408,8 +408,8 @@ def request_log_run(kernel: Any, log: str | Path, *, options: Any = None,
                     arrival_unit: str = "s", label: str | None = None) -> RequestRun:
     """A :class:`RequestRun` from a request table (parquet, CSV, JSON lines) that also holds
     measured per-request latencies (:func:`measured_per_request`)."""
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
+    import pyarrow.csv as pacsv  # (heavy: Arrow, loaded only on this path)
+    import pyarrow.parquet as pq  # (heavy: Arrow, loaded only on this path)
 
 
     path = Path(log)

@@ -215,7 +215,7 @@ class Kernel:
     def _with_producers(self, measured: str | None, measured_unit: str,
                         options: dict[str, Any]) -> dict[str, Any]:
         if self._cal is not None or measured is not None:
-            from ..bulk.calibrated import producers_for
+            from ..bulk.calibrated import producers_for  # (heavy: polars and pyarrow)
 
             law = self._cal.law if self._cal is not None else None
             options["producers"] = [*producers_for(law, measured, measured_unit),
@@ -302,7 +302,7 @@ class Kernel:
         frame = self._frame("provenance")
         if self._cal is None:
             return frame
-        import polars as pl
+        import polars as pl  # (heavy: polars, loaded only on this path)
 
 
         fitted = pl.DataFrame(
@@ -321,7 +321,7 @@ class Kernel:
         return self._frame("overrides")
 
     def _frame(self, name: str) -> pl.DataFrame:
-        import polars as pl
+        import polars as pl  # (heavy: polars, loaded only on this path)
 
         table = self._r.tables.get(name)
         if table is None:  # pragma: no cover - every kernel built by kernel.pool.build has them

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline import db as pdb
 
+from ..io.outputs import read_table
+from ..io.stamp import read_stamp
+
 if TYPE_CHECKING:
     from kernel.facade.kernel import Kernel
     from pipeline.load import Repos
@@ -46,8 +49,6 @@ def write_db(db: str | Path, k: Kernel, scenario: str, pool: int, priced: Path, 
                     "WHERE scenario = ? AND pool = ?", [key, pool])
         src = str(priced).replace("'", "''")
         if priced.suffix.lower() not in (".parquet", ".pq"):  # another table format (RL3)
-            from kernel.io.outputs import read_table
-
             con.register("blis_priced_src", read_table(priced))
             src_sql = "blis_priced_src"
         else:
@@ -65,8 +66,6 @@ def write_db(db: str | Path, k: Kernel, scenario: str, pool: int, priced: Path, 
                         f"CAST(? AS VARCHAR), * FROM {src_sql}",
                         [key, pool, trace])
         # what made these rows: the priced file's stamp, one row per (scenario, pool, trace)
-        from kernel.io.stamp import read_stamp
-
         made = (read_stamp(priced) if priced.suffix.lower() not in (".csv", ".jsonl", ".ndjson")
                 else None)
         con.execute("CREATE TABLE IF NOT EXISTS priced_stamps (scenario VARCHAR, pool BIGINT, "

@@ -10,6 +10,7 @@ one or a value of the wrong kind is an error naming the file and the key path.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
@@ -191,7 +192,6 @@ def bind(cal: Calibration, k: Any, force: bool = False, engine: str | None = Non
     the kernel prices) engine, unless ``force`` — then the differences are recorded in
     ``forced`` (and so in provenance). Warns (:class:`CalibrationWarning`) for a TP width
     outside the fit window."""
-    import dataclasses
 
 
     try:

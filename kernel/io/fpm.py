@@ -21,6 +21,7 @@ its count's minimum, tokens without requests — is set aside with the reason.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -133,7 +134,6 @@ def even_split(n: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray
 # -- the reader ---------------------------------------------------------------------------------
 
 def _frame(src: Any) -> pl.DataFrame:
-    from pathlib import Path
 
     if isinstance(src, pl.LazyFrame):
         return src.collect()
@@ -148,7 +148,7 @@ def _frame(src: Any) -> pl.DataFrame:
         if p.suffix.lower() in (".arrow", ".ipc", ".feather"):
             return pl.read_ipc(p)
         raise FpmError(f"{p}: unsupported FPM file type {p.suffix!r}")
-    import pyarrow as pa
+    import pyarrow as pa  # (heavy: Arrow, loaded only on this path)
 
     if isinstance(src, pa.Table):
         out = pl.from_arrow(src)

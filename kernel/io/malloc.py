@@ -14,6 +14,7 @@ without the single arena.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 
@@ -45,7 +46,6 @@ def tune() -> None:
         return
     _TUNED = True
     try:
-        import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)
@@ -53,8 +53,8 @@ def tune() -> None:
         libc.mallopt(_M_ARENA_MAX, 1)
     except (OSError, AttributeError):
         pass
-    import numpy as np
-    import pyarrow as pa
+    import numpy as np  # (heavy: numpy, loaded only on this path)
+    import pyarrow as pa  # (heavy: Arrow, loaded only on this path)
 
     # Arrow's buffers in the same heap as numpy's (BT4): mimalloc kept its own freed pages
     # besides glibc's, and peak RSS crept with the trace's length (0.65 -> 0.73 GiB sorted,

@@ -98,7 +98,7 @@ class TableWriter:
         self.sink = sink
         self.w: Any
         if fmt == "parquet":
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # (heavy: Arrow, loaded only on this path)
 
             sorting = [pq.SortingColumn(schema.get_field_index(c)) for c in sorting_columns]
             self.w = pq.ParquetWriter(sink, schema, compression=compression,
@@ -109,7 +109,7 @@ class TableWriter:
             # the table commands always wrote it
             self.w = pa.ipc.new_file(sink, schema)
         elif fmt == "csv":
-            import pyarrow.csv as pcsv
+            import pyarrow.csv as pcsv  # (heavy: Arrow, loaded only on this path)
 
             self.w = pcsv.CSVWriter(sink, plain_schema(schema))
         elif fmt == "jsonl":
@@ -127,7 +127,7 @@ class TableWriter:
         elif self.fmt == "csv":
             self.w.write_table(t.cast(plain_schema(t.schema)))
         else:
-            import polars as pl
+            import polars as pl  # (heavy: polars, loaded only on this path)
 
             frame = pl.from_arrow(t.cast(plain_schema(t.schema)))
             assert isinstance(frame, pl.DataFrame)
@@ -156,18 +156,18 @@ def read_table(path: str | Path, columns: Sequence[str] | None = None) -> pa.Tab
     that read back what they wrote (the accuracy summary, ``price --db``)."""
     fmt = table_format(path, label="table")
     if fmt == "parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # (heavy: Arrow, loaded only on this path)
 
         return pq.read_table(path, columns=list(columns) if columns else None)
     if fmt == "arrow":
         with pa.memory_map(str(path)) as mm:
             t = pa.ipc.open_file(mm).read_all()
     elif fmt == "csv":
-        import pyarrow.csv as pcsv
+        import pyarrow.csv as pcsv  # (heavy: Arrow, loaded only on this path)
 
         t = pcsv.read_csv(path)
     else:
-        import polars as pl
+        import polars as pl  # (heavy: polars, loaded only on this path)
 
         t = (pl.read_ndjson(path, infer_schema_length=None).to_arrow()
              if Path(path).stat().st_size else pa.table({}))

@@ -26,15 +26,20 @@ def open_progress(total: int | None, enabled: bool, label: str = "pricing"
     to show one."""
     if not enabled:
         return None
-    from rich.console import Console
+    from rich.console import Console  # (heavy: rich, loaded only on this path)
 
     console = Console(stderr=True)  # progress on stderr: stdout is for data (CF3)
     if console.is_jupyter:
         return NotebookProgress(total, label)
     if not console.is_terminal:
         return None
-    from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
-    from rich.progress import Progress as RichProgress
+    from rich.progress import (  # (heavy: rich, loaded only on this path)
+        BarColumn,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    from rich.progress import Progress as RichProgress  # (heavy: rich, loaded only on this path)
 
     prog: Any = RichProgress(TextColumn(label), BarColumn(), TaskProgressColumn(),
                         TextColumn("{task.completed:,.0f} rows  {task.fields[rate]} rows/s"),
@@ -48,7 +53,7 @@ class NotebookProgress:
     """An HTML progress bar in a notebook cell, redrawn at most every ``interval`` seconds."""
 
     def __init__(self, total: int | None, label: str = "pricing", interval: float = 0.25):
-        from IPython.display import HTML, display
+        from IPython.display import HTML, display  # (optional: IPython, in notebooks only)
 
         self.total, self.label, self.interval = total, label, interval
         self.task_ids: list[Any] = [0]

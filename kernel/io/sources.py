@@ -499,7 +499,7 @@ def _open_ipc(path: Path, names_of: Callable[[pa.Schema], dict[str, str]], chunk
 
 def _open_csv(path: Path, names_of: Callable[[pa.Schema], dict[str, str]], chunk_rows: int,
               extra: tuple[str, ...]) -> TraceSource:
-    import pyarrow.csv as pcsv
+    import pyarrow.csv as pcsv  # (heavy: Arrow, loaded only on this path)
 
     delimiter = "\t" if ".tsv" in [s.lower() for s in path.suffixes] else ","
     parse = pcsv.ParseOptions(delimiter=delimiter)

@@ -14,9 +14,11 @@ import hashlib
 import json
 import os
 import subprocess
+import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,12 +49,10 @@ class StampError(ValueError):
 
 @lru_cache(maxsize=1)
 def package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version("blis-kernel")
     except PackageNotFoundError:  # a checkout on sys.path without an install
-        import tomllib
 
         try:
             meta = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml")
@@ -222,18 +222,15 @@ class Stamp:
 
     def as_kind(self, kind: str) -> Stamp:
         """The same stamp for a sibling output (the rejects beside a priced file)."""
-        from dataclasses import replace
 
         return replace(self, kind=kind)
 
     def with_command(self, argv: Sequence[str]) -> Stamp:
         """The same stamp with the command line that wrote the file (what the CLI adds)."""
-        from dataclasses import replace
 
         return replace(self, command=tuple(str(a) for a in argv))
 
     def with_counts(self, **counts: int) -> Stamp:
-        from dataclasses import replace
 
         return replace(self, counts={**self.counts, **counts})
 
@@ -335,8 +332,8 @@ def for_database(con: duckdb.DuckDBPyConnection, kind: str = "export",
 
 def read_stamp(path: str | os.PathLike[str]) -> Stamp | None:
     """The stamp of a parquet or Arrow IPC file (by suffix), or None when it has none."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # (heavy: Arrow, loaded only on this path)
+    import pyarrow.parquet as pq  # (heavy: Arrow, loaded only on this path)
 
     p = Path(path)
     if p.suffix.lower() in (".arrow", ".ipc", ".feather"):

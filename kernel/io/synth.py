@@ -249,7 +249,7 @@ def write_synth(path: str | Path, batches: int, *, row_group_rows: int = 1 << 20
     suffix = path.suffix.lower()
     with safe_output.atomic(path) as tmp:
         if suffix == ".csv":
-            import pyarrow.csv as pcsv
+            import pyarrow.csv as pcsv  # (heavy: Arrow, loaded only on this path)
 
             with pcsv.CSVWriter(str(tmp), schema) as w:
                 for rb in it:

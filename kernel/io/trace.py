@@ -425,7 +425,7 @@ def reject_frame(parts: list[pa.Table]) -> pl.DataFrame:
 def __getattr__(name: str) -> Any:
     # the sources moved to kernel.io.sources (which imports this module)
     if name in ("open_trace", "TraceSource"):
-        from . import sources
+        from . import sources  # (sources.py reads rows in this module's format)
 
         return getattr(sources, name)
     raise AttributeError(f"module 'kernel.io.trace' has no attribute {name!r}")

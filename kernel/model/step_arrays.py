@@ -53,7 +53,7 @@ def column(x: Any, name: str) -> list[int]:
     if type(x) is list:
         lst = x
     elif hasattr(x, "to_numpy") and hasattr(x, "null_count"):  # a pyarrow (chunked) array
-        import pyarrow as pa
+        import pyarrow as pa  # (heavy: Arrow, loaded only on this path)
 
         if not pa.types.is_integer(x.type):
             raise ValueError(f"{name} must be an Arrow integer array, got type {x.type}")

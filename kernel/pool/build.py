@@ -21,6 +21,8 @@ from pipeline.constants import KERNEL_ASSUMPTION_SET
 from pipeline.errors import DocumentError, RefusalError
 from pipeline.load import Inputs
 from pipeline.scratch import scratch_db
+from pipeline.validate import validate_bundle
+from pipeline.validate_limits import other_pools
 
 from ..model import caches as cache_model
 from ..model.resolved import (
@@ -67,26 +69,14 @@ def _check_inputs(inputs: Inputs) -> None:
         raise RefusalError("engine_version", inputs.scenario.engine_version,
                            f"a kernel needs engine rules for version "
                            f"{inputs.scenario.engine_version!r}")
-    try:
-        from pipeline import validate
-    except ImportError:  # field validation lands separately; absent means not yet available
-        return
     # model.md §9.1 step 4: only field-layer problems refuse; rules-layer findings (which the
     # kernel's own resolution reports as refusals with its v0.31.0 reasons) and warnings are
     # ignored.
-    validate_bundle = getattr(validate, "validate_bundle", None)
-    if validate_bundle is not None:
-        report = validate_bundle(inputs)
-        from pipeline.validate_limits import other_pools
-
-        skip = {id(p) for p in other_pools(report.field, inputs.pool_index)}
-        errors = [p for p in report.field if p.severity == "error" and id(p) not in skip]
-        if errors:
-            raise DocumentError(errors)
-        return
-    require_valid = getattr(validate, "require_valid", None)
-    if require_valid is not None:
-        require_valid(inputs)
+    report = validate_bundle(inputs)
+    skip = {id(p) for p in other_pools(report.field, inputs.pool_index)}
+    errors = [p for p in report.field if p.severity == "error" and id(p) not in skip]
+    if errors:
+        raise DocumentError(errors)
 
 
 def refusals(con: duckdb.DuckDBPyConnection, scenario: str, pool: int) -> list[dict[str, Any]]:

@@ -59,7 +59,7 @@ def fit_chip(root: str | Path, chip: str, engine: str, families: list[str] | Non
 def _catalog_and_ramp(chip: str) -> tuple[dict[str, Any], float, float] | None:
     """The chip's catalog entry and its bf16 GEMM ramp (eps_max, m_half) from the embedded
     registry: the prefill term is priced at that ramp (model.md §3.4)."""
-    import yaml
+    import yaml  # (heavy: PyYAML, loaded only on this path)
 
 
     repos = Repos()
@@ -98,7 +98,7 @@ def _prefill(root: str | Path, chip: str, engine: str, required: bool
 
 def _gemm_scores(root: str | Path, chip: str, engine: str, required: bool
                  ) -> list[dict[str, Any]]:
-    import yaml
+    import yaml  # (heavy: PyYAML, loaded only on this path)
 
 
     family_dir, table_name = FAMILIES["gemm"]

@@ -13,6 +13,7 @@ time); a request set's arrivals per second over its arrival span, (n − 1) / (l
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -145,7 +146,6 @@ def replay_point(scenario: str, saved: Sequence[bytes], source: RequestSet | Loa
 def _without_steps(options: ReplayOptions) -> ReplayOptions:
     """A sweep needs no steps table: only request latencies and the engine-step occupancy
     (``keep_steps=False`` gives the same requests table and summary, docs/replay.md)."""
-    import dataclasses
 
     return dataclasses.replace(options, keep_steps=False)
 

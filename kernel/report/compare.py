@@ -15,6 +15,8 @@ from kernel import bulk
 from kernel.bulk.summary import summarise
 from kernel.model.display import fmt_duration
 
+from ..facade import factory
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -28,9 +30,7 @@ __all__ = ["compare_lines", "compare_rows", "compare_summaries", "decode_width",
 
 def open_kernel(scenario: str, repos: Repos | None = None) -> Kernel:
     """``kernel.open`` on a scenario name or path, with optional roots."""
-    from ..facade.factory import open as open_kernel
-
-    k: Kernel = open_kernel(scenario, repos) if repos is not None else open_kernel(scenario)
+    k: Kernel = factory.open(scenario, repos) if repos is not None else factory.open(scenario)
     return k
 
 

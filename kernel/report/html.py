@@ -24,6 +24,7 @@ from ..bulk.summary import RESOURCES, TraceSummary, summarise
 from ..facade.summary import anatomy_sweep, batch_limit, bottleneck_grid
 from ..model.display import fmt_duration, fmt_span
 from . import charts
+from .accuracy import accuracy_charts, accuracy_section
 from .blocks import CHART_IDS, Chart, chart_html
 from .blocks import table as _table
 from .sections import ReportContext, Section, build_sections
@@ -288,8 +289,6 @@ def trace_report(priced: pl.DataFrame, k: Kernel | None = None, *,
     cs = trace_charts(priced, summary, embed=embed, png_dir=png_dir)
     sections: list[str] = []
     if "measured_ns" in priced.columns:  # measured step times: the accuracy part (issue 11)
-        from .accuracy import accuracy_charts, accuracy_section
-
         sections.append(accuracy_section(priced))
         cs += accuracy_charts(priced, embed=embed, png_dir=png_dir)
     if k is not None:

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..io.stamp import Stamp
 from . import charts
 from .blocks import Chart, chart_html
 from .html import render
@@ -89,8 +90,6 @@ def read_serving(path: str | Path) -> ServingData:
     curve_slo: dict[str, float] = {}
     if (p / "curve.parquet").is_file():
         curve = pq.read_table(p / "curve.parquet")
-        from ..io.stamp import Stamp
-
         st = Stamp.from_metadata(curve.schema.metadata)
         if st is not None and isinstance(st.options.get("slo"), dict):
             curve_slo = {str(k): float(v) for k, v in st.options["slo"].items()}

@@ -17,10 +17,13 @@ machine (``docs/scaling.md``); ``dask-local:N`` a local Dask cluster; an ADDRESS
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import re
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +41,7 @@ from pipeline.load import Repos
 from ..bulk import price_file
 from ..bulk.many import Output, price_table_many
 from ..facade.factory import open_pool
-from ..facade.saved import dumps
+from ..facade.saved import dumps, loads
 from ..io.stamp import Stamp, for_kernel, read_stamp, stamped
 
 if TYPE_CHECKING:
@@ -226,8 +229,6 @@ def _worker_kernel(digest: str, saved: bytes) -> Any:
     """The kernel of a saved pool, loaded once per worker process and reused by every task."""
     k = _LOADED.get(digest)
     if k is None:
-        from ..facade.saved import loads
-
         if len(_LOADED) >= 64:
             _LOADED.clear()
         k = _LOADED[digest] = loads(saved, f"saved pool {digest[:12]}")
@@ -342,7 +343,7 @@ def make_client(cluster: Any = None, connect_timeout: float | None = None) -> An
     """A Dask client: an existing Client, an address, ``dask-local[:N]`` / ``local[:N]``, or
     None (a local cluster of 2 workers). ``connect_timeout`` (seconds) bounds the wait for an
     unreachable address (then OSError)."""
-    from distributed import Client, LocalCluster
+    from distributed import Client, LocalCluster  # (optional: Dask, an optional extra)
 
     if cluster is not None and hasattr(cluster, "submit"):
         return cluster
@@ -378,15 +379,12 @@ class _Processes:
         self._pool = self._start()
 
     def _start(self) -> Any:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
 
         return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
 
     def run(self, fn: Any, calls: Sequence[tuple[Any, ...]], retries: int) -> list[Any]:
         """``fn(*call)`` for every call, in order; a call whose worker died is run again on a
         fresh pool, up to ``retries`` times."""
-        from concurrent.futures.process import BrokenProcessPool
 
         results: list[Any] = [None] * len(calls)
         pending = list(range(len(calls)))
@@ -575,7 +573,7 @@ def write_summary(summary: pl.DataFrame, path: Path, done: Sequence[PartitionRes
                   src: str | os.PathLike[str], decode_threshold: int) -> None:
     """The summary parquet, stamped: every scenario, the documents each partition was priced
     with (from the partitions' own stamps), the options and the row counts."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # (heavy: Arrow, loaded only on this path)
 
 
     docs: dict[str, dict[str, str]] = {}
