@@ -162,7 +162,7 @@ _EDITS = {  # class → (the last line of its body, the one line added after it)
 
 _PROBE = textwrap.dedent("""
     import dataclasses, json
-    from kernel import sql_laws  # noqa: F401
+    from kernel.pool import sql_laws  # noqa: F401
     from pipeline import db, normalise as nz
     from pipeline.decode import decode
     from pipeline.documents import Chip, Engine

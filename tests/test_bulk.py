@@ -423,5 +423,5 @@ def test_every_reject_table_comes_from_the_one_constructor() -> None:
     by_hand = [str(p.relative_to(root)) for p in root.rglob("*.py")
                if "schema=REJECT_SCHEMA" in p.read_text() or
                "RejectedRowError(tbl" in p.read_text()]
-    assert sorted(by_hand) == ["replay/requests.py", "trace.py"]
+    assert sorted(by_hand) == ["io/trace.py", "replay/requests.py"]
     assert "REJECT_SCHEMA = pa.schema" in (root / "replay" / "requests.py").read_text()

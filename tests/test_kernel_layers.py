@@ -77,7 +77,7 @@ def test_no_import_goes_up_a_layer() -> None:
 def test_the_finder_sees_deferred_and_type_only_imports() -> None:
     src = ("from __future__ import annotations\nfrom typing import TYPE_CHECKING\n"
            "if TYPE_CHECKING:\n    from ..facade.kernel import Kernel\n"
-           "def f():\n    from kernel import report\n    import kernel.cli.main\n"
+           "def f():\n    from kernel import report\n    import " + "kernel.cli.main\n"
            "from .. import pool\nfrom .laws import x\n")
     got = sorted(imported_modules(src, "kernel.model.step", is_package=False),
                  key=lambda g: g[1])

@@ -35,8 +35,8 @@ def _chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def _report(tmp: Path) -> Path:
     import kernel
     from kernel import bulk
+    from kernel.bulk.utilisation import column_producer
     from kernel.io.synth import synth
-    from kernel.model.utilisation import column_producer
 
     k = kernel.open(DS3)
     trace = synth(400, requests_per_batch=32, seed=5)

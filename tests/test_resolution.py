@@ -45,7 +45,7 @@ def assumption(resolved, name):
 def test_allreduce_custom_to_nccl_across_nodes():  # case 144
     inp = widened_collectives(variant(inputs(MM25_EP16), parallel={"dp": 1}))
     kernel = factory.new(inp)
-    res = kernel.model.resolved()
+    res = kernel.resolved()
     assert res.tensor_parallel_width == 16
     assert res.all_reduce_backend == "nccl"
     (ov,) = [o for o in res.overrides if o.field == "allreduce_backend"]

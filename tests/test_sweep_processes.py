@@ -59,10 +59,10 @@ def test_a_task_prices_from_the_saved_pool_without_building(
     def refuse(*_a: object, **_k: object) -> None:
         raise AssertionError("a pricing task built a kernel")
 
-    from kernel.pool import build
+    from kernel.facade import factory
 
-    monkeypatch.setattr(build, "open_pool", refuse)
-    monkeypatch.setattr(build, "open", refuse)
+    monkeypatch.setattr(factory, "resolve", refuse)  # every kernel is built through it
+    monkeypatch.setattr(distributed, "open_pool", refuse)
     monkeypatch.setattr(distributed, "_LOADED", {})
     src = tmp_path / "t.parquet"
     pq.write_table(trace, src)

@@ -162,13 +162,14 @@ def test_bulk_columns_equal_the_scalar_path_bit_for_bit(scenario: str) -> None:
 
     import kernel
     from kernel import bulk
+    from kernel.bulk.utilisation import column_producer
 
     from .test_bulk import random_trace
 
     k = kernel.open(scenario)
     r = k.resolved_pool
     df = random_trace(150, seed=17)
-    got = bulk.price(k, df, producers=[utilisation.column_producer()])
+    got = bulk.price(k, df, producers=[column_producer()])
     assert got.columns[-8:] == [*utilisation.UTILISATION_COLUMNS, *utilisation.EXTRA_COLUMNS]
     by_id = {b: g for (b,), g in df.group_by("batch_id", maintain_order=True)}
     for row in got.iter_rows(named=True):

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from collections.abc import Mapping
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..io.calibration_document import as_calibration, bind
@@ -332,6 +334,13 @@ class Kernel:
         enums = {f.name: pl.Enum(table.column(f.name).combine_chunks().dictionary.to_pylist())
                  for f in table.schema if str(f.type).startswith("dictionary")}
         return frame.with_columns(pl.col(n).cast(pl.String).cast(e) for n, e in enums.items())
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """This kernel in a file :func:`kernel.load_kernel` reads back without YAML, DuckDB or
+        resolution (:mod:`kernel.facade.saved`)."""
+        from .saved import save_kernel  # (saved.py builds Kernels: the pair reads each other)
+
+        return save_kernel(self, path)
 
     def _repr_html_(self) -> str:
 
