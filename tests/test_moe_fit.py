@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernel
-from kernel import laws, step
+from kernel.model import laws, step
 from kernel.registry_fit import moe
 from kernel.registry_fit.layer import moe_engine_set
 from kernel.registry_fit.run import _moe
