@@ -12,7 +12,9 @@ load (docs/replay.md); the mixed steps where prompts are chunked in are left out
 lower bound of the replay's ITL.
 
 Pricings: "reference" (Repos(pricing="reference")), "measured w/o MO1" (the measured layer
-without its vllm-moe set: the state before decision MO1), "measured" (the default).
+without its vllm-moe set: the state before decision MO1), "MO1 only" (the vllm-moe set with
+the tp split only: the state before decision MF1), "measured" (the default: MO1 and the fused
+MoE law fitted from vLLM's MoE operator rows, MF1).
 """
 
 from __future__ import annotations
@@ -57,6 +59,23 @@ def _without_moe_layer(tmp: Path) -> kernel.Repos:
     return kernel.Repos(layer=str(tmp))
 
 
+def _mo1_only(tmp: Path) -> kernel.Repos:
+    """The measured layer with its vllm-moe sets as decision MO1 left them (the tp split only,
+    without the fused MoE law of decision MF1)."""
+    import yaml
+
+    from kernel.registry_fit.layer import moe_engine_set
+    where = tmp / "coefficients"
+    where.mkdir(parents=True)
+    for f in LAYER.glob("*.yaml"):
+        text = f.read_text()
+        if f.name.startswith("vllm-moe-"):
+            chip = f.stem.removeprefix("vllm-moe-")
+            text = yaml.safe_dump(moe_engine_set(chip, "vllm:0.31.0"), sort_keys=False)
+        (where / f.name).write_text(text)
+    return kernel.Repos(layer=str(tmp))
+
+
 def score_moe_table(path: str) -> None:
     """The routed-expert law against vLLM's MoE operator rows (balanced routing, no expert
     parallelism, 1-512 tokens, fastest kernel per row): the reference's undivided FLOPs summed
@@ -98,7 +117,8 @@ def main() -> None:
         return
     tmp = Path(tempfile.mkdtemp())
     pricings = {"reference": kernel.Repos(pricing="reference"),
-                "measured w/o MO1": _without_moe_layer(tmp), "measured": None}
+                "measured w/o MO1": _without_moe_layer(tmp / "none"),
+                "MO1 only": _mo1_only(tmp / "mo1"), "measured": None}
     print("| exp | model, TP | stage rate | requests | measured ITL | pricing | routed SM | "
           "routed HBM | SM | HBM | NVLink | host | Overlap + otok | NoOverlap + otok |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -1,5 +1,5 @@
 """Held-out error of every fitted family against the reference's law on the same operator rows
-(docs/registry_fit.md): vLLM's all-reduce, and decode attention.
+(docs/registry_fit.md): vLLM's all-reduce, decode and prefill attention, GEMM, fused MoE.
 
     pip download aisimulate==0.13.0.dev202610270000000085 --no-deps -d aisim_wheel
     unzip -q -d aisim aisim_wheel/*.whl
@@ -171,6 +171,56 @@ def prefill(root: str) -> None:
               f"{f.mape:.1%} ({f.bias:+.1%}) | {f.floor_us:.2f}, {f.work_scale:.3f} |")
 
 
+def moe(root: str) -> None:
+    """The fused MoE law (decision MF1) against the routed term the kernel prices without it
+    (MO1: FLOPs split by tp on the chip's bf16 ramp at the step's tokens, touched bytes at the
+    derated HBM rate), and on Mixtral-8x7B's decode rows (8-64 tokens, tp 2-8) held out."""
+    import dataclasses
+
+    import polars as pl
+
+    from kernel.registry_fit import SYSTEMS
+    from kernel.registry_fit.moe import features, find_moe_table, fit_moe, kernel_law_error
+    from kernel.registry_fit.run import _catalog_and_ramp
+    print("| chip | table | rows (shapes) | kernel routed term (MO1), in sample: MAPE (bias) | "
+          "fitted, held out by shape: MAPE (bias) | floor µs, rate TB/s, efficiency | "
+          "Mixtral-8x7B decode rows, kernel / fitted held out: MAPE (bias) |")
+    print("|---|---|---|---|---|---|---|")
+    for chip in sorted(SYSTEMS):
+        try:
+            t = find_moe_table(root, chip, "vllm:0.31.0")
+        except ValueError:
+            print(f"| {chip} | – | – | – | no bf16 MoE rows in the tables: not fitted | – | – |")
+            continue
+        found = _catalog_and_ramp(chip)
+        hw = found[0] if found else yaml.safe_load(
+            (Path(__file__).resolve().parents[1] / f"data/catalog/hardware/{chip}.yaml")
+            .read_text())
+        peak = float(hw["TFlopsPeak"]) * 1e12
+        hbm = float(hw["BwPeakTBs"]) * 1e12 * 0.8  # the registry's hbm_derate on every chip
+        f = fit_moe(t, peak)
+        ref = "no bf16 ramp" if found is None else "{:.1%} ({:+.1%})".format(
+            *kernel_law_error(t, peak, found[1], found[2], hbm))
+        mix = (pl.col("hidden_size") == 4096) & (pl.col("inter_size") == 14336)
+        held = fit_moe(dataclasses.replace(t, frame=t.frame.filter(~mix)), peak)
+        rows = dataclasses.replace(t, frame=t.frame.filter(
+            mix & pl.col("num_tokens").is_between(8, 64) & pl.col("moe_tp_size").is_between(2, 8)))
+        x = features(rows.frame.filter((pl.col("moe_dtype") == "bfloat16")
+                                       & (pl.col("moe_ep_size") == 1)
+                                       & (pl.col("distribution") == "balanced"))
+                     .group_by(["hidden_size", "inter_size", "num_experts", "topk",
+                                "moe_tp_size", "num_tokens"]).agg(pl.col("latency").min()))
+        pred = (held.floor_us + x["bytes"] / held.rate_bytes_per_us
+                + x["flops"] / (peak * held.efficiency) * 1e6)
+        rel = pred / x["us"] - 1
+        kmix = "–" if found is None else "{:.1%} ({:+.1%})".format(
+            *kernel_law_error(rows, peak, found[1], found[2], hbm))
+        print(f"| {chip} | {t.system} vllm {t.version} | {f.rows:,} ({f.shapes}) | {ref} | "
+              f"{f.mape:.1%} ({f.bias:+.1%}) | {f.floor_us:.1f}, "
+              f"{f.rate_bytes_per_us / 1e6:.2f}, {f.efficiency:.3f} | {kmix} / "
+              f"{np.mean(np.abs(rel)):.1%} ({np.mean(rel):+.1%}) |")
+
+
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else "aisim")
     print()
@@ -179,3 +229,5 @@ if __name__ == "__main__":
     prefill(sys.argv[1] if len(sys.argv) > 1 else "aisim")
     print()
     gemm(sys.argv[1] if len(sys.argv) > 1 else "aisim")
+    print()
+    moe(sys.argv[1] if len(sys.argv) > 1 else "aisim")

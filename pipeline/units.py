@@ -75,6 +75,8 @@ QUANTITIES: tuple[tuple[str, str], ...] = (
     ("hbm_derate", "dimensionless"),
     ("attention_prefill_work_scale", "dimensionless"),
     ("activation_buffer_count_*", "dimensionless"),
+    ("moe_fused_floor", "duration"),  # the fitted fused MoE law (decision MF1)
+    ("moe_fused_weight_rate", "byte_rate"),
     ("moe_*", "dimensionless"),
 )
 

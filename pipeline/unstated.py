@@ -29,6 +29,8 @@ OPTIONAL: dict[str, dict[str, Any]] = {
         "n_half": 0.0, "k_half": 0.0, "attention_floor_ns": 0, "attention_rate_bps": 0.0,
         "attention_prefill_floor_ns": 0, "attention_prefill_scale": 0.0, "host_link_bps": 0.0,
         "attention_per_request_ns": 0, "moe_expert_tp_split": 0.0,
+        "moe_fused_floor_ns": 0, "moe_fused_rate_bps": 0.0,
+        "moe_fused_efficiency": 0.0,
         **dict.fromkeys(_HOST_NS, 0),
         **{f"attn_rate_{k}": None for k in ("swa", "mla", "sparse_mla")},
         **{f"attn_floor_{k}_ns": None for k in ("swa", "mla", "sparse_mla")},

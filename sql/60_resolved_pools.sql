@@ -17,7 +17,11 @@ WITH cv AS (
            max(ns_value) FILTER (WHERE name = 'attention_decode_per_request')
                AS attention_per_request_ns,
            -- 1: routed expert FLOPs split over the tp slices of each expert (decision MO1)
-           max(value) FILTER (WHERE name = 'moe_expert_tp_split') AS moe_expert_tp_split
+           max(value) FILTER (WHERE name = 'moe_expert_tp_split') AS moe_expert_tp_split,
+           -- vLLM's fused MoE layer fitted from its operator rows (decision MF1)
+           max(ns_value) FILTER (WHERE name = 'moe_fused_floor') AS moe_fused_floor_ns,
+           max(si_value) FILTER (WHERE name = 'moe_fused_weight_rate') AS moe_fused_rate_bps,
+           max(value) FILTER (WHERE name = 'moe_fused_efficiency') AS moe_fused_efficiency
     FROM coefficients_lifted GROUP BY scenario, pool
 ), need AS (
     SELECT scenario, pool,
@@ -85,6 +89,7 @@ SELECT l.scenario, l.pool, l.role, l.chip, l.model, l.tp, l.pp, l.dp,
        n.attention_floor_ns, n.attention_rate_bps, n.attn_rate_swa, n.attn_rate_mla, n.attn_rate_sparse_mla,
        cv.attn_floor_swa_ns, cv.attn_floor_mla_ns, cv.attn_floor_sparse_mla_ns,
        cv.attention_per_request_ns, cv.moe_expert_tp_split,
+       cv.moe_fused_floor_ns, cv.moe_fused_rate_bps, cv.moe_fused_efficiency,
        n.attention_prefill_floor_ns, n.attention_prefill_scale, n.host_link_bps,
        CASE WHEN n.moe_imbalance_raw > 0 THEN n.moe_imbalance_raw ELSE CAST(1 AS DOUBLE) END AS moe_imbalance,
        n.rec_floor_mamba2, n.rec_rate_mamba2, n.rec_floor_kda, n.rec_rate_kda, n.rec_floor_gdn,

@@ -191,6 +191,12 @@ class Coefficients:
     # 1 where the measured layer says vLLM's fused MoE splits each expert's FLOPs over tp (decision
     # MO1); 0 in the reference, which keeps routed FLOPs undivided by tp (model.md §4.2)
     moe_expert_tp_split: float = 0.0
+    # vLLM's fused MoE layer as its operator rows measure it (decision MF1): a floor, the touched
+    # weights at their own rate, routed FLOPs at their own fraction of the peak;
+    # rate 0 (the reference) prices routed experts by the dense ramp and the derated HBM rate
+    moe_fused_floor_ns: int = 0
+    moe_fused_rate_bps: float = 0.0
+    moe_fused_efficiency: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,9 @@ class _Layer:
     ets_weight: float
     total_experts: int
     experts_per_rank: int
+    moe_rate: float
+    moe_floor_s: float
+    moe_eff: float
     shared_flops: float
     attn: bool
     q_heads: int
@@ -362,6 +365,12 @@ def _prepare(r: ResolvedPool) -> _Prepared:
             L.ets_weight = pl.expert_weight_bytes_per_expert / r.expert_tensor_shards
             L.total_experts = r.total_experts
             L.experts_per_rank = r.experts_per_rank
+            # decision MF1: vLLM's fused MoE priced by its own fitted law (rate 0: the reference's
+            # dense ramp and derated HBM rate); fitted on rows without expert parallelism
+            fused = c.moe_fused_rate_bps > 0 and lay.expert_width <= 1
+            L.moe_rate = c.moe_fused_rate_bps if fused else 0.0
+            L.moe_floor_s = laws.duration_seconds(c.moe_fused_floor_ns) if fused else 0.0
+            L.moe_eff = c.moe_fused_efficiency if fused else 0.0
             L.shared_flops = pl.shared_expert_flops_per_token
             weight = weight + pl.shared_expert_weight_bytes / tp
         L.weight_bytes = weight
@@ -794,8 +803,8 @@ def _compose(p: _Prepared, s: BatchSummary,
         # Resource composition.
         dense_sm = flops / pr * derate + dense_shaped * derate + rec + attn_sm
         dense_hbm = (L.weight_bytes + kv_bytes + elementwise) / hbm_bps + attn
-        routed_sm = routed_flops / pr * derate
-        routed_hbm = routed_wb / hbm_bps
+        routed_sm, routed_hbm = step_fast.routed_seconds(p, L, routed_flops, routed_wb, pr,
+                                                         derate, hbm_bps)
         routed = routed_sm + routed_hbm
         sm = dense_sm + routed_sm
         hbm = dense_hbm + routed_hbm

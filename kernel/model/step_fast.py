@@ -123,6 +123,20 @@ def layer_token_terms(p: _Prepared, L: Any, T: float, mfac: Any) -> tuple[Any, .
     return flops, dense_shaped, routed_flops, routed_wb, elementwise, rec
 
 
+def routed_seconds(p: _Prepared, L: Any, routed_flops: Any, routed_wb: Any, pr: Any,
+                   derate: Any, hbm_bps: float) -> tuple[Any, Any]:
+    """(routed SM, routed HBM) seconds of one layer: the reference's dense ramp and derated HBM
+    rate, or, where the measured layer carries vLLM's fitted fused MoE law (decision MF1), its
+    floor plus the touched weights at the fitted rate (HBM) and the routed FLOPs at the fitted
+    fraction of the peak (SM)."""
+    if not (L.expert and L.moe_rate > 0):
+        return routed_flops / pr * derate, routed_wb / hbm_bps
+    sm: Any = 0.0
+    if L.moe_eff > 0:
+        sm = routed_flops / (p.peak * L.moe_eff) * derate
+    return sm, L.moe_floor_s + routed_wb / L.moe_rate
+
+
 def secondary_attention(attn: Any, secs: Any, n_kv: Any, n_dec: int) -> Any:
     """``attn`` plus each secondary attention read of a decode step (a window caps the KV
     tokens at window × requests, a compression divides them), in the shared path's order."""
@@ -161,8 +175,7 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
             p, L, T, mfac)
         # attn_sm stays 0.0 in a batch without prefill (every prefill term is deselected).
         dense_sm = flops / pr * derate + dense_shaped * derate + rec + 0.0
-        routed_sm = routed_flops / pr * derate
-        routed_hbm = routed_wb / hbm_bps
+        routed_sm, routed_hbm = routed_seconds(p, L, routed_flops, routed_wb, pr, derate, hbm_bps)
         routed = routed_sm + routed_hbm
         sm = dense_sm + routed_sm
         on_node, cross = L.graph_collective_seconds(T)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import laws
-from .step_fast import layer_token_terms, secondary_attention
+from .step_fast import layer_token_terms, routed_seconds, secondary_attention
 
 if TYPE_CHECKING:
     from .step import BatchSummary, _Prepared
@@ -59,8 +59,7 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
             p, L, T, mfac)
         dsd = dense_shaped * derate
         dense_sm = flops / pr * derate + dsd + rec  # + the attention's SM term, per call
-        routed_sm = routed_flops / pr * derate
-        routed_hbm = routed_wb / hbm_bps
+        routed_sm, routed_hbm = routed_seconds(p, L, routed_flops, routed_wb, pr, derate, hbm_bps)
         on_node, cross = L.graph_collective_seconds(T)
         base = (L.weight_bytes + 0.0 + elementwise) / hbm_bps  # no KV bytes read at HBM speed
         one_kernel = L.attn and L.one_kernel

@@ -8,7 +8,8 @@ writes the fitted sets as a registry layer with provenance naming the table and 
 
 from .allreduce import AllReduceFit, fit_all_reduce
 from .layer import write_layer
+from .moe import MoeFit, fit_moe
 from .tables import SYSTEMS, OperatorTable, find_table
 
-__all__ = ["SYSTEMS", "AllReduceFit", "OperatorTable", "find_table", "fit_all_reduce",
-           "write_layer"]
+__all__ = ["SYSTEMS", "AllReduceFit", "MoeFit", "OperatorTable", "find_table", "fit_all_reduce",
+           "fit_moe", "write_layer"]

@@ -15,6 +15,7 @@ from pipeline import safe_output
 
 from .allreduce import AllReduceFit
 from .attention import AttentionDecodeFit, AttentionPrefillFit
+from .moe import MoeFit
 from .tables import OperatorTable
 
 
@@ -119,9 +120,12 @@ def prefill_report(chip: str, table: OperatorTable, f: AttentionPrefillFit) -> d
             "worst": None}
 
 
-def moe_engine_set(chip: str, engine: str) -> dict[str, Any]:
-    """The MoE engine facts of the priced vLLM (decision MO1): not fitted from a table, so
-    every chip's layer carries the same set; ``registry fit`` writes it beside the fitted ones."""
+def moe_engine_set(chip: str, engine: str, table: OperatorTable | None = None,
+                   fit: MoeFit | None = None) -> dict[str, Any]:
+    """The MoE set of one chip: the engine fact of the priced vLLM (decision MO1, not fitted:
+    every chip carries it), then, where the chip's tables hold vLLM MoE rows, the fitted fused
+    MoE law (decision MF1)."""
+    fitted = _moe_fitted(chip, table, fit) if table is not None and fit is not None else []
     return {"kind": "CoefficientSet", "name": f"vllm-moe-{chip}", "coefficients": [
         {"moe_expert_tp_split": {
             "value": 1.0, "units": "dimensionless", "method": "literature", "fitted": False,
@@ -136,7 +140,38 @@ def moe_engine_set(chip: str, engine: str) -> dict[str, Any]:
                 "expert FLOPs divide by tp as its weight bytes do. The reference keeps them "
                 "undivided (model.md §4.2, a documented over-charge). 1 = divide; the kernel "
                 "reads it only with expert parallelism off.")}},
+        *fitted,
     ]}
+
+
+def _moe_fitted(chip: str, table: OperatorTable, f: MoeFit) -> list[dict[str, Any]]:
+    """The fused MoE law's three coefficients (kernel/registry_fit/moe.py), each citing the
+    table and version and carrying the held-out score."""
+    cite = (f"{table.cite()} ({table.backend} {table.version}, bfloat16 rows, moe_ep_size 1, "
+            "balanced routing, fastest kernel per row)")
+    nearest = ("" if table.exact else
+               f" Measured at {table.backend} {table.version}, the newest version at or below "
+               f"the priced {table.requested} whose tables time several bf16 MoE shapes.")
+    held = (f" Fitted jointly on {f.rows} rows of {f.shapes} MoE shapes (hidden, intermediate, "
+            f"experts, top k) at tp 1-32; held out by shape: {100 * f.mape:.1f}% MAPE "
+            f"({100 * f.bias:+.1f}% bias).") + nearest
+
+    def entry(name: str, value: float, units: str, what: str) -> dict[str, Any]:
+        return {name: {"value": round(value, 4), "units": units, "method": "measured",
+                       "fitted": True, "scope": {"hardware": [chip]},
+                       "sources": [{"kind": "model", "cite": cite, "role": "primary"}],
+                       "rationale": what + held}}
+
+    return [
+        entry("moe_fused_floor", f.floor_us, "us_per_layer",
+              f"Token-independent time of vLLM's fused MoE layer on {chip} (routing, launches)."),
+        entry("moe_fused_weight_rate", f.rate_bytes_per_us, "bytes_per_us",
+              f"Rate at which vLLM's fused MoE reads the touched experts' weights on {chip} "
+              "(replaces the derated HBM rate for routed weights)."),
+        entry("moe_fused_efficiency", f.efficiency, "dimensionless",
+              f"Fraction of {chip}'s bf16 peak vLLM's fused MoE GEMMs reach on the routed FLOPs "
+              "(replaces the dense GEMM ramp for routed FLOPs)."),
+    ]
 
 
 def report_rows(chip: str, table: OperatorTable, fits: Iterable[AllReduceFit]

@@ -11,13 +11,16 @@ from . import layer
 from .allreduce import fit_all_reduce
 from .attention import fit_attention_decode, fit_attention_prefill
 from .gemm import fit_gemm
+from .moe import find_moe_table, fit_moe
+from .moe import report as moe_report
 from .tables import find_table
 
 # family -> (table directory, table name); more families add rows here.
 FAMILIES = {"all_reduce": ("comm", "custom_allreduce_perf"),
             "attention_decode": ("attention", "generation_attention_perf"),
             "gemm": ("gemm", "gemm_perf"),
-            "attention_prefill": ("attention", "context_attention_perf")}
+            "attention_prefill": ("attention", "context_attention_perf"),
+            "moe": ("moe", "moe_perf")}
 # GEMM dtypes scored, with the chip's catalog peak that prices each (decision AC8: GEMM is
 # fitted and scored into fit-report.csv, but no set is written).
 GEMM_DTYPES = (("bfloat16", "TFlopsPeak"), ("fp8", "TFlopsFP8"))
@@ -52,8 +55,67 @@ def fit_chip(root: str | Path, chip: str, engine: str, families: list[str] | Non
         if prefill is not None:
             sets.append(prefill[0])
             report.append(prefill[1])
-    sets.append(layer.moe_engine_set(chip, engine))
+    moe = (_moe(root, chip, engine, required=families is not None)
+           if families is None or "moe" in families else None)
+    if moe is None:
+        sets.append(layer.moe_engine_set(chip, engine))
+    else:
+        table, fit = moe
+        row = moe_report(chip, table, fit)
+        kernel_mape = _kernel_moe_mape(chip, table, fit)
+        if kernel_mape is not None and fit.mape >= kernel_mape:
+            # decision MF1: shipped only where held out it beats the routed term it replaces
+            sets.append(layer.moe_engine_set(chip, engine))
+            row["group"] += f" not shipped: kernel law {100 * kernel_mape:.1f}% in sample"
+        else:
+            sets.append(layer.moe_engine_set(chip, engine, table, fit))
+        report.append(row)
     return sets, report
+
+
+def _kernel_moe_mape(chip: str, table: Any, fit: Any) -> float | None:
+    """MAPE of the routed term the kernel prices without the fused law (the chip's bf16 ramp,
+    touched bytes at the derated HBM rate) on the fit's rows; None without a bf16 ramp."""
+    import yaml
+
+    from pipeline.load import Repos
+
+    from .moe import kernel_law_error
+    found = _catalog_and_ramp(chip)
+    if found is None:
+        return None
+    hw, eps, m_half = found
+    doc = yaml.safe_load((Repos().registry_root() / "coefficients" /
+                          "cost-model-primitives.yaml").read_text())
+    derate = [float(v["value"]) for e in doc["coefficients"] for k, v in e.items()
+              if k == "hbm_derate" and chip in (v.get("scope") or {}).get("hardware", [])]
+    if not derate:
+        return None
+    peak = float(hw["TFlopsPeak"]) * 1e12
+    return kernel_law_error(table, peak, eps, m_half, float(hw["BwPeakTBs"]) * 1e12 * derate[0])[0]
+
+
+def _moe(root: str | Path, chip: str, engine: str, required: bool) -> tuple[Any, Any] | None:
+    """The chip's MoE table and fitted fused MoE law (decision MF1), or None where the tables
+    hold no usable rows (a100-sxm: no bf16 MoE rows) or the catalog no bf16 peak."""
+    import yaml
+
+    from pipeline.load import Repos
+
+    try:
+        table = find_moe_table(root, chip, engine)
+    except ValueError:
+        if required:
+            raise
+        return None
+    hw = yaml.safe_load(Repos().catalog_file(f"hardware/{chip}.yaml").read_text()) or {}
+    peak = float(hw.get("TFlopsPeak") or 0.0) * 1e12
+    if peak <= 0:
+        if required:
+            raise ValueError(f"{chip}: the fused MoE law needs the chip's bf16 peak "
+                             "(TFlopsPeak in the catalog)")
+        return None
+    return table, fit_moe(table, peak)
 
 
 def _catalog_and_ramp(chip: str) -> tuple[dict[str, Any], float, float] | None:
