@@ -29,10 +29,12 @@ library call does it only when asked), so before and after run under the same se
 ``AFTER_IO`` those after the pyarrow.dataset rewrite (request-major and shuffled traces then
 went through DuckDB's sort), so one run prints before, io, now and the target side by side.
 The request-major trace is now summed per batch as it streams (``summed`` mode), the shuffled
-one scattered to pieces of whole batches in memory (``sorted`` mode); at 10M batches both,
-beyond ``memory_budget``, are partitioned to disk by batch-id range and grouped one spill group
-at a time (``spill`` mode; before issue 31 they went through DuckDB's sort, ``external``). The
-mode of each run is printed beside it.
+one scattered to pieces of whole batches in memory (``sorted`` mode); at 10M batches, beyond
+``memory_budget``, the request-major trace, whose batch ids advance through the file, is
+grouped in a moving window of pieces, each priced once the parquet statistics show it
+complete (``window`` mode, decision SP1), and the shuffled one partitioned to disk by batch-id
+range and grouped one spill group at a time (``spill`` mode; before issue 31 both went through
+DuckDB's sort, ``external``). The mode of each run is printed beside it.
 """
 
 from __future__ import annotations
