@@ -35,7 +35,7 @@ from ..trace import Rows, TraceError
 from .engine import Engine, Priced
 from .partition import Partition, Scattered
 
-__all__ = ["ROW_BYTES", "complete_pieces", "held_rows", "window_units"]
+__all__ = ["ROW_BYTES", "complete_pieces", "fits_window", "held_rows", "window_units"]
 
 ROW_BYTES = 16  # bytes a held row is taken to cost (as the spill counts them)
 
