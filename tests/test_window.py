@@ -13,7 +13,7 @@ import pytest
 from kernel import bulk
 from kernel.bulk import spill, window
 from kernel.bulk.partition import plan_from_ranges
-from kernel.trace import TraceError
+from kernel.io.trace import TraceError
 
 from .bulk_pools import VARIANTS, pool
 from .test_bulk import random_trace
@@ -131,7 +131,7 @@ def test_statistics_that_lie_before_any_piece_is_priced_send_the_rows_to_the_spi
         caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
-    from kernel import sources
+    from kernel.io import sources
 
     r = pool(**VARIANTS["window-pcp2"])
     df = random_trace(300, 5, per_batch_cols=False)
@@ -158,7 +158,7 @@ def test_statistics_that_lie_before_any_piece_is_priced_send_the_rows_to_the_spi
 
 def test_statistics_that_lie_after_pieces_were_priced_stop_the_run_with_a_clear_error(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernel import sources
+    from kernel.io import sources
 
     r = pool(**VARIANTS["window-pcp2"])
     df = random_trace(300, 6, per_batch_cols=False)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..trace import Rows, TraceError
+from ..io.trace import Rows, TraceError
 from .engine import Engine, Priced
 from .partition import Partition, Scattered
 
