@@ -3,6 +3,7 @@
     python benchmarks/price_trace.py                     # 1M batches, all ratios (a few minutes)
     python benchmarks/price_trace.py --big               # also the 10M-batch ratios and RSS
     python benchmarks/price_trace.py --rss-sizes 1000000,10000000,30000000  # sorted RSS by size
+    python benchmarks/price_trace.py --big --compare ../old-checkout  # the big runs old vs now
 
 It generates a synthetic trace (32 requests per batch on average, ~5% prefill rows, sorted by
 ``batch_id``) and from it the same rows in other orders (batches reversed, request-major,
@@ -29,10 +30,12 @@ library call does it only when asked), so before and after run under the same se
 ``AFTER_IO`` those after the pyarrow.dataset rewrite (request-major and shuffled traces then
 went through DuckDB's sort), so one run prints before, io, now and the target side by side.
 The request-major trace is now summed per batch as it streams (``summed`` mode), the shuffled
-one scattered to pieces of whole batches in memory (``sorted`` mode); at 10M batches both,
-beyond ``memory_budget``, are partitioned to disk by batch-id range and grouped one spill group
-at a time (``spill`` mode; before issue 31 they went through DuckDB's sort, ``external``). The
-mode of each run is printed beside it.
+one scattered to pieces of whole batches in memory (``sorted`` mode); at 10M batches, beyond
+``memory_budget``, the request-major trace, whose batch ids advance through the file, is
+grouped in a moving window of pieces, each priced once the parquet statistics show it
+complete (``window`` mode, decision SP1), and the shuffled one partitioned to disk by batch-id
+range and grouped one spill group at a time (``spill`` mode; before issue 31 both went through
+DuckDB's sort, ``external``). The mode of each run is printed beside it.
 """
 
 from __future__ import annotations
@@ -173,9 +176,15 @@ def child(kind: str, trace: str, out: str, scenario: str) -> dict[str, float]:
     raise SystemExit(f"unknown child {kind}")
 
 
-def run_child(kind: str, trace: Path, out: Path, scenario: str) -> dict[str, float]:
-    res = subprocess.run([sys.executable, __file__, "--_child", kind, str(trace), str(out),
-                          scenario], capture_output=True, text=True)
+def run_child(kind: str, trace: Path, out: Path, scenario: str,
+              code: Path | None = None) -> dict[str, float]:
+    """One measurement in a fresh process; ``code``: with this script and ``kernel`` from
+    another checkout (``--compare``)."""
+    script = Path(__file__) if code is None else code / "benchmarks" / "price_trace.py"
+    env = None if code is None else {**os.environ, "PYTHONPATH": str(code)}
+    res = subprocess.run([sys.executable, str(script), "--_child", kind, str(trace), str(out),
+                          scenario], capture_output=True, text=True, env=env,
+                         cwd=None if code is None else code)
     if res.returncode:
         raise SystemExit(f"child {kind} {trace.name} failed:\n{res.stderr[-3000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -285,6 +294,9 @@ def run_all(args: argparse.Namespace, orders: tuple[str, ...],
             for o in BIG_ORDERS:
                 keep(f"big-{o}", run_child("file", big[o], work / "priced-big.parquet",
                                            args.scenario))
+                if args.compare:  # the other checkout, right after on the same trace
+                    keep(f"old-big-{o}", run_child("file", big[o], work / "priced-big.parquet",
+                                                   args.scenario, Path(args.compare)))
     for n in args.rss_sizes:
         t = make_traces(work, n, ("sorted",))["sorted"]
         best[f"rss-{n}"] = run_child("file", t, work / "priced-rss.parquet", args.scenario)
@@ -307,6 +319,9 @@ def main() -> int:
                     help="print figures of an earlier --json run as BEFORE")
     ap.add_argument("--report", default=None,
                     help="print the figures of an earlier --json run instead of running")
+    ap.add_argument("--compare", default=None, metavar="CHECKOUT",
+                    help="with --big: each big run also with the code of this other checkout "
+                         "(e.g. a `git worktree` of main), interleaved, printed as 'old'")
     ap.add_argument("--_child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._child:
@@ -358,6 +373,15 @@ def main() -> int:
             print(f"  big {o:<14} {b['batches']:,.0f} batches: {b['seconds']:.2f}s wall, "
                   f"{b['cpu']:.2f}s CPU, peak RSS {b['peak_rss'] / 2**30:.2f} GiB "
                   f"({b.get('mode', '?')})")
+    so, sn = best.get("old-big-sorted"), best.get("big-sorted")
+    for o in BIG_ORDERS[1:]:
+        if so is not None and sn is not None and f"old-big-{o}" in best:
+            b, n_ = best[f"old-big-{o}"], best[f"big-{o}"]
+            print(f"  {o} ÷ sorted, old → now: wall {b['seconds'] / so['seconds']:.2f} → "
+                  f"{n_['seconds'] / sn['seconds']:.2f}, CPU {b['cpu'] / so['cpu']:.2f} → "
+                  f"{n_['cpu'] / sn['cpu']:.2f}, peak RSS {b['peak_rss'] / 2**30:.2f} → "
+                  f"{n_['peak_rss'] / 2**30:.2f} GiB ({b.get('mode', '?')} → "
+                  f"{n_.get('mode', '?')})")
     for n in args.rss_sizes:
         b = best[f"rss-{n}"]
         print(f"  sorted {n:>12,} batches: {b['seconds']:.2f}s wall, peak RSS "

@@ -70,7 +70,7 @@ class PriceCounts:
     batches_priced: int = 0
     batch_table_rows_rejected: int = 0  # rows of the per-batch table set aside
     batches_over_limit: int = 0  # priced batches over a deployment limit (kernel.model.limits)
-    mode: str = "in-memory"  # grouped | summed | sorted | spill | external once run (docs/traces.md)
+    mode: str = "in-memory"  # grouped | summed | sorted | window | spill | external once run (docs/traces.md)
     seconds: float = 0.0
 
     def check(self) -> None:

@@ -17,7 +17,11 @@ A run is a pipeline (``docs/traces.md`` "Streaming"):
    * ``sorted`` — anything else, while the validated rows fit ``memory_budget``: grouped in
      memory by batch id range without a comparison sort (:mod:`kernel.bulk.partition`), each
      chunk scattered to its pieces on the worker that validated it;
-   * ``spill`` — beyond that budget, when the id range is known before reading: the rows
+   * ``window`` — beyond that budget, when the parquet statistics show the batch ids
+     advancing through the file (a request-major log) so that the rows of the pieces still
+     open fit half of it: grouped in memory, each piece priced as soon as no later row group
+     can reach it (:mod:`kernel.bulk.window`, decision SP1);
+   * ``spill`` — beyond that budget otherwise, when the id range is known before reading: the rows
      partitioned to disk by batch-id range and grouped one spill group at a time
      (:mod:`kernel.bulk.spill`, decision BT1);
    * ``external`` — beyond that budget otherwise: validated rows go through DuckDB's
@@ -30,7 +34,7 @@ A run is a pipeline (``docs/traces.md`` "Streaming"):
    rows but for the last few results, each written as it comes, to a temporary name
    renamed at the end.
 
-Output order: batch_id order in ``summed``, ``sorted``, ``spill`` and ``external`` mode and in ``grouped``
+Output order: batch_id order in ``summed``, ``sorted``, ``window``, ``spill`` and ``external`` mode and in ``grouped``
 mode when batch ids rise from chunk to chunk (then the parquet records ``sorting_columns``);
 trace order otherwise.
 """
@@ -87,6 +91,7 @@ from .partition import (
 from .sink import ROW_GROUP_ROWS, Sink
 from .spill import spill_plan, spill_units
 from .summed import ChunkTerms, Summed, rows_stay_near, summed_for
+from .window import fits_window, window_units
 
 if TYPE_CHECKING:
     from ..io.protocols import TraceInput
@@ -308,12 +313,19 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
     spill = (spill_plan(ts.id_ranges, memory_budget)
              if not in_memory and st.mode != "external" and ts.id_ranges is not None
              else None)
+    # (ids that advance through the file, a request-major log: grouped in a moving window
+    # of pieces, each priced once the statistics show it complete: SP1)
+    window = spill is not None and fits_window(ts.id_ranges, spill, memory_budget)
     total_rows = (ts.num_rows if ts.num_rows is not None
                   else sum(r[2] for r in ts.id_ranges or []))
     log.debug("any-order trace: about %s bytes against a memory budget of %d: %s", est,
               memory_budget, "in memory" if in_memory else
+              "a moving window of batch-id pieces" if window else
               "spill to disk by batch-id range" if spill is not None else "DuckDB's sort")
     tables = ts.chunks()
+    sizes: list[int] = []  # (rows of each source chunk, for the window)
+    if window:
+        tables = _sized(tables, sizes)
     summed = summed_for(eng, ts, memory_budget) if in_memory else None
     if summed is not None:  # rows far apart are grouped instead: decided on the first chunk
         first = next(tables, None)
@@ -321,7 +333,7 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
         if first is not None and not rows_stay_near(first):
             summed = None
     prior = (plan_from_ranges(ts.id_ranges, PRICE_ROWS)
-             if in_memory and ts.id_ranges is not None else spill)
+             if in_memory and ts.id_ranges is not None else None if window else spill)
     parts: Iterator[tuple[Held, ChunkTerms | None, int]] = _validated(
         eng, tables, pool, failure, None if summed is not None else prior, summed)
     if in_memory and summed is not None:
@@ -362,6 +374,19 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
                  sort_memory, tmp_parent)
         return _external_units(eng, ts, rows, failure, chunk_rows, tmp_parent, sort_memory)
 
+    if window and spill is not None and ts.id_ranges is not None:
+        st.mode = "window"
+        log.info("beyond the memory budget (%d bytes): grouping %s rows in a moving window "
+                 "of %d batch-id pieces", memory_budget, total_rows, spill.n)
+
+        def spilled(rows: Iterator[Held], part: Partition = spill) -> Iterator[Unit]:
+            st.mode = "spill"
+            return spill_units(eng, rows, part, total_rows, memory_budget, tmp_parent,
+                               external)
+
+        yield from window_units(eng, parts, spill, ts.id_ranges, sizes, ts.label, pool,
+                                spilled)
+        return
     rest = chain(_drained(held), (p[0] for p in parts))
     if spill is not None:
         st.mode = "spill"
@@ -371,6 +396,13 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
                                external)
         return
     yield from external(_unscattered(h) for h in rest)
+
+
+def _sized(tables: Iterator[pa.Table], sizes: list[int]) -> Iterator[pa.Table]:
+    """The tables, each one's row count appended to ``sizes`` as it is taken."""
+    for t in tables:
+        sizes.append(t.num_rows)
+        yield t
 
 
 def _drained(held: list[Held]) -> Iterator[Held]:
@@ -490,8 +522,8 @@ def _external_units(eng: Engine, ts: TraceSource, parts: Iterator[Rows],
 
 @dataclass
 class Stream:
-    """A run's priced results, in output order; ``mode`` is grouped, summed, sorted, spill or
-    external (known for sure once the results are consumed), ``sorted_ids`` whether the
+    """A run's priced results, in output order; ``mode`` is grouped, summed, sorted, window,
+    spill or external (known for sure once the results are consumed), ``sorted_ids`` whether the
     output is in batch_id order."""
 
     mode: str
