@@ -5,13 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from pipeline.load import Repos
 
 from . import layer
 from .allreduce import fit_all_reduce
 from .attention import fit_attention_decode, fit_attention_prefill
 from .gemm import fit_gemm
-from .moe import find_moe_table, fit_moe
+from .moe import find_moe_table, fit_moe, kernel_law_error
 from .moe import report as moe_report
 from .tables import find_table
 
@@ -76,11 +78,6 @@ def fit_chip(root: str | Path, chip: str, engine: str, families: list[str] | Non
 def _kernel_moe_mape(chip: str, table: Any, fit: Any) -> float | None:
     """MAPE of the routed term the kernel prices without the fused law (the chip's bf16 ramp,
     touched bytes at the derated HBM rate) on the fit's rows; None without a bf16 ramp."""
-    import yaml
-
-    from pipeline.load import Repos
-
-    from .moe import kernel_law_error
     found = _catalog_and_ramp(chip)
     if found is None:
         return None
@@ -98,10 +95,6 @@ def _kernel_moe_mape(chip: str, table: Any, fit: Any) -> float | None:
 def _moe(root: str | Path, chip: str, engine: str, required: bool) -> tuple[Any, Any] | None:
     """The chip's MoE table and fitted fused MoE law (decision MF1), or None where the tables
     hold no usable rows (a100-sxm: no bf16 MoE rows) or the catalog no bf16 peak."""
-    import yaml
-
-    from pipeline.load import Repos
-
     try:
         table = find_moe_table(root, chip, engine)
     except ValueError:
