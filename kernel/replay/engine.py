@@ -125,15 +125,16 @@ class Group:
 
 
 class Rows:
-    """The steps table, kept as each step's own arrays (joined once at the end: no copy per
-    step), and one engine-step record per batch.
+    """The steps table, kept as each step's own arrays (joined only when the table is read: no
+    copy per step), one engine-step record per batch, and the tokens the user receives: per
+    batch of the client pool, the requests that sampled a token and how many tokens each knew
+    before it (its prompt plus that token's ordinal), which is all the request latencies need.
 
-    ``keep_steps=False`` keeps only the (batch, request) of each token the user receives, which
-    is all the request latencies need (a 1M-request replay without its steps table)."""
+    ``keep_steps=False`` keeps only the tokens and the engine steps (a 1M-request replay
+    without its steps table)."""
 
     NAMES = ("batch_id", "request", "scheduled", "computed", "prompt_len", "cached_tokens",
              "emitted", "pool")
-    LEAN = ("batch_id", "request")
     PER_ROW = ("request", "scheduled", "computed", "prompt_len", "cached_tokens", "emitted")
     STEP_NAMES = ("batch_id", "pool", "engine", "group_step", "start", "end", "batch_ns",
                   "step_ns", "requests", "tokens", "running", "waiting", "kv_used",
@@ -142,44 +143,56 @@ class Rows:
     def __init__(self, keep_steps: bool = True, client_pool: int = 0) -> None:
         self.keep = keep_steps
         self.client_pool = client_pool
-        self.names = self.NAMES if keep_steps else self.LEAN
         self.parts: list[list[np.ndarray]] = [[] for _ in self.PER_ROW]
         self.batch: list[int] = []  # per part: batch id, pool, rows
         self.pool: list[int] = []
         self.count: list[int] = []
+        # the client pool's sampled tokens, per batch: requests, their known tokens before
+        self.tok_req: list[np.ndarray] = []
+        self.tok_known: list[np.ndarray] = []
+        self.tok_batch: list[int] = []
+        self.tok_count: list[int] = []
         self.step_buf = array("q")
         self._cols: dict[str, np.ndarray] | None = None
 
     def add(self, b: int, rq: np.ndarray, sc: np.ndarray, cp: np.ndarray, pl: np.ndarray,
-            ch: np.ndarray, emitted: np.ndarray, pool: int) -> None:
-        """One batch's rows. The arrays are kept as they are: the engine never writes into an
-        array after handing it here."""
+            ch: np.ndarray, emitted: np.ndarray, pool: int, who: np.ndarray,
+            who_known: np.ndarray) -> None:
+        """One batch's rows and its sampled tokens (``who``, ``who_known``). The arrays are
+        kept as they are: the engine never writes into an array after handing it here."""
         if self.keep:
             for part, col in zip(self.parts, (rq, sc, cp, pl, ch, emitted), strict=True):
                 part.append(col)
-            n = rq.size
-        elif pool == self.client_pool:
-            got = rq[emitted]
-            self.parts[0].append(got)
-            n = got.size
-        else:
-            return
-        self.batch.append(b)
-        self.pool.append(pool)
-        self.count.append(n)
-        self._cols = None
+            self.batch.append(b)
+            self.pool.append(pool)
+            self.count.append(rq.size)
+            self._cols = None
+        if pool == self.client_pool and who.size:
+            self.tok_req.append(who)
+            self.tok_known.append(who_known)
+            self.tok_batch.append(b)
+            self.tok_count.append(who.size)
+
+    def tokens(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(request, known tokens before it, batch) of every token the user receives, in the
+        order they were sampled."""
+        if not self.tok_req:
+            z = np.zeros(0, np.int64)
+            return z, z, z
+        return (np.concatenate(self.tok_req), np.concatenate(self.tok_known),
+                np.repeat(np.asarray(self.tok_batch, np.int64),
+                          np.asarray(self.tok_count, np.int64)))
 
     @property
     def cols(self) -> dict[str, np.ndarray]:
+        """The steps table's per-row columns (``keep_steps`` only)."""
         if self._cols is None:
             counts = np.asarray(self.count, np.int64)
             out = {"batch_id": np.repeat(np.asarray(self.batch, np.int64), counts)}
             for name, part in zip(self.PER_ROW, self.parts, strict=True):
-                if name == "request" or self.keep:
-                    out[name] = (np.concatenate(part) if part else
-                                 np.zeros(0, bool if name == "emitted" else np.int64))
-            if self.keep:
-                out["pool"] = np.repeat(np.asarray(self.pool, np.int64), counts)
+                out[name] = (np.concatenate(part) if part else
+                             np.zeros(0, bool if name == "emitted" else np.int64))
+            out["pool"] = np.repeat(np.asarray(self.pool, np.int64), counts)
             self._cols = out
         return self._cols
 
@@ -300,8 +313,8 @@ class Simulation:
             self.rows.step_buf.extend((
                 b, c.pool_index, c.index, self.group_steps, now, end, price, step, rq.size, int(sc.sum()),
                 len(c.running), len(c.waiting) + len(c.inbox), c.kv.used(), c.kv.num_blocks))
-            emitted = self._finish_step(c, rq, after, kn, end)
-            self.rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index)
+            emitted, who, who_known = self._finish_step(c, rq, after, kn, end)
+            self.rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index, who, who_known)
         g.busy = True
         g.start = now
         self._push_end(end, gi)
@@ -324,22 +337,25 @@ class Simulation:
         s.registered[r] = 0
 
     def _finish_step(self, c: Core, rq: np.ndarray, after: np.ndarray, known: np.ndarray,
-                     end: int) -> np.ndarray:
+                     end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Tokens sampled at the step's end (a request whose scheduled tokens reached all it
-        knew); finished requests leave (async: after the next schedule)."""
+        knew): (emitted per row, the requests that sampled, their known tokens before it);
+        finished requests leave (async: after the next schedule)."""
         s = c.state
         if after is known:  # every request got all it knew: each samples a token
             emitted = np.ones(rq.size, bool)
             who = rq
+            who_known = known
             s.known[who] = known + 1
             done = who[known + 1 == s.target[who]]
         else:
             emitted = after == known
             who = rq[emitted]
             if not who.size:
-                return emitted
-            s.known[who] += 1
-            done = who[known[emitted] + 1 == s.target[who]]
+                return emitted, who, who
+            who_known = known[emitted]
+            s.known[who] = who_known + 1
+            done = who[who_known + 1 == s.target[who]]
         if done.size:
             s.finished[done] = True
             if c.limits.async_scheduling:
@@ -353,7 +369,7 @@ class Simulation:
             if self.on_finish is not None:
                 for r in done.tolist():
                     self.on_finish(c, r, end)
-        return emitted
+        return emitted, who, who_known
 
     # -- the scheduler -------------------------------------------------------------------
     @staticmethod
