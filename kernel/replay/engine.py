@@ -105,7 +105,17 @@ class Core:
         self.running: list[int] = []
         self.zombies: list[int] = []  # finished in the step before, freed after this schedule
         self.run_arr = np.zeros(0, np.int64)  # ``running`` as an array, rebuilt when dirty
+        self.run_prompt = self.run_arr  # their prompt and target lengths, rebuilt with it
+        self.run_target = self.run_arr
         self.dirty = False
+        # Steady decode: the last step scheduled every running request whole (each sampled a
+        # token) and ``running`` has not changed since, so each now knows one token more than
+        # it has computed, holds exactly the blocks its computed tokens fill and has offered
+        # every full one to the prefix cache. ``next_computed``/``next_known`` are then its
+        # computed and known tokens, in ``run_arr`` order (what the last step left).
+        self.steady = False
+        self.next_computed = self.run_arr
+        self.next_known = self.run_arr
 
     def load(self) -> int:
         """waiting + running (the DP load balancer's count), inbox included."""
@@ -143,7 +153,7 @@ class Rows:
     def __init__(self, keep_steps: bool = True, client_pool: int = 0) -> None:
         self.keep = keep_steps
         self.client_pool = client_pool
-        self.parts: list[list[np.ndarray]] = [[] for _ in self.PER_ROW]
+        self.parts: list[tuple[np.ndarray, ...]] = []  # per batch: its PER_ROW columns
         self.batch: list[int] = []  # per part: batch id, pool, rows
         self.pool: list[int] = []
         self.count: list[int] = []
@@ -161,8 +171,7 @@ class Rows:
         """One batch's rows and its sampled tokens (``who``, ``who_known``). The arrays are
         kept as they are: the engine never writes into an array after handing it here."""
         if self.keep:
-            for part, col in zip(self.parts, (rq, sc, cp, pl, ch, emitted), strict=True):
-                part.append(col)
+            self.parts.append((rq, sc, cp, pl, ch, emitted))
             self.batch.append(b)
             self.pool.append(pool)
             self.count.append(rq.size)
@@ -189,8 +198,8 @@ class Rows:
         if self._cols is None:
             counts = np.asarray(self.count, np.int64)
             out = {"batch_id": np.repeat(np.asarray(self.batch, np.int64), counts)}
-            for name, part in zip(self.PER_ROW, self.parts, strict=True):
-                out[name] = (np.concatenate(part) if part else
+            for i, name in enumerate(self.PER_ROW):
+                out[name] = (np.concatenate([p[i] for p in self.parts]) if self.parts else
                              np.zeros(0, bool if name == "emitted" else np.int64))
             out["pool"] = np.repeat(np.asarray(self.pool, np.int64), counts)
             self._cols = out
@@ -207,6 +216,18 @@ class Rows:
 Plan = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
              np.ndarray]
 _EMPTY = np.zeros(0, np.int64)
+_CONST: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _const(n: int, value: int) -> np.ndarray:
+    """A read-only array of ``n`` times ``value`` (0 or 1 as int64, 2 for True as bool),
+    shared: the steps table keeps each step's arrays, and these are never written."""
+    a = _CONST.get((n, value))
+    if a is None:
+        a = np.ones(n, bool) if value == 2 else np.full(n, value, np.int64)
+        a.flags.writeable = False
+        _CONST[(n, value)] = a
+    return a
 
 
 class Simulation:
@@ -278,7 +299,19 @@ class Simulation:
         """Schedule and launch the group's next step at ``now`` (the previous step's end, or
         an arrival at an idle group); ``sched_time`` is when its schedule ran (async: the
         previous step's start)."""
-        plans = [self._schedule(c, sched_time, now) for c in g.cores]
+        cores = g.cores
+        if len(cores) == 1:  # one core (a dense model's DP rank): the common case, lean
+            c = cores[0]
+            plan = self._schedule(c, sched_time, now)
+            if plan[0].size:
+                if c.zombies:
+                    self._drop_zombies(c)
+                price = self.price_ns(c, plan[1], plan[2], plan[3])
+                self._launch(g, gi, now, [plan], [price], price)
+                return
+            plans = [plan]
+        else:
+            plans = [self._schedule(c, sched_time, now) for c in cores]
         if all(not p[0].size for p in plans):
             # Nothing to run with what the early schedule saw: the engine loop polls again
             # after the step in flight ends, with the finished requests gone.
@@ -297,7 +330,11 @@ class Simulation:
             return
         prices = [self.price_ns(c, p[1], p[2], p[3]) if p[0].size else 0
                   for c, p in zip(g.cores, plans, strict=True)]
-        step = max(prices)
+        self._launch(g, gi, now, plans, prices, max(prices))
+
+    def _launch(self, g: Group, gi: int, now: int, plans: list[Plan], prices: list[int],
+                step: int) -> None:
+        """The group's step runs from ``now`` for ``step`` ns: record it, sample its tokens."""
         end = now + step
         self.group_steps += 1
         if self.max_steps is not None and self.group_steps > self.max_steps:
@@ -327,7 +364,8 @@ class Simulation:
             self._release(c, r)
             c.state.keys[r] = None
         c.zombies.clear()
-        c.dirty = True
+        if not c.steady:  # steady: the schedule already set run_arr to what is left
+            c.dirty = True
 
     def _release(self, c: Core, r: int) -> None:
         s = c.state
@@ -343,19 +381,23 @@ class Simulation:
         finished requests leave (async: after the next schedule)."""
         s = c.state
         if after is known:  # every request got all it knew: each samples a token
-            emitted = np.ones(rq.size, bool)
+            emitted = _const(rq.size, 2)
             who = rq
             who_known = known
-            s.known[who] = known + 1
-            done = who[known + 1 == s.target[who]]
+            grown = known + 1
+            s.known[who] = grown
+            done = who[grown == (c.run_target if rq is c.run_arr else s.target[who])]
         else:
             emitted = after == known
             who = rq[emitted]
             if not who.size:
                 return emitted, who, who
             who_known = known[emitted]
-            s.known[who] = who_known + 1
-            done = who[who_known + 1 == s.target[who]]
+            grown = who_known + 1
+            s.known[who] = grown
+            done = who[grown == s.target[who]]
+        if c.steady:  # every request sampled: computed = its known before, known one more
+            c.next_computed, c.next_known = known, grown
         if done.size:
             s.finished[done] = True
             if c.limits.async_scheduling:
@@ -416,10 +458,39 @@ class Simulation:
         # Phase A, vectorised: running requests in order, each the rest of its known tokens
         # capped by the threshold and what the budget has left after the ones before it.
         fast = None  # Phase A alone, every running request scheduled: (cr, kn)
+        # Steady decode (see Core.steady): the part Phase A scheduled (every running request
+        # but those finished in the step in flight, in order) and its computed tokens mod B
+        steady_part = steady_rem = None
+        steady = c.steady and not c.dirty
+        c.steady = False
         if running:
             if c.dirty:
-                c.run_arr = np.array(running, np.int64)
+                c.run_arr = ra = np.array(running, np.int64)
+                c.run_prompt = s.prompt[ra]
+                c.run_target = s.target[ra]
                 c.dirty = False
+            ra = c.run_arr
+            if steady:
+                # Each request schedules its one known token (whole, so it samples); it needs
+                # a block exactly when its computed tokens fill their last one. Requests that
+                # finished in the step in flight (async) schedule nothing.
+                cr, kn = c.next_computed, c.next_known
+                part = ra
+                if c.zombies:
+                    keep = ~s.finished[ra]
+                    part, cr, kn = ra[keep], cr[keep], kn[keep]
+                nk = part.size
+                rem = cr % B
+                grow = (rem == 0).nonzero()[0]
+                if 0 < nk <= budget and grow.size <= kv.free:
+                    if grow.size:
+                        kv.allocate(grow.size)
+                        s.held[part[grow]] += 1
+                    parts.append((part, _const(nk, 1), None))
+                    fast = (cr, kn, True)
+                    steady_part, steady_rem = part, rem
+                    budget -= nk
+        if running and steady_part is None:
             ra = c.run_arr
             cr = s.computed[ra]
             kn = s.known[ra]
@@ -473,7 +544,7 @@ class Simulation:
             return _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY
         if len(parts) == 1:
             rq, sc, hits = parts[0]
-            ch = hits if hits is not None else np.zeros(rq.size, np.int64)
+            ch = hits if hits is not None else _const(rq.size, 0)
         else:
             fast = None
             rq = np.concatenate([p[0] for p in parts])
@@ -489,11 +560,40 @@ class Simulation:
             whole = False
         after = kn if whole else cp + sc
         s.computed[rq] = after
-        pl = s.prompt[rq]
+        pl = c.run_prompt if rq is c.run_arr else s.prompt[rq]
+        if steady_part is not None and (rq is steady_part or bool((after == kn).all())):
+            # Still steady: every request running after this step (the steady part, then
+            # those admitted, in order) is scheduled whole. ``running`` will be ``rq`` once
+            # this step's zombies leave; _finish_step records the arrays.
+            if rq is not c.run_arr:
+                c.run_arr, c.run_prompt = rq, pl
+                c.run_target = s.target[rq]
+            c.dirty = False
+            c.steady = True
+        elif rq is c.run_arr and whole:  # Phase A alone scheduled every request whole
+            c.steady = True
         if L.prefix_caching:
-            full = (after if whole else np.minimum(after, kn)) // B
-            reg = s.registered[rq]
-            grow = (full > reg).nonzero()[0]
+            grow = None
+            if rq is steady_part:
+                # steady decode: a block fills when the known token completes it; each had
+                # offered all its full blocks, so exactly one more is full, and past its
+                # shared keys it is one more block of the request's own cached segment
+                fills = (steady_rem == B - 1).nonzero()[0]
+                if fills.size:
+                    rg = rq[fills]
+                    fg = kn[fills] // B
+                    if (fg > s.n_shared[rg]).all():
+                        s.registered[rg] = fg
+                        segment = c.kv.segment
+                        for r in rg.tolist():
+                            segment[r] = segment.get(r, 0) + 1
+                        grow = fills[:0]
+                else:
+                    grow = fills
+            if grow is None:  # vLLM's rule, whatever the state
+                full = (after if whole else np.minimum(after, kn)) // B
+                reg = s.registered[rq]
+                grow = (full > reg).nonzero()[0]
             if grow.size:
                 rg, fg, before = rq[grow], full[grow], reg[grow]
                 s.registered[rg] = fg
