@@ -597,12 +597,15 @@ class Simulation:
             if grow.size:
                 rg, fg, before = rq[grow], full[grow], reg[grow]
                 s.registered[rg] = fg
-                own = before >= s.n_shared[rg]  # past its shared keys: its own segment grows
                 segment = c.kv.segment
-                for r, d in zip(rg[own].tolist(), (fg - before)[own].tolist(), strict=True):
-                    segment[r] = segment.get(r, 0) + d
-                for r, f, b in zip(rg[~own].tolist(), fg[~own].tolist(),
-                                   before[~own].tolist(), strict=True):
+                keyed = []  # (request, full, before) still within its shared keys
+                for r, f, b, shared in zip(rg.tolist(), fg.tolist(), before.tolist(),
+                                           s.n_shared[rg].tolist(), strict=True):
+                    if b >= shared:  # past its shared keys: its own segment grows
+                        segment[r] = segment.get(r, 0) + f - b
+                    else:
+                        keyed.append((r, f, b))
+                for r, f, b in keyed:
                     self._register(c, r, f, b)
         return rq, sc, cp, pl, ch, after, kn
 

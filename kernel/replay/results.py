@@ -81,8 +81,9 @@ def _group_percentile(values: np.ndarray, groups: np.ndarray, n_groups: int,
 def _stats(x: np.ndarray, prefix: str) -> dict[str, float | None]:
     if x.size == 0:
         return {f"{prefix}_{k}": None for k in ("mean", "p50", "p90", "p99")}
+    ps = np.percentile(x, (50, 90, 99))  # one partition for the three
     return {f"{prefix}_mean": float(np.mean(x)),
-            **{f"{prefix}_p{q}": float(np.percentile(x, q)) for q in (50, 90, 99)}}
+            **{f"{prefix}_p{q}": float(p) for q, p in zip((50, 90, 99), ps, strict=True)}}
 
 
 def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
@@ -103,8 +104,8 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
     emitted_n = np.bincount(tok_req, minlength=n).astype(np.int64, copy=False)
     offset = np.cumsum(emitted_n) - emitted_n
     ordinal = tok_known - np.asarray(state.prompt, np.int64)[tok_req]
-    if tok_req.size and (ordinal.min() < 0 or np.any(ordinal >= emitted_n[tok_req])):
-        raise AssertionError("a request sampled a token out of order")
+    if tok_req.size and ordinal.min() < 0:
+        raise AssertionError("a request sampled a token before its prompt was computed")
     visible = np.empty(tok_req.size, np.int64)
     visible[offset[tok_req] + ordinal] = steps["end"][tok_batch] + (ordinal + 1) * otok
     del ordinal, tok_known, tok_batch
