@@ -536,6 +536,9 @@ class Simulation:
                     budget -= int(n[:first].sum())
                 done_a, budget, preempted = self._phase_a_scalar(c, first, budget)
                 parts.append(done_a)
+        admit = waiting and budget > 0 and len(running) < L.max_num_seqs
+        if steady_part is not None and not admit:  # the steady part is the whole step
+            return self._steady_plan(c, steady_part, cr, kn, steady_rem)
         # Phase B: waiting requests, FCFS, only if nothing was preempted.
         if not preempted and waiting and budget > 0 and len(running) < L.max_num_seqs:
             parts.append(self._phase_b(c, budget, start))
@@ -573,41 +576,65 @@ class Simulation:
         elif rq is c.run_arr and whole:  # Phase A alone scheduled every request whole
             c.steady = True
         if L.prefix_caching:
-            grow = None
-            if rq is steady_part:
-                # steady decode: a block fills when the known token completes it; each had
-                # offered all its full blocks, so exactly one more is full, and past its
-                # shared keys it is one more block of the request's own cached segment
-                fills = (steady_rem == B - 1).nonzero()[0]
-                if fills.size:
-                    rg = rq[fills]
-                    fg = kn[fills] // B
-                    if (fg > s.n_shared[rg]).all():
-                        s.registered[rg] = fg
-                        segment = c.kv.segment
-                        for r in rg.tolist():
-                            segment[r] = segment.get(r, 0) + 1
-                        grow = fills[:0]
-                else:
-                    grow = fills
-            if grow is None:  # vLLM's rule, whatever the state
-                full = (after if whole else np.minimum(after, kn)) // B
-                reg = s.registered[rq]
-                grow = (full > reg).nonzero()[0]
-            if grow.size:
-                rg, fg, before = rq[grow], full[grow], reg[grow]
-                s.registered[rg] = fg
-                segment = c.kv.segment
-                keyed = []  # (request, full, before) still within its shared keys
-                for r, f, b, shared in zip(rg.tolist(), fg.tolist(), before.tolist(),
-                                           s.n_shared[rg].tolist(), strict=True):
-                    if b >= shared:  # past its shared keys: its own segment grows
-                        segment[r] = segment.get(r, 0) + f - b
-                    else:
-                        keyed.append((r, f, b))
-                for r, f, b in keyed:
-                    self._register(c, r, f, b)
+            self._offer(c, rq, after, kn, whole, steady_rem if rq is steady_part else None)
         return rq, sc, cp, pl, ch, after, kn
+
+    def _steady_plan(self, c: Core, rq: np.ndarray, cr: np.ndarray, kn: np.ndarray,
+                     rem: np.ndarray) -> Plan:
+        """The plan of a step that is the steady decode part alone (what the general
+        combination in :meth:`_schedule` gives for it, without its branches)."""
+        s = c.state
+        s.computed[rq] = kn
+        if rq is not c.run_arr:  # the step in flight's zombies leave after this schedule
+            c.run_arr, c.run_prompt, c.run_target = rq, s.prompt[rq], s.target[rq]
+        c.dirty = False
+        c.steady = True
+        if c.limits.prefix_caching:
+            self._offer(c, rq, kn, kn, True, rem)
+        n = rq.size
+        return rq, _const(n, 1), cr, c.run_prompt, _const(n, 0), kn, kn
+
+    def _offer(self, c: Core, rq: np.ndarray, after: np.ndarray, kn: np.ndarray, whole: bool,
+               steady_rem: np.ndarray | None) -> None:
+        """vLLM ``_update_after_schedule``'s prefix-cache side: the blocks the schedule filled
+        join the cache (shared keys) or the request's own segment. ``steady_rem``: each
+        request's computed tokens mod B when ``rq`` is a steady decode part."""
+        s = c.state
+        B = c.limits.block_size
+        grow = None
+        if steady_rem is not None:
+            # steady decode: a block fills when the known token completes it; each had
+            # offered all its full blocks, so exactly one more is full, and past its
+            # shared keys it is one more block of the request's own cached segment
+            fills = (steady_rem == B - 1).nonzero()[0]
+            if fills.size:
+                rg = rq[fills]
+                fg = kn[fills] // B
+                if (fg > s.n_shared[rg]).all():
+                    s.registered[rg] = fg
+                    segment = c.kv.segment
+                    for r in rg.tolist():
+                        segment[r] = segment.get(r, 0) + 1
+                    grow = fills[:0]
+            else:
+                grow = fills
+        if grow is None:  # vLLM's rule, whatever the state
+            full = (after if whole else np.minimum(after, kn)) // B
+            reg = s.registered[rq]
+            grow = (full > reg).nonzero()[0]
+        if grow.size:
+            rg, fg, before = rq[grow], full[grow], reg[grow]
+            s.registered[rg] = fg
+            segment = c.kv.segment
+            keyed = []  # (request, full, before) still within its shared keys
+            for r, f, b, shared in zip(rg.tolist(), fg.tolist(), before.tolist(),
+                                       s.n_shared[rg].tolist(), strict=True):
+                if b >= shared:  # past its shared keys: its own segment grows
+                    segment[r] = segment.get(r, 0) + f - b
+                else:
+                    keyed.append((r, f, b))
+            for r, f, b in keyed:
+                self._register(c, r, f, b)
 
     def _register(self, c: Core, r: int, full: int, reg: int) -> None:
         """The request's leading ``full`` blocks are full (``reg`` were before): offer the new
