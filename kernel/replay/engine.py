@@ -348,7 +348,8 @@ class Simulation:
             self.batches += 1
             # occupancy while the step runs, before its finished requests leave
             self.rows.step_buf.extend((
-                b, c.pool_index, c.index, self.group_steps, now, end, price, step, rq.size, int(sc.sum()),
+                b, c.pool_index, c.index, self.group_steps, now, end, price, step, rq.size,
+                rq.size if sc is _CONST.get((rq.size, 1)) else int(sc.sum()),  # steady: 1 each
                 len(c.running), len(c.waiting) + len(c.inbox), c.kv.used(), c.kv.num_blocks))
             emitted, who, who_known = self._finish_step(c, rq, after, kn, end)
             self.rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index, who, who_known)
@@ -537,7 +538,7 @@ class Simulation:
                 done_a, budget, preempted = self._phase_a_scalar(c, first, budget)
                 parts.append(done_a)
         admit = waiting and budget > 0 and len(running) < L.max_num_seqs
-        if steady_part is not None and not admit:  # the steady part is the whole step
+        if steady_part is not None and steady_rem is not None and not admit:  # all of it
             return self._steady_plan(c, steady_part, cr, kn, steady_rem)
         # Phase B: waiting requests, FCFS, only if nothing was preempted.
         if not preempted and waiting and budget > 0 and len(running) < L.max_num_seqs:

@@ -100,15 +100,20 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
     # Token times without a sort: the token a request samples when it knows ``known`` tokens
     # is its (known - prompt)-th, so each lands at its place in a (request, ordinal) layout,
     # the order a stable sort by request of the time-ordered tokens gives.
-    tok_req, tok_known, tok_batch = sim.rows.tokens()
+    tok_req, tok_known, tok_batch = sim.rows.tokens()  # fresh arrays: changed in place
     emitted_n = np.bincount(tok_req, minlength=n).astype(np.int64, copy=False)
     offset = np.cumsum(emitted_n) - emitted_n
-    ordinal = tok_known - np.asarray(state.prompt, np.int64)[tok_req]
+    scratch = np.take(np.asarray(state.prompt, np.int64), tok_req)
+    ordinal = np.subtract(tok_known, scratch, out=tok_known)
     if tok_req.size and ordinal.min() < 0:
         raise AssertionError("a request sampled a token before its prompt was computed")
+    at = np.add(np.take(offset, tok_req, out=scratch), ordinal, out=scratch)  # its place
+    ordinal += 1
+    ordinal *= otok
+    ordinal += steps["end"][tok_batch]  # the token's visible time
     visible = np.empty(tok_req.size, np.int64)
-    visible[offset[tok_req] + ordinal] = steps["end"][tok_batch] + (ordinal + 1) * otok
-    del ordinal, tok_known, tok_batch
+    visible[at] = ordinal
+    del ordinal, tok_known, tok_batch, tok_req, scratch, at
     has = emitted_n > 0
     first_token = np.full(n, -1, np.int64)
     last_token = np.full(n, -1, np.int64)
@@ -117,8 +122,8 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
     same = np.ones(visible.size, bool)  # a token after another of the same request
     same[offset[has]] = False
     itl = (visible[1:] - visible[:-1])[same[1:]]
-    itl_req = np.repeat(np.arange(n, dtype=np.int64), emitted_n)[1:][same[1:]]
-    del same
+    del same, visible
+    itl_req = np.repeat(np.arange(n, dtype=np.int64), np.maximum(emitted_n - 1, 0))
     itl_p50, itl_p99 = _group_percentile(itl, itl_req, n, (0.5, 0.99))
 
     admitted = states[0].admitted
