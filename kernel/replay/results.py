@@ -61,20 +61,28 @@ def _group_percentile(values: np.ndarray, groups: np.ndarray, n_groups: int,
     iv = values if integral else values.astype(np.int64)
     if ((integral or np.array_equal(iv, values)) and iv.min() >= 0 and iv.max() < 1 << 40
             and groups.max() < 1 << 22):  # one int64 sort of (group, value) keys: faster
-        key = np.sort((groups.astype(np.int64, copy=False) << 40) | iv)
-        g, v = key >> 40, (key & ((1 << 40) - 1)).astype(np.float64)
+        key = (groups.astype(np.int64, copy=False) << 40) | iv
+        key.sort()
+
+        def at(i: np.ndarray) -> np.ndarray:  # the sorted values, read where needed only
+            return (key[i] & ((1 << 40) - 1)).astype(np.float64)
     else:
         order = np.lexsort((values, groups))
-        v, g = values[order], groups[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    counts = np.diff(np.r_[starts, g.size])
+        v = values[order]
+
+        def at(i: np.ndarray) -> np.ndarray:
+            return v[i]
+    counts = np.bincount(groups, minlength=n_groups)
+    present = np.flatnonzero(counts)  # groups in order: their runs follow one another
+    counts = counts[present]
+    starts = np.cumsum(counts) - counts
     for q, out in zip(qs, outs, strict=True):
         pos = q * (counts - 1)
         lo = np.floor(pos).astype(np.int64)
         hi = np.minimum(lo + 1, counts - 1)
         frac = pos - lo
-        a, b = v[starts + lo], v[starts + hi]
-        out[g[starts]] = a + (b - a) * frac
+        a, b = at(starts + lo), at(starts + hi)
+        out[present] = a + (b - a) * frac
     return outs
 
 
