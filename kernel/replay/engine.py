@@ -108,11 +108,13 @@ class Core:
         self.run_prompt = self.run_arr  # their prompt and target lengths, rebuilt with it
         self.run_target = self.run_arr
         self.dirty = False
-        # Steady decode: the last step scheduled every running request whole (each sampled a
-        # token) and ``running`` has not changed since, so each now knows one token more than
-        # it has computed, holds exactly the blocks its computed tokens fill and has offered
-        # every full one to the prefix cache. ``next_computed``/``next_known`` are then its
-        # computed and known tokens, in ``run_arr`` order (what the last step left).
+        # Steady decode: the last step scheduled every request in ``run_arr`` whole (each
+        # sampled a token) and ``run_arr`` is ``running`` without the requests that step
+        # finished, so each now knows one token more than it has computed, holds exactly the
+        # blocks its computed tokens fill and has offered every full one to the prefix cache.
+        # ``next_computed``/``next_known`` are then their computed and known tokens, in
+        # ``run_arr`` order (what the last step left). Admissions, preemptions and sync
+        # finishes mark the core dirty, which ends it until a step is whole again.
         self.steady = False
         self.next_computed = self.run_arr
         self.next_known = self.run_arr
