@@ -113,8 +113,9 @@ class Core:
         # finished, so each now knows one token more than it has computed, holds exactly the
         # blocks its computed tokens fill and has offered every full one to the prefix cache.
         # ``next_computed``/``next_known`` are then their computed and known tokens, in
-        # ``run_arr`` order (what the last step left). Admissions, preemptions and sync
-        # finishes mark the core dirty, which ends it until a step is whole again.
+        # ``run_arr`` order (what the last step left). Admissions scheduled whole keep it;
+        # other admissions, preemptions and sync finishes mark the core dirty, which ends it
+        # until a step is whole again.
         self.steady = False
         self.next_computed = self.run_arr
         self.next_known = self.run_arr
