@@ -6,8 +6,10 @@ preemption under a small KV pool, sync scheduling, chunked prefill, no steps tab
 digest is a SHA-256 per output column (requests, steps, engine_steps, rejects) and of the
 summary, so a change in behaviour names the column it touched.
 
-The pinned digests, tests/data/replay_pin.json, were generated from main at f75f2e3 (the
-replay before the bookkeeping speed-up, issue 29) with:
+The pinned digests, tests/data/replay_pin.json, were generated from main's replay before the
+bookkeeping speed-up (issue 29), first at f75f2e3, then at c19e098 (whose MoE pricing changed
+the MoE, sliding-window and P/D cases; its replay code is f75f2e3's), with this file copied
+into a checkout of that commit:
 
     PYTHONPATH=. python -m tests.replay_pin > tests/data/replay_pin.json
 """

@@ -1,6 +1,7 @@
 """The replay's outputs are pinned: fixed-seed replays on every engine path (tests/replay_pin.py)
-hash column by column to the digests main's replay gave at f75f2e3 (tests/data/replay_pin.json,
-regenerated only when behaviour is meant to change: see tests/replay_pin.py for the command).
+hash column by column to the digests main's replay gave before the speed-up, at c19e098
+(tests/data/replay_pin.json; regenerated only when behaviour is meant to change: see
+tests/replay_pin.py for the command).
 Speed work on the scheduler's bookkeeping must leave every byte of the outputs as it was."""
 
 from __future__ import annotations
