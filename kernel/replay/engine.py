@@ -105,7 +105,20 @@ class Core:
         self.running: list[int] = []
         self.zombies: list[int] = []  # finished in the step before, freed after this schedule
         self.run_arr = np.zeros(0, np.int64)  # ``running`` as an array, rebuilt when dirty
+        self.run_prompt = self.run_arr  # their prompt and target lengths, rebuilt with it
+        self.run_target = self.run_arr
         self.dirty = False
+        # Steady decode: the last step scheduled every request in ``run_arr`` whole (each
+        # sampled a token) and ``run_arr`` is ``running`` without the requests that step
+        # finished, so each now knows one token more than it has computed, holds exactly the
+        # blocks its computed tokens fill and has offered every full one to the prefix cache.
+        # ``next_computed``/``next_known`` are then their computed and known tokens, in
+        # ``run_arr`` order (what the last step left). Admissions scheduled whole keep it;
+        # other admissions, preemptions and sync finishes mark the core dirty, which ends it
+        # until a step is whole again.
+        self.steady = False
+        self.next_computed = self.run_arr
+        self.next_known = self.run_arr
 
     def load(self) -> int:
         """waiting + running (the DP load balancer's count), inbox included."""
@@ -125,15 +138,16 @@ class Group:
 
 
 class Rows:
-    """The steps table, kept as each step's own arrays (joined once at the end: no copy per
-    step), and one engine-step record per batch.
+    """The steps table, kept as each step's own arrays (joined only when the table is read: no
+    copy per step), one engine-step record per batch, and the tokens the user receives: per
+    batch of the client pool, the requests that sampled a token and how many tokens each knew
+    before it (its prompt plus that token's ordinal), which is all the request latencies need.
 
-    ``keep_steps=False`` keeps only the (batch, request) of each token the user receives, which
-    is all the request latencies need (a 1M-request replay without its steps table)."""
+    ``keep_steps=False`` keeps only the tokens and the engine steps (a 1M-request replay
+    without its steps table)."""
 
     NAMES = ("batch_id", "request", "scheduled", "computed", "prompt_len", "cached_tokens",
              "emitted", "pool")
-    LEAN = ("batch_id", "request")
     PER_ROW = ("request", "scheduled", "computed", "prompt_len", "cached_tokens", "emitted")
     STEP_NAMES = ("batch_id", "pool", "engine", "group_step", "start", "end", "batch_ns",
                   "step_ns", "requests", "tokens", "running", "waiting", "kv_used",
@@ -142,44 +156,55 @@ class Rows:
     def __init__(self, keep_steps: bool = True, client_pool: int = 0) -> None:
         self.keep = keep_steps
         self.client_pool = client_pool
-        self.names = self.NAMES if keep_steps else self.LEAN
-        self.parts: list[list[np.ndarray]] = [[] for _ in self.PER_ROW]
+        self.parts: list[tuple[np.ndarray, ...]] = []  # per batch: its PER_ROW columns
         self.batch: list[int] = []  # per part: batch id, pool, rows
         self.pool: list[int] = []
         self.count: list[int] = []
+        # the client pool's sampled tokens, per batch: requests, their known tokens before
+        self.tok_req: list[np.ndarray] = []
+        self.tok_known: list[np.ndarray] = []
+        self.tok_batch: list[int] = []
+        self.tok_count: list[int] = []
         self.step_buf = array("q")
         self._cols: dict[str, np.ndarray] | None = None
 
     def add(self, b: int, rq: np.ndarray, sc: np.ndarray, cp: np.ndarray, pl: np.ndarray,
-            ch: np.ndarray, emitted: np.ndarray, pool: int) -> None:
-        """One batch's rows. The arrays are kept as they are: the engine never writes into an
-        array after handing it here."""
+            ch: np.ndarray, emitted: np.ndarray, pool: int, who: np.ndarray,
+            who_known: np.ndarray) -> None:
+        """One batch's rows and its sampled tokens (``who``, ``who_known``). The arrays are
+        kept as they are: the engine never writes into an array after handing it here."""
         if self.keep:
-            for part, col in zip(self.parts, (rq, sc, cp, pl, ch, emitted), strict=True):
-                part.append(col)
-            n = rq.size
-        elif pool == self.client_pool:
-            got = rq[emitted]
-            self.parts[0].append(got)
-            n = got.size
-        else:
-            return
-        self.batch.append(b)
-        self.pool.append(pool)
-        self.count.append(n)
-        self._cols = None
+            self.parts.append((rq, sc, cp, pl, ch, emitted))
+            self.batch.append(b)
+            self.pool.append(pool)
+            self.count.append(rq.size)
+            self._cols = None
+        if pool == self.client_pool and who.size:
+            self.tok_req.append(who)
+            self.tok_known.append(who_known)
+            self.tok_batch.append(b)
+            self.tok_count.append(who.size)
+
+    def tokens(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(request, known tokens before it, batch) of every token the user receives, in the
+        order they were sampled."""
+        if not self.tok_req:
+            z = np.zeros(0, np.int64)
+            return z, z, z
+        return (np.concatenate(self.tok_req), np.concatenate(self.tok_known),
+                np.repeat(np.asarray(self.tok_batch, np.int64),
+                          np.asarray(self.tok_count, np.int64)))
 
     @property
     def cols(self) -> dict[str, np.ndarray]:
+        """The steps table's per-row columns (``keep_steps`` only)."""
         if self._cols is None:
             counts = np.asarray(self.count, np.int64)
             out = {"batch_id": np.repeat(np.asarray(self.batch, np.int64), counts)}
-            for name, part in zip(self.PER_ROW, self.parts, strict=True):
-                if name == "request" or self.keep:
-                    out[name] = (np.concatenate(part) if part else
-                                 np.zeros(0, bool if name == "emitted" else np.int64))
-            if self.keep:
-                out["pool"] = np.repeat(np.asarray(self.pool, np.int64), counts)
+            for i, name in enumerate(self.PER_ROW):
+                out[name] = (np.concatenate([p[i] for p in self.parts]) if self.parts else
+                             np.zeros(0, bool if name == "emitted" else np.int64))
+            out["pool"] = np.repeat(np.asarray(self.pool, np.int64), counts)
             self._cols = out
         return self._cols
 
@@ -194,6 +219,18 @@ class Rows:
 Plan = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
              np.ndarray]
 _EMPTY = np.zeros(0, np.int64)
+_CONST: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _const(n: int, value: int) -> np.ndarray:
+    """A read-only array of ``n`` times ``value`` (0 or 1 as int64, 2 for True as bool),
+    shared: the steps table keeps each step's arrays, and these are never written."""
+    a = _CONST.get((n, value))
+    if a is None:
+        a = np.ones(n, bool) if value == 2 else np.full(n, value, np.int64)
+        a.flags.writeable = False
+        _CONST[(n, value)] = a
+    return a
 
 
 class Simulation:
@@ -265,7 +302,19 @@ class Simulation:
         """Schedule and launch the group's next step at ``now`` (the previous step's end, or
         an arrival at an idle group); ``sched_time`` is when its schedule ran (async: the
         previous step's start)."""
-        plans = [self._schedule(c, sched_time, now) for c in g.cores]
+        cores = g.cores
+        if len(cores) == 1:  # one core (a dense model's DP rank): the common case, lean
+            c = cores[0]
+            plan = self._schedule(c, sched_time, now)
+            if plan[0].size:
+                if c.zombies:
+                    self._drop_zombies(c)
+                price = self.price_ns(c, plan[1], plan[2], plan[3])
+                self._launch(g, gi, now, [plan], [price], price)
+                return
+            plans = [plan]
+        else:
+            plans = [self._schedule(c, sched_time, now) for c in cores]
         if all(not p[0].size for p in plans):
             # Nothing to run with what the early schedule saw: the engine loop polls again
             # after the step in flight ends, with the finished requests gone.
@@ -284,7 +333,11 @@ class Simulation:
             return
         prices = [self.price_ns(c, p[1], p[2], p[3]) if p[0].size else 0
                   for c, p in zip(g.cores, plans, strict=True)]
-        step = max(prices)
+        self._launch(g, gi, now, plans, prices, max(prices))
+
+    def _launch(self, g: Group, gi: int, now: int, plans: list[Plan], prices: list[int],
+                step: int) -> None:
+        """The group's step runs from ``now`` for ``step`` ns: record it, sample its tokens."""
         end = now + step
         self.group_steps += 1
         if self.max_steps is not None and self.group_steps > self.max_steps:
@@ -298,10 +351,11 @@ class Simulation:
             self.batches += 1
             # occupancy while the step runs, before its finished requests leave
             self.rows.step_buf.extend((
-                b, c.pool_index, c.index, self.group_steps, now, end, price, step, rq.size, int(sc.sum()),
+                b, c.pool_index, c.index, self.group_steps, now, end, price, step, rq.size,
+                rq.size if sc is _CONST.get((rq.size, 1)) else int(sc.sum()),  # steady: 1 each
                 len(c.running), len(c.waiting) + len(c.inbox), c.kv.used(), c.kv.num_blocks))
-            emitted = self._finish_step(c, rq, after, kn, end)
-            self.rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index)
+            emitted, who, who_known = self._finish_step(c, rq, after, kn, end)
+            self.rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index, who, who_known)
         g.busy = True
         g.start = now
         self._push_end(end, gi)
@@ -314,7 +368,8 @@ class Simulation:
             self._release(c, r)
             c.state.keys[r] = None
         c.zombies.clear()
-        c.dirty = True
+        if not c.steady:  # steady: the schedule already set run_arr to what is left
+            c.dirty = True
 
     def _release(self, c: Core, r: int) -> None:
         s = c.state
@@ -324,22 +379,29 @@ class Simulation:
         s.registered[r] = 0
 
     def _finish_step(self, c: Core, rq: np.ndarray, after: np.ndarray, known: np.ndarray,
-                     end: int) -> np.ndarray:
+                     end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Tokens sampled at the step's end (a request whose scheduled tokens reached all it
-        knew); finished requests leave (async: after the next schedule)."""
+        knew): (emitted per row, the requests that sampled, their known tokens before it);
+        finished requests leave (async: after the next schedule)."""
         s = c.state
         if after is known:  # every request got all it knew: each samples a token
-            emitted = np.ones(rq.size, bool)
+            emitted = _const(rq.size, 2)
             who = rq
-            s.known[who] = known + 1
-            done = who[known + 1 == s.target[who]]
+            who_known = known
+            grown = known + 1
+            s.known[who] = grown
+            done = who[grown == (c.run_target if rq is c.run_arr else s.target[who])]
         else:
             emitted = after == known
             who = rq[emitted]
             if not who.size:
-                return emitted
-            s.known[who] += 1
-            done = who[known[emitted] + 1 == s.target[who]]
+                return emitted, who, who
+            who_known = known[emitted]
+            grown = who_known + 1
+            s.known[who] = grown
+            done = who[grown == s.target[who]]
+        if c.steady:  # every request sampled: computed = its known before, known one more
+            c.next_computed, c.next_known = known, grown
         if done.size:
             s.finished[done] = True
             if c.limits.async_scheduling:
@@ -353,7 +415,7 @@ class Simulation:
             if self.on_finish is not None:
                 for r in done.tolist():
                     self.on_finish(c, r, end)
-        return emitted
+        return emitted, who, who_known
 
     # -- the scheduler -------------------------------------------------------------------
     @staticmethod
@@ -400,10 +462,39 @@ class Simulation:
         # Phase A, vectorised: running requests in order, each the rest of its known tokens
         # capped by the threshold and what the budget has left after the ones before it.
         fast = None  # Phase A alone, every running request scheduled: (cr, kn)
+        # Steady decode (see Core.steady): the part Phase A scheduled (every running request
+        # but those finished in the step in flight, in order) and its computed tokens mod B
+        steady_part = steady_rem = None
+        steady = c.steady and not c.dirty
+        c.steady = False
         if running:
             if c.dirty:
-                c.run_arr = np.array(running, np.int64)
+                c.run_arr = ra = np.array(running, np.int64)
+                c.run_prompt = s.prompt[ra]
+                c.run_target = s.target[ra]
                 c.dirty = False
+            ra = c.run_arr
+            if steady:
+                # Each request schedules its one known token (whole, so it samples); it needs
+                # a block exactly when its computed tokens fill their last one. Requests that
+                # finished in the step in flight (async) schedule nothing.
+                cr, kn = c.next_computed, c.next_known
+                part = ra
+                if c.zombies:
+                    keep = ~s.finished[ra]
+                    part, cr, kn = ra[keep], cr[keep], kn[keep]
+                nk = part.size
+                rem = cr % B
+                grow = (rem == 0).nonzero()[0]
+                if 0 < nk <= budget and grow.size <= kv.free:
+                    if grow.size:
+                        kv.allocate(grow.size)
+                        s.held[part[grow]] += 1
+                    parts.append((part, _const(nk, 1), None))
+                    fast = (cr, kn, True)
+                    steady_part, steady_rem = part, rem
+                    budget -= nk
+        if running and steady_part is None:
             ra = c.run_arr
             cr = s.computed[ra]
             kn = s.known[ra]
@@ -449,6 +540,9 @@ class Simulation:
                     budget -= int(n[:first].sum())
                 done_a, budget, preempted = self._phase_a_scalar(c, first, budget)
                 parts.append(done_a)
+        admit = waiting and budget > 0 and len(running) < L.max_num_seqs
+        if steady_part is not None and steady_rem is not None and not admit:  # all of it
+            return self._steady_plan(c, steady_part, cr, kn, steady_rem)
         # Phase B: waiting requests, FCFS, only if nothing was preempted.
         if not preempted and waiting and budget > 0 and len(running) < L.max_num_seqs:
             parts.append(self._phase_b(c, budget, start))
@@ -457,7 +551,7 @@ class Simulation:
             return _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY
         if len(parts) == 1:
             rq, sc, hits = parts[0]
-            ch = hits if hits is not None else np.zeros(rq.size, np.int64)
+            ch = hits if hits is not None else _const(rq.size, 0)
         else:
             fast = None
             rq = np.concatenate([p[0] for p in parts])
@@ -473,22 +567,78 @@ class Simulation:
             whole = False
         after = kn if whole else cp + sc
         s.computed[rq] = after
-        pl = s.prompt[rq]
+        pl = c.run_prompt if rq is c.run_arr else s.prompt[rq]
+        if steady_part is not None and (rq is steady_part or bool((after == kn).all())):
+            # Still steady: every request running after this step (the steady part, then
+            # those admitted, in order) is scheduled whole. ``running`` will be ``rq`` once
+            # this step's zombies leave; _finish_step records the arrays.
+            if rq is not c.run_arr:
+                c.run_arr, c.run_prompt = rq, pl
+                c.run_target = s.target[rq]
+            c.dirty = False
+            c.steady = True
+        elif rq is c.run_arr and whole:  # Phase A alone scheduled every request whole
+            c.steady = True
         if L.prefix_caching:
+            self._offer(c, rq, after, kn, whole, steady_rem if rq is steady_part else None)
+        return rq, sc, cp, pl, ch, after, kn
+
+    def _steady_plan(self, c: Core, rq: np.ndarray, cr: np.ndarray, kn: np.ndarray,
+                     rem: np.ndarray) -> Plan:
+        """The plan of a step that is the steady decode part alone (what the general
+        combination in :meth:`_schedule` gives for it, without its branches)."""
+        s = c.state
+        s.computed[rq] = kn
+        if rq is not c.run_arr:  # the step in flight's zombies leave after this schedule
+            c.run_arr, c.run_prompt, c.run_target = rq, s.prompt[rq], s.target[rq]
+        c.dirty = False
+        c.steady = True
+        if c.limits.prefix_caching:
+            self._offer(c, rq, kn, kn, True, rem)
+        n = rq.size
+        return rq, _const(n, 1), cr, c.run_prompt, _const(n, 0), kn, kn
+
+    def _offer(self, c: Core, rq: np.ndarray, after: np.ndarray, kn: np.ndarray, whole: bool,
+               steady_rem: np.ndarray | None) -> None:
+        """vLLM ``_update_after_schedule``'s prefix-cache side: the blocks the schedule filled
+        join the cache (shared keys) or the request's own segment. ``steady_rem``: each
+        request's computed tokens mod B when ``rq`` is a steady decode part."""
+        s = c.state
+        B = c.limits.block_size
+        grow = None
+        if steady_rem is not None:
+            # steady decode: a block fills when the known token completes it; each had
+            # offered all its full blocks, so exactly one more is full, and past its
+            # shared keys it is one more block of the request's own cached segment
+            fills = (steady_rem == B - 1).nonzero()[0]
+            if fills.size:
+                rg = rq[fills]
+                fg = kn[fills] // B
+                if (fg > s.n_shared[rg]).all():
+                    s.registered[rg] = fg
+                    segment = c.kv.segment
+                    for r in rg.tolist():
+                        segment[r] = segment.get(r, 0) + 1
+                    grow = fills[:0]
+            else:
+                grow = fills
+        if grow is None:  # vLLM's rule, whatever the state
             full = (after if whole else np.minimum(after, kn)) // B
             reg = s.registered[rq]
             grow = (full > reg).nonzero()[0]
-            if grow.size:
-                rg, fg, before = rq[grow], full[grow], reg[grow]
-                s.registered[rg] = fg
-                own = before >= s.n_shared[rg]  # past its shared keys: its own segment grows
-                segment = c.kv.segment
-                for r, d in zip(rg[own].tolist(), (fg - before)[own].tolist(), strict=True):
-                    segment[r] = segment.get(r, 0) + d
-                for r, f, b in zip(rg[~own].tolist(), fg[~own].tolist(),
-                                   before[~own].tolist(), strict=True):
-                    self._register(c, r, f, b)
-        return rq, sc, cp, pl, ch, after, kn
+        if grow.size:
+            rg, fg, before = rq[grow], full[grow], reg[grow]
+            s.registered[rg] = fg
+            segment = c.kv.segment
+            keyed = []  # (request, full, before) still within its shared keys
+            for r, f, b, shared in zip(rg.tolist(), fg.tolist(), before.tolist(),
+                                       s.n_shared[rg].tolist(), strict=True):
+                if b >= shared:  # past its shared keys: its own segment grows
+                    segment[r] = segment.get(r, 0) + f - b
+                else:
+                    keyed.append((r, f, b))
+            for r, f, b in keyed:
+                self._register(c, r, f, b)
 
     def _register(self, c: Core, r: int, full: int, reg: int) -> None:
         """The request's leading ``full`` blocks are full (``reg`` were before): offer the new

@@ -114,6 +114,10 @@ class KVBlocks:
         pop = lru.popitem
         self.evictions += n
         self._lru_count -= n
+        key = next(iter(lru))
+        if key < 0 and segment[-key - 1] > n:  # the LRU segment's tail alone: it stays first
+            segment[-key - 1] -= n
+            return
         while n > 0:
             key = pop(False)[0]
             if key >= 0:

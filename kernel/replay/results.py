@@ -8,6 +8,7 @@ for it). The request is done ``completion_overhead`` after its last token.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,11 +32,22 @@ class ReplayResult:
     """What :func:`kernel.replay.replay` returns (docs/replay.md)."""
 
     requests: pa.Table  # one row per request: times, latencies, tokens, status, reason
-    steps: pa.Table  # one row per request per step, in the trace schema `price` reads
+    # the steps table, or what builds it when ``steps`` is first read (it is the largest
+    # output, one row per request per step, and many callers read only the summary)
+    steps_source: pa.Table | Callable[[], pa.Table]
     summary: dict[str, Any]
     rejects: pa.Table  # requests that could not run: request_id, row, reason
     options: ReplayOptions
     engine_steps: pa.Table | None = None  # one row per engine core per step
+
+    @property
+    def steps(self) -> pa.Table:
+        """One row per request per step, in the trace schema ``price`` reads."""
+        src = self.steps_source
+        if not isinstance(src, pa.Table):
+            src = src()
+            object.__setattr__(self, "steps_source", src)  # built once, then kept
+        return src
 
 
 def _group_percentile(values: np.ndarray, groups: np.ndarray, n_groups: int,
@@ -49,28 +61,37 @@ def _group_percentile(values: np.ndarray, groups: np.ndarray, n_groups: int,
     iv = values if integral else values.astype(np.int64)
     if ((integral or np.array_equal(iv, values)) and iv.min() >= 0 and iv.max() < 1 << 40
             and groups.max() < 1 << 22):  # one int64 sort of (group, value) keys: faster
-        key = np.sort((groups.astype(np.int64, copy=False) << 40) | iv)
-        g, v = key >> 40, (key & ((1 << 40) - 1)).astype(np.float64)
+        key = (groups.astype(np.int64, copy=False) << 40) | iv
+        key.sort()
+
+        def at(i: np.ndarray) -> np.ndarray:  # the sorted values, read where needed only
+            return (key[i] & ((1 << 40) - 1)).astype(np.float64)
     else:
         order = np.lexsort((values, groups))
-        v, g = values[order], groups[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    counts = np.diff(np.r_[starts, g.size])
+        v = values[order]
+
+        def at(i: np.ndarray) -> np.ndarray:
+            return v[i]
+    counts = np.bincount(groups, minlength=n_groups)
+    present = np.flatnonzero(counts)  # groups in order: their runs follow one another
+    counts = counts[present]
+    starts = np.cumsum(counts) - counts
     for q, out in zip(qs, outs, strict=True):
         pos = q * (counts - 1)
         lo = np.floor(pos).astype(np.int64)
         hi = np.minimum(lo + 1, counts - 1)
         frac = pos - lo
-        a, b = v[starts + lo], v[starts + hi]
-        out[g[starts]] = a + (b - a) * frac
+        a, b = at(starts + lo), at(starts + hi)
+        out[present] = a + (b - a) * frac
     return outs
 
 
 def _stats(x: np.ndarray, prefix: str) -> dict[str, float | None]:
     if x.size == 0:
         return {f"{prefix}_{k}": None for k in ("mean", "p50", "p90", "p99")}
+    ps = np.percentile(x, (50, 90, 99))  # one partition for the three
     return {f"{prefix}_mean": float(np.mean(x)),
-            **{f"{prefix}_p{q}": float(np.percentile(x, q)) for q in (50, 90, 99)}}
+            **{f"{prefix}_p{q}": float(p) for q, p in zip((50, 90, 99), ps, strict=True)}}
 
 
 def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
@@ -82,35 +103,35 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
     client = len(states) - 1  # the pool whose tokens reach the user (decode in P/D)
     state = states[client]
     keep = sim.rows.keep
-    rows = sim.rows.cols
     steps = sim.rows.steps
-    batch = rows["batch_id"]
-    req = rows["request"]
 
-    # Token times: stable by request, emission order kept (rows are in time order).
-    if keep:
-        em = np.flatnonzero(rows["emitted"] & (rows["pool"] == client))
-        em_req, em_batch = req[em], batch[em]
-    else:  # only the user's tokens were kept
-        em_req, em_batch = req, batch
-    order = np.argsort(em_req, kind="stable")
-    tr = em_req[order]
-    tend = steps["end"][em_batch[order]]
-    del order
-    first_of = np.flatnonzero(np.r_[True, tr[1:] != tr[:-1]]) if tr.size else np.zeros(0, int)
-    ordinal = np.arange(tr.size) - np.repeat(first_of, np.diff(np.r_[first_of, tr.size]))
-    visible = tend + (ordinal + 1) * otok
+    # Token times without a sort: the token a request samples when it knows ``known`` tokens
+    # is its (known - prompt)-th, so each lands at its place in a (request, ordinal) layout,
+    # the order a stable sort by request of the time-ordered tokens gives.
+    tok_req, tok_known, tok_batch = sim.rows.tokens()  # fresh arrays: changed in place
+    emitted_n = np.bincount(tok_req, minlength=n).astype(np.int64, copy=False)
+    offset = np.cumsum(emitted_n) - emitted_n
+    scratch = np.take(np.asarray(state.prompt, np.int64), tok_req)
+    ordinal = np.subtract(tok_known, scratch, out=tok_known)
+    if tok_req.size and ordinal.min() < 0:
+        raise AssertionError("a request sampled a token before its prompt was computed")
+    at = np.add(np.take(offset, tok_req, out=scratch), ordinal, out=scratch)  # its place
+    ordinal += 1
+    ordinal *= otok
+    ordinal += steps["end"][tok_batch]  # the token's visible time
+    visible = np.empty(tok_req.size, np.int64)
+    visible[at] = ordinal
+    del ordinal, tok_known, tok_batch, tok_req, scratch, at
+    has = emitted_n > 0
     first_token = np.full(n, -1, np.int64)
     last_token = np.full(n, -1, np.int64)
-    emitted_n = np.zeros(n, np.int64)
-    if tr.size:
-        first_token[tr[first_of]] = visible[first_of]
-        lasts = np.r_[first_of[1:] - 1, tr.size - 1]
-        last_token[tr[lasts]] = visible[lasts]
-        emitted_n[tr[first_of]] = np.diff(np.r_[first_of, tr.size])
-    same = np.r_[False, tr[1:] == tr[:-1]] if tr.size else np.zeros(0, bool)
-    itl = (visible[1:] - visible[:-1])[same[1:]] if tr.size else np.zeros(0, np.int64)
-    itl_req = tr[1:][same[1:]] if tr.size else np.zeros(0, np.int64)
+    first_token[has] = visible[offset[has]]
+    last_token[has] = visible[offset[has] + emitted_n[has] - 1]
+    same = np.ones(visible.size, bool)  # a token after another of the same request
+    same[offset[has]] = False
+    itl = (visible[1:] - visible[:-1])[same[1:]]
+    del same, visible
+    itl_req = np.repeat(np.arange(n, dtype=np.int64), np.maximum(emitted_n - 1, 0))
     itl_p50, itl_p99 = _group_percentile(itl, itl_req, n, (0.5, 0.99))
 
     admitted = states[0].admitted
@@ -179,16 +200,44 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
         "reason": pa.array([reason[i] for i in rejected], pa.string()),
     })
     id_arr = requests.column("request_id").combine_chunks()
-    if not keep:  # no steps table kept: the same columns, no rows
-        batch = req = np.zeros(0, np.int64)
-        rows = {name: np.zeros(0, np.int64) for name in Rows.NAMES}
-    # rows are grouped by batch in batch order: a per-batch value is repeated over its rows
-    per = steps["requests"] if keep else np.zeros(steps["requests"].size, np.int64)
+    rows_of = sim.rows if keep else None
 
+    def steps_table() -> pa.Table:  # built when first read
+        return _steps_table(rows_of, steps, id_arr, names)
+
+    engine_steps = pa.table({name: pa.array(v, pa.int64()) for name, v in steps.items()})
+    summary = summarise(requests, engine_steps, itl, slo)
+    summary["engine_cores"] = len(sim.cores)
+    summary["pools"] = names
+    summary["lockstep"] = lockstep
+    summary["kv_blocks_per_core"] = [next(c.limits.num_blocks for c in sim.cores
+                                          if c.pool_index == i) for i in range(len(states))]
+    if handoff is not None:
+        took = (handoff[:, 1] - handoff[:, 0])[handoff[:, 1] >= 0]
+        summary.update({k_: (v / NS if v is not None else None)
+                        for k_, v in _stats(took.astype(np.float64), "handoff_s").items()})
+    summary["prefix_cache_evictions"] = sum(c.kv.evictions for c in sim.cores)
+    summary["options"] = options.to_dict()
+    return ReplayResult(requests, steps_table, summary=summary,
+                        rejects=rejects, options=options, engine_steps=engine_steps)
+
+
+def _steps_table(rows_of: Rows | None, steps: dict[str, np.ndarray], id_arr: pa.Array,
+                 names: list[str]) -> pa.Table:
+    """The steps table, one row per request per step (no rows when none were kept)."""
+    if rows_of is not None:
+        rows = rows_of.cols
+        per = steps["requests"]
+    else:
+        rows = {name: np.zeros(0, np.int64) for name in Rows.NAMES}
+        per = np.zeros(steps["requests"].size, np.int64)
+    batch, req = rows["batch_id"], rows["request"]
+
+    # rows are grouped by batch in batch order: a per-batch value is repeated over its rows
     def spread(name: str) -> np.ndarray:
         return np.repeat(steps[name], per)
 
-    steps_table = pa.table({
+    return pa.table({
         "batch_id": pa.array(batch, pa.int64()),
         "scheduled": pa.array(rows["scheduled"], pa.int64()),
         "computed": pa.array(rows["computed"], pa.int64()),
@@ -204,21 +253,6 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
         "step_ns": pa.array(spread("step_ns"), pa.int64()),
         "emitted": pa.array(rows["emitted"].astype(np.int8), pa.int8()),
     })
-    engine_steps = pa.table({name: pa.array(v, pa.int64()) for name, v in steps.items()})
-    summary = summarise(requests, engine_steps, itl, slo)
-    summary["engine_cores"] = len(sim.cores)
-    summary["pools"] = names
-    summary["lockstep"] = lockstep
-    summary["kv_blocks_per_core"] = [next(c.limits.num_blocks for c in sim.cores
-                                          if c.pool_index == i) for i in range(len(states))]
-    if handoff is not None:
-        took = (handoff[:, 1] - handoff[:, 0])[handoff[:, 1] >= 0]
-        summary.update({k_: (v / NS if v is not None else None)
-                        for k_, v in _stats(took.astype(np.float64), "handoff_s").items()})
-    summary["prefix_cache_evictions"] = sum(c.kv.evictions for c in sim.cores)
-    summary["options"] = options.to_dict()
-    return ReplayResult(requests=requests, steps=steps_table, summary=summary,
-                        rejects=rejects, options=options, engine_steps=engine_steps)
 
 
 def _seconds(slo: dict[str, float] | None) -> dict[str, float]:
