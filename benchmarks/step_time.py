@@ -30,6 +30,11 @@ steps. Each call builds its input from that step's columns (numpy int64 arrays) 
 estimate with its input dict built in the loop from the step's aggregates (counted before the
 timing: AISimulate reads aggregates only, so its side of the loop does less). A mixed batch
 (one 2,048-token chunk + 63 decodes) is timed against the decode fast path (32 and 64 decodes).
+
+``--baseline DIR`` times the same loops and mixed batch on another checkout of this project
+(for example ``git worktree add /tmp/base main`` before a change), in a subprocess of this
+script with ``DIR`` on the path, by public API only: old and new, with their ratios to the
+same AISimulate figures, in one run.
 """
 
 from __future__ import annotations
@@ -48,9 +53,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 import kernel
-from kernel.model import step
-from kernel.model.step_batch import StepBatch
-from kernel.model.types import Batch, Request
+from kernel import Batch, Request, StepBatch
 
 # Recorded on main at 3d63a3b with this script's timer (thread CPU time, best of 15), 2 cores.
 TODAY_US = {
@@ -276,9 +279,10 @@ def in_place_loop(k: kernel.Kernel, thr: int, prefill_share: float, calls: int
     return step_once
 
 
-def simulator_loops(k: kernel.Kernel, calls: int, repeat: int, aisim_python: str | None
-                    ) -> None:
-    """The issue-31 loops, in one run: µs per call and the ratios to AISimulate."""
+def simulator_loops(k: kernel.Kernel, calls: int, repeat: int, shared: bool = True
+                    ) -> dict[str, dict[str, float]]:
+    """The issue-31 loops (µs per call) and the mixed-batch comparison (µs), by public API
+    only, so that ``--baseline`` can run them against another tree."""
     thr = 8
     traces = {"decode": scheduler_trace(10_000, 0.0, 1),
               "10% prefill": scheduler_trace(10_000, 0.1, 2)}
@@ -302,20 +306,6 @@ def simulator_loops(k: kernel.Kernel, calls: int, repeat: int, aisim_python: str
     for name, share in (("decode", 0.0), ("10% prefill", 0.1)):
         res[name]["StepBatch in place"] = loop_us(in_place_loop(k, thr, share, calls), calls,
                                                   repeat)
-    ai = None
-    if aisim_python:
-        ai = aisim_loops(aisim_python, {n: aggregates(st, thr) for n, st in traces.items()},
-                         calls, repeat)
-    print(f"\nSimulator loops: {calls:,} calls over 10,000 distinct steps (1-64 requests, "
-          f"DeepSeek-V3), µs per call, best of {repeat}")
-    print(f"  {'trace':<13} {'loop':<22} {'µs/call':>8} {'÷ AISimulate':>13} {'target':>7}")
-    for name, row in res.items():
-        for label, us in row.items():
-            ratio = f"{us / ai[name]:13.2f}" if ai else f"{'-':>13}"
-            target = "≤ 0.5" if label == "step_time_arrays" else ""
-            print(f"  {name:<13} {label:<22} {us:8.2f} {ratio} {target:>7}")
-        if ai:
-            print(f"  {name:<13} {'AISimulate (dict+est)':<22} {ai[name]:8.2f}")
 
     mixed = [(2048, 0)] + [(1, 4095 + i) for i in range(63)]
     cols = {
@@ -330,26 +320,86 @@ def simulator_loops(k: kernel.Kernel, calls: int, repeat: int, aisim_python: str
     bm = Batch(mixed, decode_threshold=thr)
     b64 = Batch([(1, 4095 + i) for i in range(64)], decode_threshold=thr)
     b32 = Batch([(1, 4095 + i) for i in range(32)], decode_threshold=thr)
-    t = per_call_us({
+    fns: dict[str, Callable[[], object]] = {
         **{f"arrays {n}": (lambda sc=sc: arrays(sc[0], sc[1], decode_threshold=thr))
            for n, sc in cols.items()},
         **{f"StepBatch {n}": (lambda b=b: b.step_time(k)) for n, b in sbs.items()},
         "step_time mixed 1+63": lambda: k.step_time(bm),
         "step_time decode x64": lambda: k.step_time(b64),
         "step_time decode x32": lambda: k.step_time(b32),
-        "shared mixed 1+63": lambda: step.finish(step.compose(
-            k.resolved_pool, step.summarise(k.resolved_pool, bm)), {}),
-    }, repeat)
+    }
+    if shared:
+        from kernel.model import step
+
+        fns["shared mixed 1+63"] = lambda: step.finish(step.compose(
+            k.resolved_pool, step.summarise(k.resolved_pool, bm)), {})
+    res["mixed"] = per_call_us(fns, repeat)
+    return res
+
+
+def print_loops(res: dict[str, dict[str, float]], ai: dict[str, float] | None, calls: int,
+                repeat: int, old: dict[str, dict[str, float]] | None = None) -> None:
+    """The loops' table (µs per call, ÷ AISimulate; with ``old``: the baseline's too, and
+    new ÷ old), then the mixed batch against the decode fast path."""
+    print(f"\nSimulator loops: {calls:,} calls over 10,000 distinct steps (1-64 requests, "
+          f"DeepSeek-V3), µs per call, best of {repeat}")
+    head = f"  {'trace':<13} {'loop':<22}"
+    if old:
+        head += f" {'old µs':>8} {'÷ AISim':>8}"
+    print(head + f" {'µs/call':>8} {'÷ AISimulate':>13} {'target':>7}"
+          + (f" {'new÷old':>8}" if old else ""))
+    for name in ("decode", "10% prefill"):
+        for label, us in res[name].items():
+            line = f"  {name:<13} {label:<22}"
+            if old:
+                was = old[name][label]
+                line += f" {was:8.2f} " + (f"{was / ai[name]:8.2f}" if ai else f"{'-':>8}")
+            ratio = f"{us / ai[name]:13.2f}" if ai else f"{'-':>13}"
+            target = "≤ 0.5" if label != "Batch + step_time" else ""
+            line += f" {us:8.2f} {ratio} {target:>7}"
+            if old:
+                line += f" {us / old[name][label]:8.2f}"
+            print(line)
+        if ai:
+            print(f"  {name:<13} {'AISimulate (dict+est)':<22}"
+                  + (f" {'':8} {'':8}" if old else "") + f" {ai[name]:8.2f}")
+
     print("\nMixed batch (one 2,048-token chunk + 63 decodes) vs the decode fast path, µs")
     print(f"  {'input':<12} {'mixed':>7} {'dec x64':>8} {'dec x32':>8} {'÷ x64':>6} {'÷ x32':>6} "
-          f"{'target':>7}")
+          f"{'target':>7}" + (f" {'old ÷ x64':>10} {'old ÷ x32':>10}" if old else ""))
     for label, key in (("columns", "arrays"), ("StepBatch", "StepBatch"),
                        ("Batch", "step_time")):
+        t = res["mixed"]
         mx, d64, d32 = (t[f"{key} mixed 1+63"], t[f"{key} decode x64"],
                         t[f"{key} decode x32"])
-        print(f"  {label:<12} {mx:7.2f} {d64:8.2f} {d32:8.2f} {mx / d64:6.2f} {mx / d32:6.2f} "
-              f"{'≤ 2':>7}")
-    print(f"  shared path (compose) for the mixed batch: {t['shared mixed 1+63']:.2f} µs")
+        line = (f"  {label:<12} {mx:7.2f} {d64:8.2f} {d32:8.2f} {mx / d64:6.2f} {mx / d32:6.2f} "
+                f"{'≤ 2':>7}")
+        if old:
+            o = old["mixed"]
+            omx = o[f"{key} mixed 1+63"]
+            line += (f" {omx / o[f'{key} decode x64']:10.2f}"
+                     f" {omx / o[f'{key} decode x32']:10.2f}")
+        print(line)
+    if "shared mixed 1+63" in res["mixed"]:
+        print(f"  shared path (compose) for the mixed batch: "
+              f"{res['mixed']['shared mixed 1+63']:.2f} µs")
+
+
+def baseline_loops(tree: str, calls: int, repeat: int) -> dict[str, dict[str, float]] | None:
+    """:func:`simulator_loops` of another checkout of this project (``--baseline DIR``: the
+    code before a change), run by this script in a subprocess with ``DIR`` on the path."""
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
+    try:
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--emit-json",
+                               "--calls", str(calls), "--repeat", str(repeat * 3)],
+                              capture_output=True, text=True, timeout=3600, check=True,
+                              env=env, cwd=tree)
+    except (OSError, subprocess.SubprocessError) as exc:
+        err = getattr(exc, "stderr", "") or str(exc)
+        print(f"baseline: not run ({err.strip().splitlines()[-1] if err.strip() else exc})")
+        return None
+    result: dict[str, dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def aisim(python: str, repeat: int) -> dict[str, float] | None:
@@ -373,13 +423,33 @@ def main() -> None:
                     help="calls per simulator loop (issue 31)")
     ap.add_argument("--loops-only", action="store_true",
                     help="only the simulator loops and the mixed-batch comparison")
+    ap.add_argument("--baseline", metavar="DIR",
+                    help="another checkout of this project (e.g. main before a change): its "
+                         "simulator loops are timed too, in a subprocess, for old vs new")
+    ap.add_argument("--emit-json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    print(f"{os.cpu_count()} cores; µs per call = best thread CPU time of {args.repeat} runs\n")
 
     k = kernel.open(HEADLINE)
-    simulator_loops(k, args.calls, max(1, args.repeat // 3), args.aisim)
+    loop_repeat = max(1, args.repeat // 3)
+    if args.emit_json:  # (a --baseline subprocess)
+        print(json.dumps(simulator_loops(k, args.calls, loop_repeat, shared=False)))
+        return
+    print(f"{os.cpu_count()} cores; µs per call = best thread CPU time of {args.repeat} runs; "
+          f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
+    old = baseline_loops(args.baseline, args.calls, loop_repeat) if args.baseline else None
+    res = simulator_loops(k, args.calls, loop_repeat)
+    ai = None
+    if args.aisim:
+        traces = {"decode": scheduler_trace(10_000, 0.0, 1),
+                  "10% prefill": scheduler_trace(10_000, 0.1, 2)}
+        ai = aisim_loops(args.aisim, {n: aggregates(st, 8) for n, st in traces.items()},
+                         args.calls, loop_repeat)
+    print_loops(res, ai, args.calls, loop_repeat, old)
+    print(f"  (load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())})")
     if args.loops_only:
         return
+    from kernel.model import step
+
     r = k.resolved_pool
     reqs32 = BATCHES["decode x32"]
     b32 = Batch([Request(1, 4095)] * 32, decode_threshold=8)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from itertools import compress
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -253,6 +253,8 @@ class _Prepared:
 
 
 _PREP: dict[int, tuple[weakref.ref[ResolvedPool], _Prepared]] = {}
+_estimate = step_fast.estimate
+_CHUNKS_MAX = 8192  # steps with prefill kept per pool (mixed_estimate)
 _PREP_LOCK = threading.Lock()
 
 
@@ -602,6 +604,19 @@ def walk_parts(p: _Prepared, n: int, tokens_all: int, sum_c: int,
     (scheduled, computed) of every request above the decode threshold in batch order, the
     count of decode-side (0, 0) requests and the distinct scheduled counts. The prefills are
     walked in order, so each float sum adds the walk's terms in the walk's order."""
+    pre_req, pre_tok, withheld, pre_s, pre_c, causal, windowed = prefill_aggregates(p, prefills)
+    width = p.uniform_width
+    return _tuple_new(BatchSummary, (  # BatchSummary(...) without its Python-level __new__
+        n, tokens_all, withheld, pre_req, n - len(prefills) - empty, tokens_all - pre_s,
+        sum_c + tokens_all - pre_s - pre_c, pre_tok, causal, sum_c > 0,
+        n > 0 and len(seen) == 1 and width in seen, budget, (), windowed, ()))
+
+
+def prefill_aggregates(p: _Prepared, prefills: Iterable[tuple[int, int]]
+                       ) -> tuple[int, int, int, int, int, float, tuple[float, ...]]:
+    """The walk over a step's prefill requests, (scheduled, computed) in batch order, on a pool
+    without context-gather runs: (prefill requests, rank-local prefill tokens, withheld
+    tokens, Σ scheduled, Σ computed, causal pairs, windowed pairs per window with the x4)."""
     windows = p.windows
     wpairs = [0.0] * len(windows)
     pre_req = pre_tok = withheld = pre_s = pre_c = 0
@@ -623,12 +638,64 @@ def walk_parts(p: _Prepared, n: int, tokens_all: int, sum_c: int,
         for j, w in enumerate(windows):
             for cs, cp in chunks:
                 wpairs[j] += laws.windowed_pairs_for_chunk(cs, cp, w)
-    width = p.uniform_width
-    return _tuple_new(BatchSummary, (  # BatchSummary(...) without its Python-level __new__
-        n, tokens_all, withheld, pre_req, n - len(prefills) - empty, tokens_all - pre_s,
-        sum_c + tokens_all - pre_s - pre_c, pre_tok, causal, sum_c > 0,
-        n > 0 and len(seen) == 1 and width in seen, budget, (),
-        tuple([4 * x for x in wpairs]) if wpairs else (), ()))
+    return (pre_req, pre_tok, withheld, pre_s, pre_c, causal,
+            tuple([4 * x for x in wpairs]) if wpairs else ())
+
+
+def mixed_estimate(p: _Prepared, fast: step_fast.FastPath, n: int, tokens_all: int,
+                   sum_c: int, prefills: list[tuple[int, int]], empty: int, uniform: bool,
+                   budget: int, per: dict[Resource, int] | None) -> StepEstimate | None:
+    """StepTime of a step with prefill on a pool with a fast path, from :func:`walk_parts`'
+    parts (``uniform``: every request schedules the pool's uniform decode width), or None for
+    a step that schedules no token (the shared path prices it: host only).
+
+    Everything but the decode attention reads depends on the prefill rows' (scheduled,
+    computed) in order, Σ scheduled, the SM budget and whether any request decodes: that
+    entry (the prefill walk, :func:`prefill_aggregates`, settled by
+    :func:`kernel.model.step_mixed.resolved`) is kept per pool under those keys in a bounded table
+    (decision LS1), so a chunk shape seen before costs what a decode step costs
+    (:func:`kernel.model.step_fast.estimate`)."""
+    if not tokens_all:
+        return None
+    n_dec = n - len(prefills) - empty
+    key = (tokens_all, budget, n_dec > 0, *prefills)
+    chunks = fast.chunks
+    hit = chunks.get(key)
+    if hit is None:
+        if len(chunks) >= _CHUNKS_MAX:
+            chunks.clear()
+        pre_req, pre_tok, withheld, pre_s, pre_c, causal, windowed = prefill_aggregates(
+            p, prefills)
+        hit = chunks[key] = (step_mixed.resolved(
+            p, fast, tokens_all - withheld, budget, pre_req, pre_tok, causal, windowed,
+            n_dec > 0), pre_s + pre_c)
+    terms, pre_kv = hit
+    if tokens_all > fast.capture:  # the host stage, as step_mixed.host chooses it
+        host = fast.eager
+    elif uniform:
+        host = fast.hosts[1]
+    else:
+        host = fast.hosts[2]
+    return _estimate(p, fast, terms, sum_c + tokens_all - pre_kv, n_dec, host, per)
+
+
+def prefill_rows(sl: list[int], seen: Collection[int], lo: int, hi: int, thr: int
+                 ) -> Sequence[int]:
+    """:func:`rows_above` given the least and greatest scheduled counts: none when ``hi <=
+    thr``; for one prefill count among decode counts (a chunked-prefill step), found with
+    C-level scans that count the decode count (a small int: an identity test per request)
+    and locate the prefill one."""
+    if hi <= thr:
+        return ()
+    if lo <= thr and len(seen) == 2:
+        k = seen[hi] if isinstance(seen, dict) else len(sl) - sl.count(lo)
+        i = sl.index(hi)
+        rows = [i]
+        for _ in range(k - 1):
+            i = sl.index(hi, i + 1)
+            rows.append(i)
+        return rows
+    return rows_above(sl, seen, thr)
 
 
 def rows_above(sl: list[int], seen: Collection[int], thr: int) -> list[int]:
@@ -971,16 +1038,23 @@ def step_time_into(r: ResolvedPool, batch: Batch, per: dict[Resource, int] | Non
             hi = max(seen)
         if lo > 0 and hi <= thr:  # all decode: step_fast
             tokens = lo * len(reqs) if lo == hi else sum(map(_FIRST, reqs))
-            return step_fast.summarize(step_fast.decode_totals(
+            return step_fast.decode_estimate(
                 p, fast, tokens, sum(map(_SECOND, reqs)) + tokens, lo, hi, len(reqs),
-                batch.sm_budget), per)
-    # A prefill (step_mixed) or an empty step (host only).
-    s = walk_columns(p, list(map(_FIRST, reqs)), list(map(_SECOND, reqs)), seen, thr,
-                     batch.sm_budget)
-    t = step_mixed.totals(p, fast, s)
-    if t is not None:
-        return step_fast.summarize(t, per)
-    return finish(_compose(p, s), per)
+                batch.sm_budget, per)
+        # A prefill (step_mixed).
+        sl = list(map(_FIRST, reqs))
+        rows = prefill_rows(sl, seen, lo, hi, thr)
+        empty = 0
+        if 0 in seen and thr >= 0:  # (0, 0) requests have no context: the walk skips them
+            empty = sum(1 for q in reqs if q[0] == 0 and q[1] == 0)
+        n = len(reqs)
+        est = mixed_estimate(p, fast, n, sum(sl), sum(map(_SECOND, reqs)),
+                             [(reqs[i][0], reqs[i][1]) for i in rows], empty,
+                             len(seen) == 1 and p.uniform_width in seen, batch.sm_budget, per)
+        if est is not None:
+            return est
+    # An empty step (host only).
+    return finish(_compose(p, summarise(r, batch)), per)
 
 
 def layer_breakdown(r: ResolvedPool, batch: Batch) -> list[dict[str, Any]]:

@@ -21,20 +21,33 @@ sm_budget))``, bit for bit (``tests/test_step_arrays.py``).
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
 
-from . import step_mixed
-from .step import _compose, finish, prepared, step_time_into, walk_columns
-from .step_fast import decode_totals, summarize
+from .step import (
+    _compose,
+    finish,
+    mixed_estimate,
+    prefill_rows,
+    prepared,
+    step_time_into,
+    walk_columns,
+)
+from .step_fast import decode_estimate
 from .types import Batch, Resource, StepEstimate, _count
 
-__all__ = ["as_batch", "column", "counts_of", "price", "signs_clear", "threshold_and_budget"]
+__all__ = ["as_batch", "column", "counts_of", "position", "price", "signs_clear",
+           "threshold_and_budget"]
 
 _INT = int
 _ND = np.ndarray
 _BIG_ENDIAN = sys.byteorder == "big"
+_I64 = np.dtype(np.int64)  # the native int64 dtype (numpy keeps one instance)
+_MSB = 0 if _BIG_ENDIAN else 7  # its most significant byte within each element
+_SUM_MIN = 40  # below this many requests, tolist + sum beats one numpy reduction
+_add_reduce = np.add.reduce
 
 
 def column(x: Any, name: str) -> list[int]:
@@ -108,18 +121,69 @@ def price(r: Any, scheduled: Any, computed: Any, prompt_len: Any, thr: Any, budg
     summed with a few C-level calls: two ``tolist``, one ``count`` (a uniform step) or one
     ``set``, one ``sum`` per column, and the sign check of ``computed`` on its bytes.
     """
+    if (type(scheduled) is _ND and type(computed) is _ND and scheduled.dtype is _I64
+            and computed.dtype is _I64 and scheduled.ndim == 1 and computed.ndim == 1
+            and prompt_len is None and type(thr) is int and type(budget) is int and budget >= 0):
+        # The simulator's call: native int64 columns of a step whose requests all decode the
+        # same count, but perhaps one prefill chunk (first or last, typically). Anything
+        # else, or a failed check, goes on to the general code below, which says what is
+        # wrong: the decode count is probed at either end (a small int: counting it is an
+        # identity test per request), the chunk found with one max.
+        sl = scheduled.tolist()
+        n = len(sl)
+        lo = k = 0
+        if n and n == len(computed):
+            lo = sl[0]
+            if lo > thr:
+                lo = sl[-1]
+            if 0 < lo <= thr:
+                k = sl.count(lo)
+        p = prepared(r)
+        fast = p.fast
+        if k and k >= n - 1 and fast is not None:
+            sum_c = None
+            if _SUM_MIN < n < 128:
+                if computed.tobytes()[_MSB::8].count(0) == n:  # see below (LS2)
+                    sum_c = int(_add_reduce(computed))
+            elif signs_clear(computed):
+                sum_c = sum(computed.tolist())
+            if sum_c is not None and k == n:
+                tokens = lo * n
+                return decode_estimate(p, fast, tokens, sum_c + tokens, lo, lo, n, budget,
+                                       per)
+            if sum_c is not None:
+                hi = max(sl)
+                if hi > thr:  # one chunk among decodes
+                    i = 0 if sl[0] == hi else n - 1 if sl[-1] == hi else position(scheduled, hi)
+                    est = mixed_estimate(p, fast, n, lo * k + hi, sum_c,
+                                         [(hi, computed.item(i))], 0, False, budget, per)
+                    if est is not None:
+                        return est
+    sum_c = None
+    cl: list[int] | None = None
     if (type(scheduled) is _ND and type(computed) is _ND and scheduled.ndim == 1
             and computed.ndim == 1 and scheduled.dtype.kind in "iu"
             and computed.dtype.kind in "iu"):
         sl = scheduled.tolist()
-        cl = computed.tolist()
-        c_ok = signs_clear(computed)
+        n = len(sl)
+        if computed.dtype is _I64 and _SUM_MIN < n == len(computed) < 128:
+            # Every value in [0, 2**56) (its most significant byte 0): none is negative, and
+            # the int64 sum of fewer than 128 is exact, in one C call (decision LS2).
+            c_ok = computed.tobytes()[_MSB::8].count(0) == n
+            if c_ok:
+                sum_c = int(_add_reduce(computed))
+            else:
+                cl = computed.tolist()
+                c_ok = signs_clear(computed)
+        else:
+            cl = computed.tolist()
+            c_ok = signs_clear(computed)
     else:
         sl = column(scheduled, "scheduled")
         cl = column(computed, "computed")
         c_ok = None
     n = len(sl)
-    if len(cl) != n:
+    if cl is not None and len(cl) != n:
         raise ValueError(f"scheduled and computed must have one entry per request: "
                          f"{n} scheduled, {len(cl)} computed")
     if prompt_len is not None:
@@ -128,10 +192,22 @@ def price(r: Any, scheduled: Any, computed: Any, prompt_len: Any, thr: Any, budg
         thr, budget = threshold_and_budget(thr, budget)
     if not n:
         return step_time_into(r, Batch((), thr, budget), per)
+    # The distinct scheduled counts, probed with a decode count where the first or last
+    # request has one: a small int, so counting it is an identity test per request.
     lo = sl[0]
-    if sl.count(lo) == n:  # a uniform step: every request schedules the same count
+    if lo > thr:
+        lo = sl[-1]
+    k = sl.count(lo)
+    seen: Collection[int] | None = None
+    if k == n:  # a uniform step: every request schedules the same count
         hi = lo
-        seen: set[int] | None = None
+    elif k == n - 1:  # one request differs (a chunked prefill among decodes, typically)
+        hi = max(sl)
+        if hi > lo:
+            seen = {lo: k, hi: 1}  # how many requests schedule each count
+        else:
+            lo = min(sl)
+            seen = {lo: 1, hi: k}
     else:
         seen = set(sl)
         lo = min(seen)
@@ -139,20 +215,49 @@ def price(r: Any, scheduled: Any, computed: Any, prompt_len: Any, thr: Any, budg
     if lo < 0:
         _check_least(sl, lo, "scheduled")
     if not c_ok:  # a sequence, or a numpy column with a sign bit set: find the least
+        assert cl is not None
         _check_least(cl, min(cl), "computed")
     p = prepared(r)
     fast = p.fast
+    if sum_c is None:
+        assert cl is not None
+        sum_c = sum(cl)
     if fast is None:
-        return step_time_into(r, as_batch(sl, cl, thr, budget), per)
+        return step_time_into(r, as_batch(sl, computed.tolist() if cl is None else cl, thr,
+                                          budget), per)
     if lo > 0 and hi <= thr:  # all decode
         tokens = lo * n if seen is None else sum(sl)
-        return summarize(decode_totals(p, fast, tokens, sum(cl) + tokens, lo, hi, n, budget),
-                         per)
-    s = walk_columns(p, sl, cl, {lo} if seen is None else seen, thr, budget)
-    t = step_mixed.totals(p, fast, s)
-    if t is not None:
-        return summarize(t, per)
-    return finish(_compose(p, s), per)  # an empty step: host only
+        return decode_estimate(p, fast, tokens, sum_c + tokens, lo, hi, n, budget, per)
+    if seen is None:
+        seen = {lo}
+    rows = prefill_rows(sl, seen, lo, hi, thr)
+    empty = 0
+    if 0 in seen and thr >= 0:  # (0, 0) requests have no context: the walk skips them
+        if cl is None:
+            cl = computed.tolist()
+        empty = sum(1 for s, c in zip(sl, cl, strict=True) if s == 0 and c == 0)
+    c_at = computed.item if cl is None else cl.__getitem__
+    est = mixed_estimate(p, fast, n, sum(sl), sum_c, [(sl[i], c_at(i)) for i in rows], empty,
+                         len(seen) == 1 and p.uniform_width in seen, budget, per)
+    if est is not None:
+        return est
+    return finish(_compose(p, walk_columns(p, sl, computed.tolist() if cl is None else cl, seen,
+                                           thr, budget)), per)  # host only
+
+
+def position(a: np.ndarray, value: int) -> int:
+    """The first position of ``value`` in a native int64 array that holds it (decision LS3):
+    a C-level search of its bytes for the value's 8 bytes, kept only at an element boundary
+    (a match straddling two elements is skipped). Cheaper than ``list.index`` over Python
+    ints that are not small-int singletons (each a value comparison), or a numpy call."""
+    raw = a.tobytes()
+    pattern = value.to_bytes(8, sys.byteorder)
+    i = raw.find(pattern)
+    while i > 0 and i % 8:
+        i = raw.find(pattern, i + 1)
+    if i < 0:
+        raise ValueError(f"{value} is not in the array")
+    return i // 8
 
 
 def signs_clear(a: np.ndarray) -> bool:

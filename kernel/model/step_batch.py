@@ -21,10 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .step import _compose, finish, prepared, rows_above, walk_parts
-from .step_arrays import column, threshold_and_budget
-from .step_fast import decode_totals, summarize
-from .step_mixed import totals as mixed_totals
+from .step import _compose, finish, mixed_estimate, prefill_rows, prepared, walk_parts
+from .step_arrays import column, position, threshold_and_budget
+from .step_fast import decode_estimate
 from .types import Batch, Request, Resource, _count, refuse_empty
 
 if TYPE_CHECKING:
@@ -50,8 +49,8 @@ class StepBatch:
     """The requests of the next step as columns, in batch order (the order the walk sees),
     plus the step's ``decode_threshold`` and ``sm_budget`` (checked when priced)."""
 
-    __slots__ = ("_cols", "_counts", "_crow", "_n", "_prep", "_srow", "_sum_c", "_sum_s",
-                 "decode_threshold", "sm_budget")
+    __slots__ = ("_cap", "_cols", "_counts", "_crow", "_n", "_prep", "_prow", "_srow", "_sum_c",
+                 "_sum_s", "decode_threshold", "sm_budget")
 
     def __init__(self, decode_threshold: int = 1, sm_budget: int = 0, capacity: int = 64):
         checked = Batch((), decode_threshold, sm_budget)  # the same checks as a Batch's
@@ -122,27 +121,25 @@ class StepBatch:
             hi = max(counts)
         if lo > 0 and hi <= thr:  # all decode: the aggregates are the summary
             tokens = self._sum_s
-            return summarize(decode_totals(p, fast, tokens, self._sum_c + tokens, lo, hi, n,
-                                           budget), per)
+            return decode_estimate(p, fast, tokens, self._sum_c + tokens, lo, hi, n, budget,
+                                   per)
         # A prefill: its rows, found in the scheduled column, are walked; the rest is sums.
         srow, crow = self._srow, self._crow
-        sl = srow[:n].tolist()
-        if hi <= thr:
-            rows: Any = ()
-        elif lo <= thr and len(counts) == 2 and counts[hi] == 1:  # one chunk: a mixed step
-            rows = (sl.index(hi),)
+        if hi > thr and lo <= thr and len(counts) == 2 and counts[hi] == 1:  # one chunk
+            prefills = [(hi, crow.item(position(srow[:n], hi)))]
         else:
-            rows = rows_above(sl, counts, thr)
+            sl = srow[:n].tolist()
+            item = crow.item
+            prefills = [(sl[i], item(i)) for i in prefill_rows(sl, counts, lo, hi, thr)]
         empty = 0
         if 0 in counts and thr >= 0:  # (0, 0) requests: no context, the walk skips them
             empty = int(np.count_nonzero((srow[:n] == 0) & (crow[:n] == 0)))
-        item = crow.item
-        s = walk_parts(p, n, self._sum_s, self._sum_c, [(sl[i], item(i)) for i in rows],
-                       empty, counts, budget)
-        t = mixed_totals(p, fast, s)
-        if t is not None:
-            return summarize(t, per)
-        return finish(_compose(p, s), per)  # no tokens at all: host only
+        est = mixed_estimate(p, fast, n, self._sum_s, self._sum_c, prefills, empty,
+                             len(counts) == 1 and p.uniform_width in counts, budget, per)
+        if est is not None:
+            return est
+        return finish(_compose(p, walk_parts(p, n, self._sum_s, self._sum_c, prefills, empty,
+                                             counts, budget)), per)  # no tokens: host only
 
     # -- changing --------------------------------------------------------------------------
     def add(self, scheduled: int, computed: int = 0, prompt_len: int = 0) -> int:
@@ -155,11 +152,11 @@ class StepBatch:
                 if v < 0:
                     raise ValueError(f"{name} must be a non-negative integer, got {v}")
         i = self._n
-        if i == self._srow.shape[0]:
+        if i == self._cap:
             self._reserve(i + 1)
         self._srow[i] = s
         self._crow[i] = c
-        self._cols[2, i] = pl
+        self._prow[i] = pl
         self._n = i + 1
         self._sum_s += s
         self._sum_c += c
@@ -195,11 +192,12 @@ class StepBatch:
             if not 0 <= i < n:
                 raise IndexError(f"position {which} out of range for a batch of {n} requests")
             cols = self._cols
-            s = int(cols[0, i])
+            s = self._srow.item(i)
             self._sum_s -= s
-            self._sum_c -= int(cols[1, i])
-            cols[:, i:n - 1] = cols[:, i + 1:n]
-            cols[0, n - 1] = 0  # a free slot schedules nothing (advance adds whole rows)
+            self._sum_c -= self._crow.item(i)
+            if i < n - 1:
+                cols[:, i:n - 1] = cols[:, i + 1:n]
+            self._srow[n - 1] = 0  # a free slot schedules nothing (advance adds whole rows)
             self._n = n - 1
             counts = self._counts
             if counts[s] == 1:
@@ -270,14 +268,18 @@ class StepBatch:
     def set_scheduled(self, position: int, scheduled: int) -> None:
         """Set one request's ``scheduled`` (e.g. a prefill chunk that becomes a decode)."""
         n = self._n
-        i = _count(position, "position")
+        i, v = position, scheduled
+        if type(i) is not int or type(v) is not int:
+            i, v = _count(position, "position"), _count(scheduled, "scheduled")
         if not -n <= i < n:
             raise IndexError(f"position {i} out of range for a batch of {n} requests")
-        v = _count(scheduled, "scheduled")
         if v < 0:
             raise ValueError(f"scheduled must be a non-negative integer, got {v}")
-        old = int(self._cols[0, i])
-        self._cols[0, i] = v
+        if i < 0:  # from the end of the requests, not of the spare capacity
+            i += n
+        srow = self._srow
+        old = srow.item(i)
+        srow[i] = v
         self._sum_s += v - old
         counts = self._counts
         if counts[old] == 1:
@@ -302,6 +304,8 @@ class StepBatch:
         self._cols = cols
         self._srow = cols[0]
         self._crow = cols[1]
+        self._prow = cols[2]
+        self._cap = cols.shape[1]
 
     def _reserve(self, need: int) -> None:
         cap = self._cols.shape[1]

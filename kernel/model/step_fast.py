@@ -39,13 +39,15 @@ _SM, _HBM, _NVLINK, _NIC, _HOST = (Resource.SM, Resource.HBM, Resource.NVLINK, R
                                    Resource.HOST)
 _new = object.__new__
 
-__all__ = ["FastPath", "build", "decode_totals", "step", "summarize", "totals"]
+__all__ = ["FastPath", "build", "decode_estimate", "decode_totals", "estimate", "step",
+           "summarize", "totals"]
 
 
 class FastPath:
     """Per-pool constants of the decode fast path and its per-token-count table."""
 
-    __slots__ = ("attn", "capture", "eager", "head_hbm", "hosts", "mixed", "table", "width")
+    __slots__ = ("attn", "capture", "chunks", "eager", "gathers", "head_hbm", "hosts", "mixed",
+                 "table", "width")
 
     def __init__(self, p: _Prepared):
         # Per layer: (mode, floor_s, kv, rate, weight_bytes, secondaries, per-request s);
@@ -69,12 +71,17 @@ class FastPath:
         self.capture = p.capture
         self.head_hbm = p.head_dw_hbm
         # host ns and its Duration.Seconds() for: eager (above capture), decode mode, other.
-        self.hosts = tuple((ns, laws.duration_seconds(ns)) for ns in (
-            p.eager_ns + p.launch_ns, p.host_decode_ns + p.launch_ns,
-            p.host_other_ns + p.launch_ns))
+        # The host stage's ns, seconds and ns as a resource total (0 where not > 0) for each.
+        self.hosts = tuple((ns, s, _duration(s) if s > 0 else 0) for ns, s in (
+            (ns, laws.duration_seconds(ns)) for ns in (
+                p.eager_ns + p.launch_ns, p.host_decode_ns + p.launch_ns,
+                p.host_other_ns + p.launch_ns)))
         self.eager = self.hosts[0]
         self.table: dict[Any, tuple[Any, ...]] = {}
         self.mixed: dict[Any, tuple[Any, ...]] = {}  # kernel.model.step_mixed's table
+        # (Σ scheduled, budget, any decode, prefill rows...) -> kernel.model.step.mixed_estimate's
+        self.chunks: dict[Any, tuple[Any, ...]] = {}
+        self.gathers = any(L.pcp_gather for L in p.layers)  # PCP prefill gathers: per call
 
 
 def build(p: _Prepared) -> FastPath | None:
@@ -154,9 +161,12 @@ def secondary_attention(attn: Any, secs: Any, n_kv: Any, n_dec: int) -> Any:
 
 def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tuple[Any, ...]:
     """Every term of a decode step that depends on the token count only (model.md §1.3), in the
-    shared path's operation order: per layer (count, dense SM share, routed HBM, routed, NVLink,
-    NIC, HBM base, elementwise, then the layer's attention constants), then (Σ SM with the head,
-    Σ NVLink, Σ NIC, the head's stage)."""
+    shared path's operation order: per layer (count, then the layer's attention constants:
+    mode, floor, KV bytes per token, rate, per-request seconds, whether the floor comes off
+    again (never in a decode step: see :func:`estimate`), secondaries; HBM base, routed
+    HBM, the stage's token-only candidates (dense SM share, NVLink, NIC) already maxed, routed,
+    weight bytes, elementwise bytes), then (Σ SM with the head, Σ NVLink, Σ NIC, the head's
+    stage, :func:`_fixed_summary` of those three totals)."""
     T = float(tokens)
     tp, peak = p.tp, p.peak
     sm_count = p.sm_count
@@ -169,8 +179,7 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
     hbm_bps = p.hbm
     layers = []
     tot_sm = tot_nv = tot_nic = 0.0
-    for L, (mode, _fl, _kv, _rate, weight, _secs, _preq) in zip(p.layers, fast.attn,
-                                                                 strict=True):
+    for L, (mode, fl, kv, rate, weight, secs, preq) in zip(p.layers, fast.attn, strict=True):
         flops, dense_shaped, routed_flops, routed_wb, elementwise, rec = layer_token_terms(
             p, L, T, mfac)
         # attn_sm stays 0.0 in a batch without prefill (every prefill term is deselected).
@@ -181,17 +190,28 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
         on_node, cross = L.graph_collective_seconds(T)
         # With a measured rate the KV-bytes term is 0.0, so the HBM base is fixed here.
         base = (weight + 0.0 + elementwise) / hbm_bps if mode != 2 else 0.0
+        # The stage is Go's running max over (SM share, HBM share, NVLink, NIC) with ">": the
+        # three token-only candidates are maxed here in their order and the call's HBM share
+        # meets their winner. Equal values are equal floats (a zero's sign aside, which
+        # st + routed ≥ +0.0 and a sum from +0.0 erase), and a NaN never wins either way.
+        smd = sm - routed_sm
+        m3 = smd
+        if on_node > m3:
+            m3 = on_node
+        if cross > m3:
+            m3 = cross
         cnt = L.count
         tot_sm = tot_sm + cnt * sm
         tot_nv = tot_nv + cnt * on_node
         tot_nic = tot_nic + cnt * cross
-        layers.append((cnt, sm - routed_sm, routed_hbm, routed, on_node, cross, base,
-                       elementwise, mode, _fl, _kv, _rate, weight, _secs, _preq))
+        layers.append((cnt, mode, fl, kv, rate, preq, False, secs, base, routed_hbm, m3,
+                       routed, weight, elementwise))
     head_sm = T * p.head_flops / tp / pr * derate
     head_hbm = p.head_dw_hbm
     tot_sm = tot_sm + head_sm
     head_stage = head_sm if head_sm > head_hbm else head_hbm
-    return tuple(layers), tot_sm, tot_nv, tot_nic, head_stage
+    return (tuple(layers), tot_sm, tot_nv, tot_nic, head_stage,
+            _fixed_summary(tot_sm, tot_nv, tot_nic))
 
 
 def step(p: _Prepared, fast: FastPath, batch: Any, per: dict[Resource, int] | None
@@ -228,46 +248,157 @@ def decode_totals(p: _Prepared, fast: FastPath, tokens: int, kv_tokens: int, lo:
     """:func:`totals` of an all-decode batch from its aggregates: Σ scheduled, Σ (computed +
     scheduled), the least and greatest scheduled count (both > 0 and <= the decode threshold:
     the caller's check), the request count and the SM budget."""
-    n_kv = float(kv_tokens)
+    t: tuple[Any, ...] = decode_estimate(p, fast, tokens, kv_tokens, lo, hi, n_dec, budget,
+                                         None, True)
+    return t
+
+
+def decode_estimate(p: _Prepared, fast: FastPath, tokens: int, kv_tokens: int, lo: int,
+                    hi: int, n_dec: int, budget: int, per: dict[Resource, int] | None,
+                    raw: bool = False) -> Any:
+    """``summarize(decode_totals(...), per)``, bit for bit (``raw``: the totals themselves):
+    the per-token-count entry (built on first use, the table bounded) and the host stage,
+    then :func:`estimate`."""
     key = tokens if not budget else (tokens, budget)
-    terms = fast.table.get(key)
+    table = fast.table
+    terms = table.get(key)
     if terms is None:
-        if len(fast.table) >= _TABLE_MAX:
-            fast.table.clear()
-        terms = fast.table[key] = _tokens_terms(p, fast, tokens, budget)
-    layers, tot_sm, tot_nv, tot_nic, head_stage = terms
-    overlap = 0.0
-    tot_hbm = 0.0
-    for cnt, smd, rh, routed, on, cr, base, elementwise, mode, fl, kv, rate, weight, secs, \
-            preq in layers:
-        attn: Any = 0.0
-        if mode == 1:
-            attn = fl + n_kv * kv / rate
+        if len(table) >= _TABLE_MAX:
+            table.clear()
+        terms = table[key] = _tokens_terms(p, fast, tokens, budget)
+    # The host stage: eager above the capture size, the uniform-decode graph when every
+    # request schedules the pool's width, else the other graph mode.
+    if tokens > fast.capture:
+        host = fast.eager
+    elif lo == hi == fast.width:
+        host = fast.hosts[1]
+    else:
+        host = fast.hosts[2]
+    return estimate(p, fast, terms, kv_tokens, n_dec, host, per, raw)
+
+
+def estimate(p: _Prepared, fast: FastPath, terms: tuple[Any, ...], kv_tokens: int,
+             n_dec: int, host: tuple[int, float, int], per: dict[Resource, int] | None,
+             raw: bool = False) -> Any:
+    """The per-call part of a step on a fast-path pool, given its table entry (``terms``: a
+    decode step's from :func:`_tokens_terms`, a step with prefill's from
+    :func:`kernel.model.step_mixed.resolved`), the decode requests' Σ (computed + scheduled) and
+    count, and the host stage (ns, seconds, ns as a resource total): per layer the decode
+    attention reads, the HBM share and the stage, in the shared path's order, then the
+    summary (``raw``: the totals, as :func:`decode_totals` returns them).
+
+    The stage is Go's running max over (SM share, HBM share, NVLink, NIC) with ">": the entry
+    holds the first greatest of the three that do not depend on the call (``m3``), and the
+    call's HBM share meets it. Equal values are equal floats (a zero's sign aside, which
+    st + routed ≥ +0.0 and a sum from +0.0 erase), and a NaN never wins either way."""
+    layers, tot_sm, tot_nv, tot_nic, head_stage, fixed = terms
+    n_kv = float(kv_tokens)
+    overlap: Any = 0.0
+    hbm: Any = 0.0
+    for cnt, mode, fl, kv, rate, preq, sub_fl, secs, base, rh, m3, routed, weight, ew in layers:
+        if mode == 1:  # a measured decode rate
+            attn: Any = fl + n_kv * kv / rate
             if preq > 0:  # decision AC4: per-request work
                 attn = attn + n_dec * preq
-        if secs:
-            attn = secondary_attention(attn, secs, n_kv, n_dec)
-        if mode == 2:
-            hbm = ((weight + n_kv * kv) + elementwise) / p.hbm + attn + rh
-        else:
-            hbm = base + attn + rh
-        d = hbm - rh
-        st = d if d > smd else smd
-        if on > st:
-            st = on
-        if cr > st:
-            st = cr
-        overlap = overlap + cnt * (st + routed)
-        tot_hbm = tot_hbm + cnt * hbm
-    tot_hbm = tot_hbm + fast.head_hbm
+            if sub_fl:  # a mixed step on a one-kernel backend: one launch (model.md §3.4)
+                attn = attn - fl
+            if secs:
+                attn = secondary_attention(attn, secs, n_kv, n_dec)
+            h = base + attn + rh
+        elif mode == 2:  # no rate: the KV bytes read at HBM speed
+            attn = 0.0
+            if sub_fl:
+                attn = attn - fl
+            if secs:
+                attn = secondary_attention(attn, secs, n_kv, n_dec)
+            h = ((weight + n_kv * kv) + ew) / p.hbm + attn + rh
+        else:  # no decode read (no attention, or no decode request): neither of the above
+            h = base + 0.0 + rh
+        d = h - rh
+        overlap = overlap + cnt * ((d if d > m3 else m3) + routed)
+        hbm = hbm + cnt * h
+    hbm = hbm + fast.head_hbm
     overlap = overlap + head_stage
-    if tokens > fast.capture:
-        host_ns, host_s = fast.eager
-    elif lo == hi == fast.width:
-        host_ns, host_s = fast.hosts[1]
-    else:
-        host_ns, host_s = fast.hosts[2]
-    return tot_sm, tot_hbm, tot_nv, tot_nic, host_s, host_ns, overlap
+    host_ns, host_s, d_host = host
+    if raw or not hbm > 0:  # (no weights read, or NaN: the general summary)
+        t = (tot_sm, hbm, tot_nv, tot_nic, host_s, host_ns, overlap)
+        return t if raw else summarize(t, per)
+    sm_best, nn_best, nn_neck, no_fixed, tmpl = fixed
+    ns = hbm * 1e9
+    d_hbm = int(ns) if ns < _TWO_63 else MAX_DURATION_NS
+    no = no_fixed + d_hbm + d_host
+    if no > MAX_DURATION_NS:
+        no = MAX_DURATION_NS
+    best = sm_best
+    neck = _SM
+    if hbm > best:
+        best, neck = hbm, _HBM
+    if nn_best > best:
+        best, neck = nn_best, nn_neck
+    if host_s > best:
+        neck = _HOST
+    ov = host_ns
+    if overlap > 0:
+        ns = overlap * 1e9
+        ov = ov + (int(ns) if ns < _TWO_63 else MAX_DURATION_NS)
+    if ov > MAX_DURATION_NS:
+        ov = MAX_DURATION_NS
+    if ov > no:
+        ov = no
+    if per is not None:
+        if per:
+            per.clear()
+        per.update(tmpl)  # SM, HBM (a placeholder kept in its place), NVLink, NIC
+        per[_HBM] = d_hbm
+        if host_s > 0:
+            per[_HOST] = d_host
+    est = _new(StepEstimate)  # a frozen dataclass, filled without its __init__'s setattrs
+    fields = est.__dict__
+    fields["overlap"] = ov
+    fields["no_overlap"] = no
+    fields["bottleneck"] = neck
+    fields["per_resource"] = per
+    fields["calibrated"] = None
+    return est
+
+
+def _duration(seconds: float) -> int:
+    """A positive total in ns as summarize converts it (truncated, saturated)."""
+    ns = seconds * 1e9
+    return int(ns) if ns < _TWO_63 else MAX_DURATION_NS
+
+
+def _fixed_summary(sm: float, nv: float, nic: float) -> tuple[Any, ...]:
+    """The part of :func:`summarize` that the SM, NVLink and NIC totals decide, for a step
+    whose HBM total is > 0: (SM's bid for the bottleneck, the NVLink/NIC winner's total and
+    resource — NVLink on a tie, as the running max keeps the earlier —, their ns summed, the
+    per-resource map in order with HBM's place held). A total not > 0 bids nothing; a NaN
+    one is listed at 0 ns, as summarize lists it."""
+    tmpl: dict[Resource, int] = {}
+    no = 0
+    sm_best = 0.0
+    if sm > 0:
+        d = tmpl[_SM] = _duration(sm)
+        no += d
+        sm_best = sm
+    elif sm != sm:
+        tmpl[_SM] = 0
+    tmpl[_HBM] = 0
+    nn_best, nn_neck = 0.0, _NVLINK
+    if nv > 0:
+        d = tmpl[_NVLINK] = _duration(nv)
+        no += d
+        nn_best = nv
+    elif nv != nv:
+        tmpl[_NVLINK] = 0
+    if nic > 0:
+        d = tmpl[_NIC] = _duration(nic)
+        no += d
+        if nic > nn_best:
+            nn_best, nn_neck = nic, _NIC
+    elif nic != nic:
+        tmpl[_NIC] = 0
+    return sm_best, nn_best, nn_neck, no, tmpl
 
 
 def summarize(t: tuple[Any, ...], per: dict[Resource, int] | None) -> StepEstimate:
