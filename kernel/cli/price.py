@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from kernel.bulk.options import Tuning
 from kernel.facade.priced_db import write_db
 from kernel.io.outputs import TABLE_FORMATS, is_stdout
 from pipeline import safe_output
@@ -232,8 +233,9 @@ def register(group: click.Group) -> None:
                                                else None))
         made = made.with_command(click.get_current_context().meta.get("blis.argv", ()))
         try:
-            counts = price_file(k, run.src, out, rejects=rej, strict=strict,
-                                chunk_rows=chunk_rows, progress=not no_progress,
+            counts = price_file(k, run.src, out, rejects=rej,
+                                on_reject="raise" if strict else "ignore",
+                                tuning=Tuning(chunk_rows=chunk_rows), progress=not no_progress,
                                 decode_threshold=decode_threshold, sm_budget=sm_budget,
                                 columns=parse_column_options(column_map), batches=batches_path,
                                 producers=[*(run.producers or ()),
