@@ -218,6 +218,7 @@ LAZY_RSS = """
 import resource, sys
 import numpy as np, polars as pl
 from kernel import bulk
+from kernel.bulk.options import Tuning
 from tests.bulk_pools import pool
 n = 8_000_000
 df = pl.DataFrame({"batch_id": np.arange(n) // 64, "scheduled": np.ones(n, np.int64),
@@ -227,10 +228,10 @@ size = df.estimated_size()
 del df
 r = pool()
 bulk.price_result(r, pl.LazyFrame({"batch_id": [0], "scheduled": [1], "computed": [0],
-                            "prompt_len": [1]}), tmp_dir=sys.argv[2])  # warm up (DuckDB)
+                            "prompt_len": [1]}), tuning=Tuning(tmp_dir=sys.argv[2]))  # warm up
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-res = bulk.price_result(r, pl.scan_parquet(sys.argv[1]), chunk_rows=1 << 16,
-                        sort_memory="64MB", tmp_dir=sys.argv[2])
+res = bulk.price_result(r, pl.scan_parquet(sys.argv[1]), tuning=Tuning(
+    chunk_rows=1 << 16, sort_memory="64MB", tmp_dir=sys.argv[2]))
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(res.counts.rows_in, size, peak - base)
 """
@@ -386,8 +387,8 @@ def test_every_grouping_path_prices_any_order_like_the_sorted_trace(tmp_path: Pa
         rejects = []
         for path, (source, kw, mode) in runs.items():
             dst, rej = tmp_path / "o.parquet", tmp_path / "rej.parquet"
-            c = bulk.price_file(r, source, dst, rejects=rej, tuning=Tuning(chunk_rows=64), progress=False,
-                                **kw)
+            c = bulk.price_file(r, source, dst, rejects=rej, tuning=Tuning(chunk_rows=64, **kw),
+                                progress=False)
             assert c.mode == mode, (name, path)
             assert (c.rows_in, c.rows_priced) == (df.height, want.counts.rows_priced)
             assert c.rows_rejected == want.counts.rows_rejected, (name, path)
@@ -397,7 +398,8 @@ def test_every_grouping_path_prices_any_order_like_the_sorted_trace(tmp_path: Pa
             rejects.append(pl.read_parquet(rej).sort("row"))
         for kw in ({}, {"memory_budget": half}, {"memory_budget": 1}, {"order": "external"}):
             for source in (other, other.lazy()):  # in memory: the same paths
-                res = bulk.price_result(r, source, tuning=Tuning(chunk_rows=64), on_reject="ignore", **kw)
+                res = bulk.price_result(r, source, tuning=Tuning(chunk_rows=64, **kw),
+                                        on_reject="ignore")
                 assert res.priced.equals(want.priced), (name, kw)
                 rejects.append(res.rejects.sort("row"))
         # the same rows for the same reasons whatever the path (the values as read and
@@ -493,8 +495,8 @@ def test_kept_and_produced_columns_follow_the_rows_through_every_grouping(
     src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
     _orders(df, 6)["shuffled"].write_parquet(src, row_group_size=77)
     for kw in ({}, {"order": "external"}, {"memory_budget": 1}):
-        c = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=40), progress=False, producers=[TWICE],
-                            keep=["replica", "tag"], **kw)
+        c = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=40, **kw), progress=False,
+                            producers=[TWICE], keep=["replica", "tag"])
         assert c.mode == ("sorted" if not kw else "spill" if "memory_budget" in kw
                           else "external")
         assert pl.read_parquet(dst).equals(want), kw

@@ -60,7 +60,9 @@ def test_tuning_is_frozen_and_refuses_what_it_cannot_run() -> None:
     for bad, what in ((dict(order="random"), "order must be one of"),
                       (dict(chunk_rows=0), "chunk_rows must be a positive integer"),
                       (dict(chunk_rows=True), "chunk_rows must be a positive integer"),
-                      (dict(workers=0), "workers must be None or a positive integer")):
+                      (dict(workers=0), "workers must be None or a positive integer"),
+                      (dict(memory_budget="lots"), "Tuning.memory_budget='lots': expected"),
+                      (dict(sort_memory="1 parsec"), "Tuning.sort_memory")):
         with pytest.raises(ValueError, match=what):
             Tuning(**bad)  # type: ignore[arg-type]
     assert set(ORDERS) == {"auto", "sort", "external"}
@@ -113,3 +115,25 @@ def test_an_unknown_reject_mode_names_the_allowed_ones(entry: str, tmp_path: Pat
         fn(*args, on_reject="drop")
     for mode in ON_REJECT:
         assert repr(mode) in str(err.value)
+
+
+def test_the_cli_spells_the_same_tuning(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kernel.cli import cli
+
+    src = tmp_path / "t.parquet"
+    random_trace(300, 9).sample(fraction=1.0, shuffle=True, seed=1).write_parquet(src)
+    runner = CliRunner()
+    outs = []
+    for extra in ([], ["--order", "sort", "--memory-budget", "1", "--workers", "1",
+                       "--tmp-dir", str(tmp_path / "spill"), "--chunk-rows", "17"]):
+        out = tmp_path / f"o{len(outs)}.parquet"
+        res = runner.invoke(cli, ["price", str(src), "-s", "llama-3.1-8b-h100-tp1", "-o",
+                                  str(out), "--no-progress", *extra])
+        assert res.exit_code == 0, res.output
+        outs.append(pl.read_parquet(out))
+    assert outs[1].equals(outs[0])  # tuning never moves a number
+    bad = runner.invoke(cli, ["price", str(src), "-s", "llama-3.1-8b-h100-tp1", "-o",
+                              str(tmp_path / "x.parquet"), "--memory-budget", "lots"])
+    assert bad.exit_code != 0 and "memory_budget='lots'" in bad.output

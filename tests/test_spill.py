@@ -192,8 +192,8 @@ from pipeline import safe_output
 from kernel import bulk
 from tests.bulk_pools import VARIANTS, pool
 safe_output.install_signal_handlers()
-bulk.price_file(pool(**VARIANTS["window-pcp2"]), sys.argv[1], sys.argv[2], chunk_rows=500,
-                progress=False, memory_budget=1, workers=1)
+bulk.price_file(pool(**VARIANTS["window-pcp2"]), sys.argv[1], sys.argv[2], progress=False,
+                tuning=bulk.Tuning(chunk_rows=500, memory_budget=1, workers=1))
 """
 
 

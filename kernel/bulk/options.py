@@ -32,13 +32,30 @@ from pathlib import Path
 from typing import Literal
 
 __all__ = ["CHUNK_ROWS", "ON_REJECT", "ORDERS", "SORT_MEMORY", "OnReject", "Tuning",
-           "reject_mode"]
+           "reject_mode", "size_bytes"]
 
 OnReject = Literal["warn", "raise", "ignore"]
 ON_REJECT: tuple[str, ...] = ("warn", "raise", "ignore")
 ORDERS: tuple[str, ...] = ("auto", "sort", "external")
 CHUNK_ROWS = 1 << 20  # trace rows read and validated at once
 SORT_MEMORY = "1GB"  # DuckDB's memory limit for the external sort (it spills beyond)
+
+
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def size_bytes(v: int | str, what: str) -> int:
+    """``1GB``, ``512MiB``, ``2e9`` or an int: bytes (DuckDB's units: KB = 1000 B)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    text = str(v).strip().lower().replace(" ", "")
+    unit = text.lstrip("0123456789.e+")
+    try:
+        return int(float(text[:len(text) - len(unit)]) * _UNITS[unit or "b"])
+    except (KeyError, ValueError):
+        raise ValueError(f"{what}={v!r}: expected bytes as an int or a size such as '1GB', "
+                         f"'512MiB' (units {', '.join(_UNITS)})") from None
 
 
 @dataclass(frozen=True)
@@ -70,6 +87,9 @@ class Tuning:
                                          or self.workers < 1):
             raise ValueError(f"Tuning.workers must be None or a positive integer, not "
                              f"{self.workers!r}")
+        size_bytes(self.sort_memory, "Tuning.sort_memory")  # a bad size says so now
+        if self.memory_budget is not None:
+            size_bytes(self.memory_budget, "Tuning.memory_budget")
         if self.order not in ORDERS:
             raise ValueError(f"Tuning.order must be one of {', '.join(map(repr, ORDERS))}, "
                              f"not {self.order!r}")

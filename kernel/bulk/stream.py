@@ -75,7 +75,7 @@ from .engine import (
     resolved,
 )
 from .groups import runs
-from .options import ORDERS, SORT_MEMORY, OnReject, Tuning, reject_mode
+from .options import ORDERS, SORT_MEMORY, OnReject, Tuning, reject_mode, size_bytes
 from .over_limit import default_producers, over_limit_of
 from .partition import (
     Partition,
@@ -558,23 +558,6 @@ def priced_stream(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, *, wor
                                  memory_budget=budget)
     st.results = _ordered(pool, lambda u: u(), _marking_end(units, st), PRICE_AHEAD * workers)
     return st
-
-
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def size_bytes(v: int | str, what: str) -> int:
-    """``1GB``, ``512MiB``, ``2e9`` or an int: bytes (DuckDB's units: KB = 1000 B)."""
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v
-    text = str(v).strip().lower().replace(" ", "")
-    unit = text.lstrip("0123456789.e+")
-    try:
-        return int(float(text[:len(text) - len(unit)]) * _UNITS[unit or "b"])
-    except (KeyError, ValueError):
-        raise ValueError(f"{what}={v!r}: expected bytes as an int or a size such as '1GB', "
-                         f"'512MiB' (units {', '.join(_UNITS)})") from None
 
 
 # -- writing -------------------------------------------------------------------------------
