@@ -41,6 +41,7 @@ _EXPORTS = {
     "Link": "kernel.model.transfer",
     "KVCapacity": "kernel.model.memory",
     "price_file": "kernel.bulk",
+    "Tuning": "kernel.bulk.options",
     "calibrate": "kernel.calibration.make",
     "load_kernel": "kernel.facade.saved",
     "save_kernel": "kernel.facade.saved",

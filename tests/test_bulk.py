@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kernel import bulk
+from kernel.bulk.options import Tuning
 from kernel.io.synth import synth
 from kernel.io.trace import RejectedRowError
 from kernel.model import step
@@ -194,7 +195,7 @@ def test_empty_trace() -> None:
                                                     "prompt_len")})
     res = bulk.price_result(pool(), df)
     assert res.priced.height == 0 and res.counts.rows_in == 0
-    assert res.priced.columns == bulk.PRICED_SCHEMA.names
+    assert res.priced.columns == [*bulk.PRICED_SCHEMA.names, "scenario", "pool"]
 
 
 # -- bad rows -------------------------------------------------------------------------------
@@ -235,7 +236,7 @@ def test_every_bad_row_class_is_set_aside_with_its_reason() -> None:
 
 def test_strict_raises_on_the_first_bad_row() -> None:
     with pytest.raises(RejectedRowError, match="row 2 .*negative"):
-        bulk.price_result(pool(), _bad_trace(), strict=True)
+        bulk.price_result(pool(), _bad_trace(), on_reject="raise")
 
 
 def test_csv_with_garbage_values(tmp_path: Path) -> None:
@@ -315,7 +316,7 @@ def test_streaming_with_tiny_chunks_equals_in_memory(tmp_path: Path, fmt: str) -
         df.write_ipc(src)
     whole = bulk.price(r, df)
     dst = tmp_path / "o.parquet"
-    counts = bulk.price_file(r, src, dst, chunk_rows=7, progress=False)  # batches span chunks
+    counts = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=7), progress=False)  # batches span chunks
     assert counts.mode in ("grouped", "sorted") and counts.batches_priced == whole.height
     assert pl.read_parquet(dst).equals(whole)
 
@@ -328,7 +329,7 @@ def test_a_batch_longer_than_many_chunks(tmp_path: Path) -> None:
                          "decode_threshold": [1] * 200, "sm_budget": [0] * 200})
     df = pl.concat([df, long, df.with_columns(pl.col("batch_id") + 2 * 10**6)])
     dst = tmp_path / "o.parquet"
-    bulk.price_file(r, df, dst, chunk_rows=16, progress=False)
+    bulk.price_file(r, df, dst, tuning=Tuning(chunk_rows=16), progress=False)
     assert pl.read_parquet(dst).equals(bulk.price(r, df))
     assert_bulk_equals_scalar(r, df)
 
@@ -345,7 +346,7 @@ def test_non_contiguous_ids_are_sorted_through_duckdb(tmp_path: Path) -> None:
     src = tmp_path / "t.parquet"
     trace.write_parquet(src)
     dst, rej = tmp_path / "o.parquet", tmp_path / "rej.parquet"
-    counts = bulk.price_file(r, src, dst, rejects=rej, chunk_rows=50, progress=False)
+    counts = bulk.price_file(r, src, dst, rejects=rej, tuning=Tuning(chunk_rows=50), progress=False)
     assert counts.mode == "sorted"
     got = pl.read_parquet(dst)
     assert got.sort("batch_id").equals(whole.sort("batch_id"))
@@ -358,7 +359,7 @@ def test_streaming_rejects_and_identity(tmp_path: Path) -> None:
     src = tmp_path / "bad.parquet"
     pq.write_table(_bad_trace(), src)
     dst, rej = tmp_path / "o.parquet", tmp_path / "rej.parquet"
-    counts = bulk.price_file(pool(), src, dst, rejects=rej, chunk_rows=3, progress=False)
+    counts = bulk.price_file(pool(), src, dst, rejects=rej, tuning=Tuning(chunk_rows=3), progress=False)
     mem = bulk.price_result(pool(), _bad_trace())
     assert (counts.rows_in, counts.rows_priced, counts.rows_rejected) == (14, 3, 11)
     assert pl.read_parquet(dst).equals(mem.priced)
@@ -366,7 +367,7 @@ def test_streaming_rejects_and_identity(tmp_path: Path) -> None:
     assert pl.read_parquet(rej).sort("row").drop("values").equals(
         mem.rejects.sort("row").drop("values"))
     with pytest.raises(RejectedRowError):
-        bulk.price_file(pool(), src, tmp_path / "s.parquet", strict=True, progress=False)
+        bulk.price_file(pool(), src, tmp_path / "s.parquet", on_reject="raise", progress=False)
     assert not (tmp_path / "s.parquet").exists()
 
 
@@ -392,7 +393,7 @@ def test_streaming_equals_in_memory_for_any_chunking(tmp_path: Path) -> None:
                   .with_columns(pl.col("k").sort().over("batch_id")).sort("k").drop("k"))
         mem = bulk.price_result(r, df)
         dst, rej = tmp_path / "o.parquet", tmp_path / "r.parquet"
-        counts = bulk.price_file(r, df, dst, rejects=rej, chunk_rows=chunk, progress=False)
+        counts = bulk.price_file(r, df, dst, rejects=rej, tuning=Tuning(chunk_rows=chunk), progress=False)
         assert (counts.rows_in, counts.rows_priced, counts.rows_rejected) == (
             mem.counts.rows_in, mem.counts.rows_priced, mem.counts.rows_rejected)
         assert pl.read_parquet(dst).sort("batch_id").equals(mem.priced.sort("batch_id"))

@@ -12,6 +12,7 @@ import pytest
 
 from kernel import bulk
 from kernel.bulk import BatchContext, ColumnProducer
+from kernel.bulk.options import Tuning
 from kernel.bulk.stream import PRICE_AHEAD, ROW_GROUP_ROWS
 from kernel.io.trace import TraceError
 
@@ -41,8 +42,8 @@ def test_producer_and_keep_columns_follow_the_base_columns(tmp_path: Path) -> No
     df = _tagged(300, 3)
     base = bulk.price(r, df)
     got = bulk.price(r, df, producers=[TWICE], keep=["replica", "tag"])
-    assert got.columns == [*bulk.PRICED_SCHEMA.names, "tokens_x2", "first_tag", "replica",
-                           "tag"]
+    assert got.columns == [*bulk.PRICED_SCHEMA.names, "tokens_x2", "first_tag", "scenario",
+                           "pool", "replica", "tag"]
     assert got.select(base.columns).equals(base)  # the priced numbers do not move
     first = df.group_by("batch_id", maintain_order=True).first()
     assert got["tokens_x2"].to_list() == (2 * base["tokens"]).to_list()
@@ -50,7 +51,7 @@ def test_producer_and_keep_columns_follow_the_base_columns(tmp_path: Path) -> No
     assert got["first_tag"].to_list() == (10 * first["tag"]).to_list()
     # streaming, with batches spanning chunks, gives the same table
     dst = tmp_path / "o.parquet"
-    bulk.price_file(r, df, dst, chunk_rows=17, progress=False, producers=[TWICE],
+    bulk.price_file(r, df, dst, tuning=Tuning(chunk_rows=17), progress=False, producers=[TWICE],
                     keep=["replica", "tag"])
     assert pl.read_parquet(dst).equals(got)
 
@@ -71,8 +72,7 @@ def test_metadata_bottleneck_type_and_row_groups(tmp_path: Path) -> None:
     df = pl.DataFrame({"batch_id": np.arange(n), "scheduled": np.ones(n, np.int64),
                        "computed": np.arange(n) % 5000, "prompt_len": np.ones(n, np.int64)})
     dst = tmp_path / "o.parquet"
-    bulk.price_file(pool(), df, dst, chunk_rows=10_000, progress=False, workers=2,
-                    metadata={"blis.scenario": "x", "blis.rows": "300000"})
+    bulk.price_file(pool(), df, dst, tuning=Tuning(chunk_rows=10_000, workers=2), progress=False, metadata={"blis.scenario": "x", "blis.rows": "300000"})
     md = pq.read_metadata(dst)
     assert md.metadata[b"blis.scenario"] == b"x"
     groups = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
@@ -118,7 +118,7 @@ def test_any_row_order_prices_bit_for_bit_like_the_sorted_trace(tmp_path: Path,
         src = tmp_path / f"{name}.parquet"
         other.write_parquet(src, row_group_size=97)
         dst = tmp_path / f"{name}.out.parquet"
-        counts = bulk.price_file(r, src, dst, chunk_rows=50, progress=False)
+        counts = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=50), progress=False)
         got = pl.read_parquet(dst)
         if name == "reversed":  # row groups whose id ranges do not overlap: trace order
             assert counts.mode == "grouped"
@@ -157,7 +157,7 @@ def test_internal_disorder_inside_row_groups_stays_grouped(tmp_path: Path) -> No
             w.write_table(mixed.slice(off, n).to_arrow())
             off += n
     dst = tmp_path / "o.parquet"
-    counts = bulk.price_file(r, src, dst, chunk_rows=64, progress=False)
+    counts = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=64), progress=False)
     assert counts.mode == "grouped"
     got = pl.read_parquet(dst)
     assert got["batch_id"].is_sorted() and got.equals(bulk.price(r, df))
@@ -210,7 +210,7 @@ def test_a_lazyframe_is_streamed_not_collected(monkeypatch: pytest.MonkeyPatch,
     def no_collect(*a: object, **k: object) -> None:
         raise AssertionError("the LazyFrame was collected whole")
     monkeypatch.setattr(pl.LazyFrame, "collect", no_collect)
-    got = bulk.price_result(pool(), pl.scan_parquet(src), keep=["replica"], chunk_rows=64)
+    got = bulk.price_result(pool(), pl.scan_parquet(src), keep=["replica"], tuning=Tuning(chunk_rows=64))
     assert got.priced.sort("batch_id").equals(want.sort("batch_id"))
 
 
@@ -218,6 +218,7 @@ LAZY_RSS = """
 import resource, sys
 import numpy as np, polars as pl
 from kernel import bulk
+from kernel.bulk.options import Tuning
 from tests.bulk_pools import pool
 n = 8_000_000
 df = pl.DataFrame({"batch_id": np.arange(n) // 64, "scheduled": np.ones(n, np.int64),
@@ -227,10 +228,10 @@ size = df.estimated_size()
 del df
 r = pool()
 bulk.price_result(r, pl.LazyFrame({"batch_id": [0], "scheduled": [1], "computed": [0],
-                            "prompt_len": [1]}), tmp_dir=sys.argv[2])  # warm up (DuckDB)
+                            "prompt_len": [1]}), tuning=Tuning(tmp_dir=sys.argv[2]))  # warm up
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-res = bulk.price_result(r, pl.scan_parquet(sys.argv[1]), chunk_rows=1 << 16,
-                        sort_memory="64MB", tmp_dir=sys.argv[2])
+res = bulk.price_result(r, pl.scan_parquet(sys.argv[1]), tuning=Tuning(
+    chunk_rows=1 << 16, sort_memory="64MB", tmp_dir=sys.argv[2]))
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(res.counts.rows_in, size, peak - base)
 """
@@ -280,7 +281,7 @@ def test_rows_in_equal_priced_plus_rejected_in_every_mode(tmp_path: Path) -> Non
     shuffled = t.sample(fraction=1.0, shuffle=True, seed=3)
     for name, src in {"grouped": t, "sorted": shuffled, "stream": shuffled.lazy()}.items():
         dst, rej = tmp_path / f"{name}.parquet", tmp_path / f"{name}.rej.parquet"
-        c = bulk.price_file(pool(), src, dst, rejects=rej, chunk_rows=3, progress=False)
+        c = bulk.price_file(pool(), src, dst, rejects=rej, tuning=Tuning(chunk_rows=3), progress=False)
         assert (c.rows_in, c.rows_priced, c.rows_rejected) == (14, 3, 11), name
         assert pl.read_parquet(rej).height == 11 and pl.read_parquet(dst).height == 2
 
@@ -308,7 +309,7 @@ def test_parquet_row_groups_of_any_size_price_like_memory(tmp_path: Path) -> Non
                   .sort("k", "i").drop("k", "i"))
         src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
         df.write_parquet(src, row_group_size=group)
-        counts = bulk.price_file(r, src, dst, chunk_rows=chunk, progress=False)
+        counts = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=chunk), progress=False)
         if group <= 4 * chunk:  # row groups read whole: batches found together
             assert counts.mode == "grouped"
         mem = bulk.price(r, df)
@@ -323,8 +324,7 @@ def test_parquet_row_groups_of_any_size_price_like_memory(tmp_path: Path) -> Non
 
 def test_a_failed_sort_leaves_no_spill_directory(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="sort_memory='lots'"):
-        bulk.price_file(pool(), random_trace(20, 1), tmp_path / "o.parquet", order="sort",
-                        sort_memory="lots", progress=False)
+        bulk.price_file(pool(), random_trace(20, 1), tmp_path / "o.parquet", tuning=Tuning(order="sort", sort_memory="lots"), progress=False)
     assert not list(tmp_path.glob(".blis-*")) and not (tmp_path / "o.parquet").exists()
 
 
@@ -339,7 +339,7 @@ def test_narrow_counts_cross_the_sort_exactly(tmp_path: Path) -> None:
     shuffled.write_parquet(src, row_group_size=500)  # overlapping row groups
     want = bulk.price(r, t.with_columns(pl.col("computed") + 2**30))
     for order in ("auto", "external"):  # int32 in memory, int32 through DuckDB
-        counts = bulk.price_file(r, src, dst, progress=False, order=order)
+        counts = bulk.price_file(r, src, dst, progress=False, tuning=Tuning(order=order))
         assert counts.mode == ("sorted" if order == "auto" else "external")
         assert pl.read_parquet(dst).equals(want)
 
@@ -387,8 +387,8 @@ def test_every_grouping_path_prices_any_order_like_the_sorted_trace(tmp_path: Pa
         rejects = []
         for path, (source, kw, mode) in runs.items():
             dst, rej = tmp_path / "o.parquet", tmp_path / "rej.parquet"
-            c = bulk.price_file(r, source, dst, rejects=rej, chunk_rows=64, progress=False,
-                                **kw)
+            c = bulk.price_file(r, source, dst, rejects=rej, tuning=Tuning(chunk_rows=64, **kw),
+                                progress=False)
             assert c.mode == mode, (name, path)
             assert (c.rows_in, c.rows_priced) == (df.height, want.counts.rows_priced)
             assert c.rows_rejected == want.counts.rows_rejected, (name, path)
@@ -398,7 +398,8 @@ def test_every_grouping_path_prices_any_order_like_the_sorted_trace(tmp_path: Pa
             rejects.append(pl.read_parquet(rej).sort("row"))
         for kw in ({}, {"memory_budget": half}, {"memory_budget": 1}, {"order": "external"}):
             for source in (other, other.lazy()):  # in memory: the same paths
-                res = bulk.price_result(r, source, chunk_rows=64, on_reject="ignore", **kw)
+                res = bulk.price_result(r, source, tuning=Tuning(chunk_rows=64, **kw),
+                                        on_reject="ignore")
                 assert res.priced.equals(want.priced), (name, kw)
                 rejects.append(res.rejects.sort("row"))
         # the same rows for the same reasons whatever the path (the values as read and
@@ -481,7 +482,7 @@ def test_a_plan_the_rows_do_not_fit_is_replaced(tmp_path: Path,
     lo, hi = int(df["batch_id"].min()), int(df["batch_id"].max())
     for ranges in ([(lo, (lo + hi) // 2, df.height)], [(hi + 1, hi + 10**6, df.height)]):
         monkeypatch.setattr(sources, "_id_ranges", lambda frags, col, rr=ranges: rr)
-        counts = bulk.price_file(r, src, dst, chunk_rows=50, progress=False)
+        counts = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=50), progress=False)
         assert counts.mode == "sorted"
         assert pl.read_parquet(dst).equals(want)
 
@@ -494,8 +495,8 @@ def test_kept_and_produced_columns_follow_the_rows_through_every_grouping(
     src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
     _orders(df, 6)["shuffled"].write_parquet(src, row_group_size=77)
     for kw in ({}, {"order": "external"}, {"memory_budget": 1}):
-        c = bulk.price_file(r, src, dst, chunk_rows=40, progress=False, producers=[TWICE],
-                            keep=["replica", "tag"], **kw)
+        c = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=40, **kw), progress=False,
+                            producers=[TWICE], keep=["replica", "tag"])
         assert c.mode == ("sorted" if not kw else "spill" if "memory_budget" in kw
                           else "external")
         assert pl.read_parquet(dst).equals(want), kw

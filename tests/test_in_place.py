@@ -19,6 +19,7 @@ import kernel
 from kernel import bulk
 from kernel.bulk import BatchContext, ColumnProducer, engine, walk
 from kernel.bulk.groups import groups_in_range, groups_of_grouped, regroup
+from kernel.bulk.options import Tuning
 from kernel.bulk.utilisation import column_producer
 from kernel.io.trace import Rows
 from kernel.model import step
@@ -118,7 +119,7 @@ def test_a_shuffled_trace_is_priced_in_place_with_every_kind_of_column(
     for name in ("shuffled", "request-major"):
         src, dst = tmp_path / f"{name}.parquet", tmp_path / f"{name}.out.parquet"
         _orders(df, 5)[name].write_parquet(src, row_group_size=101)
-        counts = bulk.price_file(ds3, src, dst, chunk_rows=60, progress=False, **extra)
+        counts = bulk.price_file(ds3, src, dst, tuning=Tuning(chunk_rows=60), progress=False, **extra)
         assert counts.mode == "sorted"
         assert pl.read_parquet(dst).equals(want), name
     assert grouped_pieces == []  # every piece priced where its rows lay
@@ -128,7 +129,7 @@ def test_a_shuffled_trace_is_priced_in_place_with_every_kind_of_column(
         .alias("computed"))
     src, dst = tmp_path / "bad.parquet", tmp_path / "bad.out.parquet"
     bad.write_parquet(src, row_group_size=101)
-    counts = bulk.price_file(ds3, src, dst, chunk_rows=60, progress=False, **extra)
+    counts = bulk.price_file(ds3, src, dst, tuning=Tuning(chunk_rows=60), progress=False, **extra)
     assert len(grouped_pieces) == 1 and counts.rows_rejected >= 1
     dropped = bad["batch_id"][7]
     assert pl.read_parquet(dst).equals(want.filter(pl.col("batch_id") != dropped))
@@ -177,8 +178,7 @@ def test_a_pool_prices_a_request_major_trace_by_summing_it(tmp_path: Path, varia
     # request by request: rows near each other in id, summed as they come; shuffled: grouped
     for name, mode in (("request-major", "summed"), ("shuffled", "sorted")):
         dst = tmp_path / f"{name}.out.parquet"
-        counts = bulk.price_file(r, _shuffled_parquet(tmp_path, df, name), dst, chunk_rows=70,
-                                 progress=False)
+        counts = bulk.price_file(r, _shuffled_parquet(tmp_path, df, name), dst, tuning=Tuning(chunk_rows=70), progress=False)
         assert counts.mode == mode, name
         assert pl.read_parquet(dst).equals(want), (variant, name)
         res = bulk.price_result(r, _orders(df, 5)[name])  # an in-memory table: the same
@@ -193,7 +193,7 @@ def test_a_kernel_sums_a_request_major_trace_with_its_limits_and_utilisation(
     want = bulk.price(ds3, df, producers=[column_producer()])
     assert (want["limits"] != "").any() and (want["limits"] == "").any()
     src, dst = _shuffled_parquet(tmp_path, df, "request-major"), tmp_path / "o.parquet"
-    counts = bulk.price_file(ds3, src, dst, chunk_rows=64, progress=False,
+    counts = bulk.price_file(ds3, src, dst, tuning=Tuning(chunk_rows=64), progress=False,
                              producers=[column_producer()])
     assert counts.mode == "summed"
     assert (counts.rows_in, counts.rows_priced, counts.batches_priced) == (
@@ -228,7 +228,7 @@ def test_what_needs_the_rows_of_a_batch_takes_the_grouping_path(tmp_path: Path, 
         src = tmp_path / "t.csv"
         _orders(df, 5)["request-major"].write_csv(src)
     dst, rej = tmp_path / "o.parquet", tmp_path / "r.parquet"
-    counts = bulk.price_file(ds3, src, dst, rejects=rej, chunk_rows=64, progress=False, **kw)
+    counts = bulk.price_file(ds3, src, dst, rejects=rej, tuning=Tuning(chunk_rows=64), progress=False, **kw)
     assert counts.mode == "sorted", case
     assert pl.read_parquet(dst).equals(want.priced), case
     assert counts.rows_rejected == want.counts.rows_rejected
@@ -240,8 +240,7 @@ def test_what_needs_the_rows_of_a_batch_takes_the_grouping_path(tmp_path: Path, 
     if case == "rejected row":  # found late, after chunks summed without their rows held
         assert pl.read_parquet(src)["scheduled"].arg_min() >= 3 * 64
     if case in ("rejected row", "huge counts"):  # an in-memory table: read again as well
-        res = bulk.price_result(ds3, _orders(df, 5)["request-major"], on_reject="ignore",
-                                chunk_rows=64)
+        res = bulk.price_result(ds3, _orders(df, 5)["request-major"], on_reject="ignore", tuning=Tuning(chunk_rows=64))
         assert res.counts.mode == "sorted" and res.priced.equals(want.priced), case
         assert res.counts.rows_rejected == want.counts.rows_rejected
 
@@ -266,7 +265,7 @@ def test_row_totals_are_checked_and_reach_the_producer_in_every_mode(tmp_path: P
     for name, mode in (("request-major", "summed"), ("shuffled", "sorted")):
         dst = tmp_path / f"{name}.parquet"
         counts = bulk.price_file(pool(), _shuffled_parquet(tmp_path, df, name), dst,
-                                 chunk_rows=50, progress=False, producers=[streamed])
+                                 tuning=Tuning(chunk_rows=50), progress=False, producers=[streamed])
         assert counts.mode == mode
         got = pl.read_parquet(dst).select("batch_id", "widest")
         assert got.equals(want.sort("batch_id")), name

@@ -3,7 +3,6 @@ hold exactly what ``price_file`` writes for it, whichever path the trace takes."
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 import kernel
 from kernel.bulk import many, price_file
 from kernel.bulk.many import Output, price_table_many
+from kernel.bulk.options import Tuning
 from kernel.sweep import distributed
 
 from .test_bulk import random_trace
@@ -69,8 +69,7 @@ def test_each_kernel_gets_what_price_file_writes(tmp_path: Path, kernels: list[k
     for o in _outputs(tmp_path, kernels, "alone"):
         o.dst.parent.mkdir(parents=True, exist_ok=True)
         alone.append(price_file(o.kernel, table, o.dst, rejects=o.rejects, metadata=o.metadata,
-                                rejects_metadata=o.rejects_metadata, progress=False,
-                                chunk_rows=CHUNK, workers=2))
+                                rejects_metadata=o.rejects_metadata, progress=False, tuning=Tuning(chunk_rows=CHUNK, workers=2)))
     shared_outputs = _outputs(tmp_path, kernels, "shared")
     shared_outputs[0].dst.parent.mkdir(parents=True)
     shared = price_table_many(shared_outputs, table, workers=2)
@@ -86,7 +85,7 @@ def test_each_kernel_gets_what_price_file_writes(tmp_path: Path, kernels: list[k
 
 
 def test_price_files_default_chunk_is_the_one_shared() -> None:
-    assert inspect.signature(price_file).parameters["chunk_rows"].default == many.CHUNK_ROWS
+    assert Tuning().chunk_rows == many.CHUNK_ROWS  # price_file's default tuning
 
 
 @pytest.mark.parametrize("order, shared", [("sorted", True), ("reversed", True),
@@ -139,7 +138,7 @@ def test_a_sweep_task_prices_its_scenarios_together(tmp_path: Path,
                                                 str(tmp_path / "out"), 1, threads=1)
     assert [r.error for r in results] == [""] * len(SCENARIOS)
     for r, k in zip(results, kernels, strict=True):
-        expected = k.price(pl.read_parquet(src), on_reject="ignore")
+        expected = k.price(pl.read_parquet(src), on_reject="ignore", identity=False)
         got = pl.read_parquet(r.output).select(expected.columns)
         assert got.equals(expected)
         assert r.rows_in == r.rows_priced + r.rows_rejected

@@ -19,6 +19,7 @@ import pytest
 from kernel import bulk
 from kernel.bulk import spill
 from kernel.bulk.engine import Engine
+from kernel.bulk.options import Tuning
 
 from .bulk_pools import VARIANTS, pool
 from .test_bulk import random_trace
@@ -57,8 +58,9 @@ def test_spill_prices_every_row_order_like_the_sorted_trace(tmp_path: Path, seed
         for budget in (1, 3_000, 10_000, 14 * df.height):
             dst, rej = tmp_path / "o.parquet", tmp_path / "rej.parquet"
             # (order="sort": a sorted source too is grouped rather than streamed whole)
-            c = bulk.price_file(r, src, dst, rejects=rej, chunk_rows=64, progress=False,
-                                memory_budget=budget, order="sort")
+            c = bulk.price_file(r, src, dst, rejects=rej, progress=False,
+                                tuning=Tuning(chunk_rows=64, memory_budget=budget,
+                                              order="sort"))
             # (ids that advance through the file fit a window of pieces when the budget
             # allows: mode window, SP1)
             assert c.mode == "spill" or (c.mode == "window" and name in ("sorted", "late")
@@ -95,8 +97,7 @@ def test_spill_of_in_memory_tables_and_per_batch_columns_property() -> None:
             df = _with_bad_rows(df, seed)
         want = bulk.price_result(r, df, on_reject="ignore")
         budget = 1 + int(share * 8 * df.height)  # (under the rows' least size: spilled)
-        got = bulk.price_result(r, _orders(df, seed)[order], chunk_rows=chunk,
-                                memory_budget=budget, order="sort", on_reject="ignore")
+        got = bulk.price_result(r, _orders(df, seed)[order], tuning=Tuning(chunk_rows=chunk, memory_budget=budget, order="sort"), on_reject="ignore")
         assert got.counts.mode == "spill"
         assert got.priced.equals(want.priced)
         assert got.counts.rows_in == got.counts.rows_priced + got.counts.rows_rejected
@@ -144,7 +145,7 @@ def test_statistics_that_do_not_cover_the_rows_go_to_duckdb(
     lo, hi = int(df["batch_id"].min()), int(df["batch_id"].max())
     monkeypatch.setattr(sources, "_id_ranges",
                         lambda frags, col: [(lo, (lo + hi) // 2, df.height)])
-    c = bulk.price_file(r, src, dst, chunk_rows=50, progress=False, memory_budget=1)
+    c = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=50, memory_budget=1), progress=False)
     assert c.mode == "external" and c.rows_in == df.height
     assert pl.read_parquet(dst).equals(want)
     assert not list(tmp_path.glob(".blis-*"))
@@ -169,8 +170,7 @@ def test_a_failure_while_spilled_groups_are_priced_leaves_no_file(
 
     monkeypatch.setattr(Engine, "price_range_task", failing)
     with pytest.raises(error, match="stop"):
-        bulk.price_file(r, src, dst, chunk_rows=50, progress=False, memory_budget=3_000,
-                        workers=1)
+        bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=50, memory_budget=3_000, workers=1), progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
 
 
@@ -182,8 +182,7 @@ def test_a_bad_row_under_strict_mid_spill_leaves_no_file(tmp_path: Path) -> None
     src = tmp_path / "t.parquet"
     _orders(df, 8)["shuffled"].write_parquet(src, row_group_size=64)
     with pytest.raises(RejectedRowError):
-        bulk.price_file(r, src, tmp_path / "o.parquet", chunk_rows=50, progress=False,
-                        memory_budget=1, strict=True)
+        bulk.price_file(r, src, tmp_path / "o.parquet", tuning=Tuning(chunk_rows=50, memory_budget=1), progress=False, on_reject="raise")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
 
 
@@ -193,8 +192,8 @@ from pipeline import safe_output
 from kernel import bulk
 from tests.bulk_pools import VARIANTS, pool
 safe_output.install_signal_handlers()
-bulk.price_file(pool(**VARIANTS["window-pcp2"]), sys.argv[1], sys.argv[2], chunk_rows=500,
-                progress=False, memory_budget=1, workers=1)
+bulk.price_file(pool(**VARIANTS["window-pcp2"]), sys.argv[1], sys.argv[2], progress=False,
+                tuning=bulk.Tuning(chunk_rows=500, memory_budget=1, workers=1))
 """
 
 

@@ -170,7 +170,8 @@ def test_bulk_columns_equal_the_scalar_path_bit_for_bit(scenario: str) -> None:
     r = k.resolved_pool
     df = random_trace(150, seed=17)
     got = bulk.price(k, df, producers=[column_producer()])
-    assert got.columns[-8:] == [*utilisation.UTILISATION_COLUMNS, *utilisation.EXTRA_COLUMNS]
+    assert got.columns[-10:] == [*utilisation.UTILISATION_COLUMNS, *utilisation.EXTRA_COLUMNS,
+                                 "scenario", "pool"]
     by_id = {b: g for (b,), g in df.group_by("batch_id", maintain_order=True)}
     for row in got.iter_rows(named=True):
         g = by_id[row["batch_id"]]

@@ -38,6 +38,7 @@ from .columns import (
 from .engine import PriceCounts, PricedResult
 from .engine import rows_of as _rows_of
 from .groups import group as _group
+from .options import Tuning
 from .stream import ROW_GROUP_ROWS, price_file
 from .walk import RESOURCE_NAMES, finish_columns, summarise_columns
 
@@ -52,6 +53,7 @@ __all__ = [
     "PriceCounts",
     "PricedResult",
     "RejectedRowsWarning",
+    "Tuning",
     "finish_columns",
     "price",
     "price_file",

@@ -28,8 +28,9 @@ from ..io.trace import REJECT_SCHEMA
 from .batch_table import BatchTable
 from .columns import ColumnProducer, with_measured
 from .engine import Engine, PricedResult, open_priced_trace, resolved
-from .over_limit import over_limit_of, with_limits
-from .stream import SORT_MEMORY, _workers, priced_stream
+from .options import ON_REJECT, OnReject, Tuning, reject_mode
+from .over_limit import default_producers, over_limit_of
+from .stream import _workers, priced_stream
 
 if TYPE_CHECKING:
     from ..io.protocols import TraceInput
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ON_REJECT", "RejectedRowsWarning", "price", "price_result"]
 
-ON_REJECT = ("warn", "raise", "ignore")
-
 
 class RejectedRowsWarning(UserWarning):
     """Some trace rows were set aside (``price_result(...).rejects`` has them)."""
@@ -47,14 +46,12 @@ class RejectedRowsWarning(UserWarning):
 
 def price_result(k: Pricer | ResolvedPool, trace: TraceInput, *, decode_threshold: int = 1,
                  sm_budget: int = 0, columns: Mapping[str, str] | None = None,
-                 batches: Any = None, strict: bool = False,
-                 keep: Iterable[str] | None = None,
+                 batches: Any = None, keep: Iterable[str] | None = None,
                  producers: Iterable[ColumnProducer] | None = None,
-                 on_reject: str = "warn", workers: int | None = None,
-                 chunk_rows: int = 1 << 20, tmp_dir: str | Path | None = None,
-                 sort_memory: str = SORT_MEMORY, memory_budget: int | str | None = None,
-                 order: str = "auto", measured: str | None = None,
-                 measured_unit: str = "ns", reject_over_limit: bool = False) -> PricedResult:
+                 measured: str | None = None, measured_unit: str = "ns",
+                 reject_over_limit: bool = False, identity: bool = True,
+                 on_reject: OnReject = "warn", tuning: Tuning | None = None,
+                 strict: bool | None = None) -> PricedResult:
     """Price a trace (any source :func:`kernel.io.sources.open_trace` takes): priced rows,
     rejects and counts, in memory.
 
@@ -62,35 +59,35 @@ def price_result(k: Pricer | ResolvedPool, trace: TraceInput, *, decode_threshol
     ``sm_budget``). ``keep`` passes trace columns through (each batch takes its first row's
     value); ``producers`` add computed columns (:mod:`kernel.bulk.columns`); ``measured``
     names a trace column of measured step times in ``measured_unit`` (adds ``measured_ns`` and
-    each estimate's relative error; bad values are rejects). ``strict`` is
-    ``on_reject="raise"``. A kernel's prices carry the ``limits`` column
-    (:mod:`kernel.bulk.over_limit`); ``reject_over_limit`` sets those batches' rows aside
-    instead. Order, ``order``, ``sort_memory`` and ``memory_budget``: module docstring and
-    :func:`kernel.bulk.price_file`.
+    each estimate's relative error; bad values are rejects). A kernel's prices carry the
+    ``limits`` column (:mod:`kernel.bulk.over_limit`); ``reject_over_limit`` sets those
+    batches' rows aside instead. Every option: :mod:`kernel.bulk.options`; how the engine
+    runs (order, memory, threads): :class:`~kernel.bulk.options.Tuning`.
     """
+    on_reject = reject_mode(on_reject, strict, "price_result")  # type: ignore[assignment]
+    strict_rows = on_reject == "raise"
+    tune = tuning or Tuning()
     producers = with_measured(producers, measured, measured_unit)
-    if on_reject not in ON_REJECT:
-        raise ValueError(f"on_reject must be one of {ON_REJECT}, not {on_reject!r}")
-    strict = strict or on_reject == "raise"
     t0 = time.perf_counter()
-    src, spec = open_priced_trace(trace, columns=columns, chunk_rows=chunk_rows,
-                                  producers=with_limits(k, producers), keep=keep)
+    src, spec = open_priced_trace(trace, columns=columns, chunk_rows=tune.chunk_rows,
+                                  producers=default_producers(k, producers, identity),
+                                  keep=keep)
     priced: list[pa.Table] = []
     rejects: list[pa.Table] = []
     bt_rej: list[pa.Table] = []
-    bt = (BatchTable(batches, columns, bt_rej, strict, decode_threshold, sm_budget)
+    bt = (BatchTable(batches, columns, bt_rej, strict_rows, decode_threshold, sm_budget)
           if batches is not None else None)
     eng = Engine(resolved(k), src.names, decode_threshold=decode_threshold,
-                 sm_budget=sm_budget, strict=strict, batch_table=bt,
+                 sm_budget=sm_budget, strict=strict_rows, batch_table=bt,
                  on_priced=priced.append, on_rejects=rejects.append, spec=spec,
                  over_limit=over_limit_of(k, reject_over_limit))
     eng.emit_rejects(bt_rej)
-    n = _workers(workers)
+    n = _workers(tune.workers)
     with ThreadPoolExecutor(n, thread_name_prefix="blis-price") as pool:
-        st = priced_stream(eng, src, pool, workers=n, chunk_rows=chunk_rows,
-                           tmp_parent=Path(tmp_dir or tempfile.gettempdir()),
-                           sort_memory=sort_memory, memory_budget=memory_budget,
-                           order=order)
+        st = priced_stream(eng, src, pool, workers=n, chunk_rows=tune.chunk_rows,
+                           tmp_parent=Path(tune.tmp_dir or tempfile.gettempdir()),
+                           sort_memory=tune.sort_memory, memory_budget=tune.memory_budget,
+                           order=tune.order)
         for p in st.results:
             eng.take_priced(p)
     eng.counts.mode = st.mode
@@ -116,18 +113,21 @@ def price_result(k: Pricer | ResolvedPool, trace: TraceInput, *, decode_threshol
 
 def price(k: Pricer | ResolvedPool, trace: TraceInput, *, decode_threshold: int = 1,
           sm_budget: int = 0, columns: Mapping[str, str] | None = None, batches: Any = None,
-          strict: bool = False, keep: Iterable[str] | None = None,
-          producers: Iterable[ColumnProducer] | None = None, on_reject: str = "warn",
-          workers: int | None = None, measured: str | None = None,
-          measured_unit: str = "ns", reject_over_limit: bool = False) -> pl.DataFrame:
+          keep: Iterable[str] | None = None, producers: Iterable[ColumnProducer] | None = None,
+          measured: str | None = None, measured_unit: str = "ns",
+          reject_over_limit: bool = False, identity: bool = True,
+          on_reject: OnReject = "warn", tuning: Tuning | None = None,
+          strict: bool | None = None) -> pl.DataFrame:
     """One row per batch: batch_id, overlap_ns, no_overlap_ns, bottleneck, <resource>_ns,
     tokens, requests, prefill_requests, decode_requests — equal to ``k.step_time`` per batch
-    — then any producers' and kept columns.
+    — then any producers' columns, ``scenario`` and ``pool`` (unless ``identity`` is false;
+    :mod:`kernel.bulk.identity`) and the kept columns.
 
     Bad rows are set aside with a warning (``on_reject``; :func:`price_result` returns them).
     """
+    mode = reject_mode(on_reject, strict, "price")
     return price_result(k, trace, decode_threshold=decode_threshold, sm_budget=sm_budget,
-                        columns=columns, batches=batches, strict=strict, keep=keep,
-                        producers=producers, on_reject=on_reject, workers=workers,
+                        columns=columns, batches=batches, keep=keep, producers=producers,
                         measured=measured, measured_unit=measured_unit,
-                        reject_over_limit=reject_over_limit).priced
+                        reject_over_limit=reject_over_limit, identity=identity,
+                        on_reject=mode, tuning=tuning).priced  # type: ignore[arg-type]

@@ -27,9 +27,10 @@ import pyarrow as pa
 from ..io.trace import REJECT_SCHEMA, Rows
 from .columns import OutputSpec
 from .engine import Coerced, Engine, PriceCounts, open_priced_trace, resolved
-from .over_limit import with_limits
+from .options import CHUNK_ROWS, Tuning
+from .over_limit import default_producers
 from .sink import Sink
-from .stream import CHUNK_ROWS, _grouped_units, _workers, abort_files, close_files, price_file
+from .stream import _grouped_units, _workers, abort_files, close_files, price_file
 
 if TYPE_CHECKING:
     from ..model.pricer import Pricer
@@ -67,8 +68,8 @@ def _row_checks(spec: OutputSpec) -> tuple[object, ...]:
 
 
 def price_table_many(outputs: Sequence[Output], table: pa.Table, *, decode_threshold: int = 1,
-                     columns: Mapping[str, str] | None = None, workers: int | None = None
-                     ) -> list[PriceCounts]:
+                     columns: Mapping[str, str] | None = None, workers: int | None = None,
+                     identity: bool = True) -> list[PriceCounts]:
     """Price ``table`` under each output's kernel into its files, as
     ``price_file(o.kernel, table, o.dst, rejects=o.rejects, metadata=o.metadata,
     rejects_metadata=o.rejects_metadata, decode_threshold=…, columns=…, workers=…,
@@ -77,12 +78,15 @@ def price_table_many(outputs: Sequence[Output], table: pa.Table, *, decode_thres
         return []
     t0 = time.perf_counter()
     ts, first = open_priced_trace(table, columns=columns, chunk_rows=CHUNK_ROWS,
-                                  producers=with_limits(outputs[0].kernel, None), keep=None)
-    specs = [first, *(OutputSpec.make(with_limits(o.kernel, None)) for o in outputs[1:])]
+                                  producers=default_producers(outputs[0].kernel, None, identity),
+                                  keep=None)
+    specs = [first, *(OutputSpec.make(default_producers(o.kernel, None, identity))
+                      for o in outputs[1:])]
     if ts.layout != "batches" or len({_row_checks(s) for s in specs}) > 1:
         return [price_file(o.kernel, table, o.dst, rejects=o.rejects, metadata=o.metadata,
                            rejects_metadata=o.rejects_metadata, progress=False,
-                           decode_threshold=decode_threshold, columns=columns, workers=workers)
+                           decode_threshold=decode_threshold, columns=columns,
+                           tuning=Tuning(workers=workers), identity=identity)
                 for o in outputs]
     sinks: list[tuple[Sink, Sink | None]] = []
     engines: list[Engine] = []

@@ -19,12 +19,13 @@ from ..model import limits
 from ..model.resolved import ResolvedPool
 from .columns import KV_BLOCKS_HELD, LONGEST_CONTEXT, BatchContext, ColumnProducer
 from .groups import Groups, groups_of_grouped
+from .identity import IDENTITY, identity_producer
 
 if TYPE_CHECKING:
     from ..model.pricer import Pricer
 
 __all__ = ["LIMITS_FIELD", "OVER_LIMIT", "limits_producer", "reject_over_limit",
-           "with_limits"]
+           "default_producers"]
 
 OVER_LIMIT = "over_limit"
 LIMITS_FIELD = pa.field("limits", pa.string())
@@ -44,14 +45,16 @@ def limits_producer(lim: limits.Limits) -> ColumnProducer:
                           totals=(LONGEST_CONTEXT, KV_BLOCKS_HELD), needs_rows=False)
 
 
-def with_limits(k: Any, producers: Any) -> list[ColumnProducer]:
+def default_producers(k: Any, producers: Any, identity: bool = True) -> list[ColumnProducer]:
     """``producers`` with the ``limits`` column first when ``k`` is a kernel (a bare
-    ResolvedPool does not know its KV capacity, so it gets no column)."""
-
+    ResolvedPool does not know its KV capacity, so it gets no column) and, unless
+    ``identity`` is false, the ``scenario`` and ``pool`` columns last
+    (:mod:`kernel.bulk.identity`)."""
     given = list(producers or ())
-    if isinstance(k, ResolvedPool) or any(p.name == "limits" for p in given):
-        return given
-    return [limits_producer(k.limits), *given]
+    names = {p.name for p in given}
+    out = given if isinstance(k, ResolvedPool) or "limits" in names else [
+        limits_producer(k.limits), *given]
+    return [*out, identity_producer()] if identity and IDENTITY not in names else out
 
 
 def over_limit_of(k: Pricer | Any, reject: bool) -> limits.Limits | None:

@@ -75,7 +75,8 @@ from .engine import (
     resolved,
 )
 from .groups import runs
-from .over_limit import over_limit_of, with_limits
+from .options import ORDERS, SORT_MEMORY, OnReject, Tuning, reject_mode, size_bytes
+from .over_limit import default_producers, over_limit_of
 from .partition import (
     Partition,
     Scattered,
@@ -99,10 +100,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ROW_GROUP_ROWS", "SORT_MEMORY", "price_file", "priced_stream"]
 
-CHUNK_ROWS = 1 << 20  # trace rows read and validated at once (price_file's chunk_rows)
 READ_AHEAD = 2  # chunks read and validated ahead of the one being grouped
 PRICE_AHEAD = 2  # groups priced ahead, per worker (a worker never waits on the calling thread)
-SORT_MEMORY = "1GB"  # DuckDB's memory limit for the external sort (it spills beyond)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -537,7 +536,6 @@ def _marking_end(units: Iterator[Unit], st: Stream) -> Iterator[Unit]:
     st.all_submitted = True
 
 
-ORDERS = ("auto", "sort", "external")
 
 
 def priced_stream(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, *, workers: int,
@@ -560,23 +558,6 @@ def priced_stream(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, *, wor
                                  memory_budget=budget)
     st.results = _ordered(pool, lambda u: u(), _marking_end(units, st), PRICE_AHEAD * workers)
     return st
-
-
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def size_bytes(v: int | str, what: str) -> int:
-    """``1GB``, ``512MiB``, ``2e9`` or an int: bytes (DuckDB's units: KB = 1000 B)."""
-    if isinstance(v, int) and not isinstance(v, bool):
-        return v
-    text = str(v).strip().lower().replace(" ", "")
-    unit = text.lstrip("0123456789.e+")
-    try:
-        return int(float(text[:len(text) - len(unit)]) * _UNITS[unit or "b"])
-    except (KeyError, ValueError):
-        raise ValueError(f"{what}={v!r}: expected bytes as an int or a size such as '1GB', "
-                         f"'512MiB' (units {', '.join(_UNITS)})") from None
 
 
 # -- writing -------------------------------------------------------------------------------
@@ -613,40 +594,35 @@ def counts_metadata(counts: PriceCounts) -> dict[str, str]:
 # -- the entry point -------------------------------------------------------------------------
 
 def price_file(k: Pricer | ResolvedPool, src: TraceInput, dst: str | Path, *,
-               rejects: str | Path | None = None, strict: bool = False,
-               chunk_rows: int = CHUNK_ROWS, progress: bool = True, decode_threshold: int = 1,
-               sm_budget: int = 0, columns: Mapping[str, str] | None = None,
-               batches: Any = None, tmp_dir: str | Path | None = None,
-               keep: Iterable[str] | None = None,
-               producers: Iterable[ColumnProducer] | None = None,
+               rejects: str | Path | None = None, progress: bool = True,
+               out_format: str | None = None,
                metadata: Mapping[str, str | bytes] | None = None,
                rejects_metadata: Mapping[str, str | bytes] | None = None,
-               workers: int | None = None, order: str = "auto",
-               sort_memory: str = SORT_MEMORY, memory_budget: int | str | None = None,
+               decode_threshold: int = 1, sm_budget: int = 0,
+               columns: Mapping[str, str] | None = None, batches: Any = None,
+               keep: Iterable[str] | None = None,
+               producers: Iterable[ColumnProducer] | None = None,
                measured: str | None = None, measured_unit: str = "ns",
-               reject_over_limit: bool = False, out_format: str | None = None) -> PriceCounts:
-    """Stream ``src`` (any source :func:`kernel.io.sources.open_trace` takes) into parquet at
-    ``dst``, in bounded memory, whatever the row order (module docstring).
+               reject_over_limit: bool = False, identity: bool = True,
+               on_reject: OnReject = "ignore", tuning: Tuning | None = None,
+               strict: bool | None = None) -> PriceCounts:
+    """Stream ``src`` (any source :func:`kernel.io.sources.open_trace` takes) into ``dst``, in
+    bounded memory, whatever the row order (module docstring).
 
     ``dst`` and ``rejects`` are parquet, Arrow IPC, CSV or JSON Lines by suffix
-    (:mod:`kernel.io.outputs`; ``dst`` ``-`` streams ``out_format``, default CSV, to stdout).
-    ``rejects`` receives the rejected rows; ``strict`` raises
-    :class:`RejectedRowError` at the first one. ``keep`` and ``producers`` add columns
-    (:mod:`kernel.bulk.columns`); ``metadata`` (``rejects_metadata``) is written into the
-    output's (the rejects file's) key-value metadata; left out, a kernel's run writes the
-    stamp :func:`kernel.io.stamp.for_pricing` makes (what :func:`kernel.read_priced` returns). ``workers`` threads price (default: the
-    cores). A source in no known order is grouped in memory while its validated rows fit in
-    ``memory_budget`` bytes (default: ``sort_memory``; ``"1GB"``, ``"512MiB"`` or an int),
-    else partitioned by batch-id range into spill files in ``tmp_dir`` (default: beside
-    ``dst``) when the id range is known before reading, else sorted by DuckDB, which spills
-    there beyond ``sort_memory``; ``order="sort"`` does this even for a grouped source,
-    ``order="external"`` always takes DuckDB. ``measured`` names a trace column of
-    measured step times in ``measured_unit`` (``measured_ns`` and each estimate's relative
-    error; bad values are rejects). The allocator is the caller's: an application that
-    streams big traces calls :func:`kernel.io.malloc.tune` itself (the CLI does). A kernel's prices carry the ``limits`` column;
-    ``reject_over_limit`` sets over-limit batches aside instead. Returns the counts
-    (``rows_in == rows_priced + rows_rejected``).
+    (:mod:`kernel.io.outputs`; ``dst`` ``-`` streams ``out_format``, default CSV, to stdout);
+    ``rejects`` receives the rejected rows. ``metadata`` (``rejects_metadata``) is written
+    into the output's (the rejects file's) key-value metadata; left out, a kernel's run writes
+    the stamp :func:`kernel.io.stamp.for_pricing` makes (what :func:`kernel.read_priced`
+    returns). The pricing options (``decode_threshold`` … ``on_reject``) are those of
+    :func:`kernel.bulk.price`, documented once in :mod:`kernel.bulk.options`; ``tuning`` says
+    how the engine runs (:class:`~kernel.bulk.options.Tuning`: order, memory, threads, spill
+    folder — by default beside ``dst``). The allocator is the caller's: an application that
+    streams big traces calls :func:`kernel.io.malloc.tune` itself (the CLI does). Returns the
+    counts (``rows_in == rows_priced + rows_rejected``).
     """
+    strict_rows = reject_mode(on_reject, strict, "price_file") == "raise"
+    tune = tuning or Tuning()
     t0 = time.perf_counter()
     if metadata is None and not isinstance(k, ResolvedPool):  # a bare pool has no documents
         made = stamp.for_pricing(k, src, decode_threshold=decode_threshold, sm_budget=sm_budget,
@@ -658,27 +634,28 @@ def price_file(k: Pricer | ResolvedPool, src: TraceInput, dst: str | Path, *,
     producers = with_measured(producers, measured, measured_unit)
     r = resolved(k)
     dst = Path(dst)
-    n = _workers(workers)
-    ts, spec = open_priced_trace(src, columns=columns, chunk_rows=chunk_rows,
-                                 producers=with_limits(k, producers), keep=keep)
+    n = _workers(tune.workers)
+    ts, spec = open_priced_trace(src, columns=columns, chunk_rows=tune.chunk_rows,
+                                 producers=default_producers(k, producers, identity),
+                                 keep=keep)
     bt_rej: list[pa.Table] = []
-    bt = (BatchTable(batches, columns, bt_rej, strict, decode_threshold, sm_budget)
+    bt = (BatchTable(batches, columns, bt_rej, strict_rows, decode_threshold, sm_budget)
           if batches is not None else None)
     rej_sink = (Sink(Path(rejects), REJECT_SCHEMA, metadata=rejects_metadata)
                 if rejects is not None else None)
     sinks: list[Sink] = []
     eng = Engine(r, ts.names, decode_threshold=decode_threshold, sm_budget=sm_budget,
-                 strict=strict, batch_table=bt, on_priced=lambda t: sinks[0].write(t),
+                 strict=strict_rows, batch_table=bt, on_priced=lambda t: sinks[0].write(t),
                  on_rejects=(rej_sink.write if rej_sink is not None else lambda t: None),
                  spec=spec, over_limit=over_limit_of(k, reject_over_limit))
     prog = _progress(ts.num_rows, progress)
     pool = ThreadPoolExecutor(n, thread_name_prefix="blis-price")
     try:
         eng.emit_rejects(bt_rej)
-        st = priced_stream(eng, ts, pool, workers=n, chunk_rows=chunk_rows,
-                           tmp_parent=Path(tmp_dir) if tmp_dir else dst.parent,
-                           sort_memory=sort_memory, memory_budget=memory_budget,
-                           order=order)
+        st = priced_stream(eng, ts, pool, workers=n, chunk_rows=tune.chunk_rows,
+                           tmp_parent=Path(tune.tmp_dir) if tune.tmp_dir else dst.parent,
+                           sort_memory=tune.sort_memory, memory_budget=tune.memory_budget,
+                           order=tune.order)
         sinks.append(Sink(dst, spec.schema(), metadata=metadata, fmt=out_format,
                            sorted_by=("batch_id",) if st.sorted_ids else ()))
         for p in st.results:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from kernel.bulk.options import ORDERS, Tuning
 from kernel.facade.priced_db import write_db
 from kernel.io.outputs import TABLE_FORMATS, is_stdout
 from pipeline import safe_output
@@ -141,6 +142,15 @@ def register(group: click.Group) -> None:
                   help="Map a trace column, e.g. --column scheduled=num_scheduled_tokens.")
     @click.option("--chunk-rows", default=1 << 20, show_default=True,
                   type=click.IntRange(1, 1 << 31), help="Rows read per chunk (memory bound).")
+    @click.option("--order", "order", default="auto", show_default=True,
+                  type=click.Choice(ORDERS), help="Engine tuning: auto, sort (never the "
+                  "streamed path) or external (DuckDB sorts on disk); never changes a price.")
+    @click.option("--memory-budget", default=None, metavar="SIZE",
+                  help="Engine tuning: rows held before spilling, e.g. 2GB (default: 1GB).")
+    @click.option("--workers", default=None, type=click.IntRange(1, 256),
+                  help="Engine tuning: pricing threads (default: the cores, at most 8).")
+    @click.option("--tmp-dir", default=None, type=click.Path(file_okay=False),
+                  help="Engine tuning: where spill files go (default: beside OUTPUT).")
     @click.option("--db", type=click.Path(dir_okay=False),
                   help="Also store the priced table in this DuckDB file, beside provenance.")
     @click.option("--utilisation", is_flag=True,
@@ -159,7 +169,8 @@ def register(group: click.Group) -> None:
                   rejects: str | None,
                   strict: bool, reject_over_limit: bool, decode_threshold: int,
                   sm_budget: int, batches_path: str | None, column_map: tuple[str, ...],
-                  chunk_rows: int,
+                  chunk_rows: int, order: str, memory_budget: str | None,
+                  workers: int | None, tmp_dir: str | None,
                   db: str | None, utilisation: bool, no_progress: bool, cluster: str | None,
                   connect_timeout: float, scenarios_root: str | None, catalog_root: str | None,
                   registry_root: str | None, **measured: Any) -> None:
@@ -175,7 +186,9 @@ def register(group: click.Group) -> None:
             unsupported = [name for name, given in (
                 ("--rejects", rejects), ("--strict", strict), ("--sm-budget", sm_budget),
                 ("--batches-file", batches_path), ("--column", column_map), ("--db", db),
-                ("--chunk-rows", chunk_rows != 1 << 20),
+                ("--chunk-rows", chunk_rows != 1 << 20), ("--order", order != "auto"),
+                ("--memory-budget", memory_budget), ("--workers", workers),
+                ("--tmp-dir", tmp_dir),
                 ("--reject-over-limit", reject_over_limit),
                 ("--measured", measured.get("measured")),
                 ("--calibration", measured.get("calibration")),
@@ -232,8 +245,12 @@ def register(group: click.Group) -> None:
                                                else None))
         made = made.with_command(click.get_current_context().meta.get("blis.argv", ()))
         try:
-            counts = price_file(k, run.src, out, rejects=rej, strict=strict,
-                                chunk_rows=chunk_rows, progress=not no_progress,
+            counts = price_file(k, run.src, out, rejects=rej,
+                                on_reject="raise" if strict else "ignore",
+                                tuning=Tuning(chunk_rows=chunk_rows, order=order,
+                                              memory_budget=memory_budget, workers=workers,
+                                              tmp_dir=tmp_dir),
+                                progress=not no_progress,
                                 decode_threshold=decode_threshold, sm_budget=sm_budget,
                                 columns=parse_column_options(column_map), batches=batches_path,
                                 producers=[*(run.producers or ()),

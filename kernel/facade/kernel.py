@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
     from pipeline.documents import Pool
 
+    from ..bulk.columns import ColumnProducer
+    from ..bulk.engine import PricedResult
+    from ..bulk.options import OnReject, Tuning
     from ..io.calibration_document import Calibration
     from ..io.protocols import TraceInput
     from ..model.transfer import PDTransferDemand
@@ -173,28 +176,47 @@ class Kernel:
                                   self._pool.engine.gpu_memory_utilization or None)
 
     # -- whole traces -------------------------------------------------------------------
-    def price(self, trace: TraceInput, *, measured: str | None = None,
-              measured_unit: str = "ns", trace_format: str = "requests",
-              **options: Any) -> pl.DataFrame:
-        """Price every batch of a trace as columns; see :func:`kernel.bulk.price`.
+    def price(self, trace: TraceInput, *, decode_threshold: int = 1, sm_budget: int = 0,
+              columns: Mapping[str, str] | None = None, batches: Any = None,
+              keep: Iterable[str] | None = None,
+              producers: Iterable[ColumnProducer] | None = None,
+              measured: str | None = None, measured_unit: str = "ns",
+              reject_over_limit: bool = False, identity: bool = True,
+              on_reject: OnReject = "warn", tuning: Tuning | None = None,
+              strict: bool | None = None, trace_format: str = "requests") -> pl.DataFrame:
+        """Price every batch of a trace as columns; see :func:`kernel.bulk.price` (every
+        option: :mod:`kernel.bulk.options`).
 
         A calibrated kernel adds ``calibrated_ns``; ``measured`` (a trace column, in
         ``measured_unit``) adds ``measured_ns`` and each estimate's relative error, and sends
         rows with a bad measured value to the rejects (:mod:`kernel.bulk.calibrated`).
         ``trace_format="fpm"`` reads one row per forward pass with aggregates
         (:mod:`kernel.io.fpm`; its other columns are kept; impossible passes are left out)."""
-        from ..bulk import price  # (heavy: polars and pyarrow load on the first bulk call)
+        return self.price_result(
+            trace, decode_threshold=decode_threshold, sm_budget=sm_budget, columns=columns,
+            batches=batches, keep=keep, producers=producers, measured=measured,
+            measured_unit=measured_unit, reject_over_limit=reject_over_limit,
+            identity=identity, on_reject=on_reject, tuning=tuning, strict=strict,
+            trace_format=trace_format).priced
 
-        trace = self._requests(trace, trace_format, measured, options)
-        return price(self, trace, **self._with_producers(measured, measured_unit, options))
-
-    def price_result(self, trace: Any, *, measured: str | None = None,
-                     measured_unit: str = "ns", trace_format: str = "requests",
-                     **options: Any) -> Any:
+    def price_result(self, trace: TraceInput, *, decode_threshold: int = 1,
+                     sm_budget: int = 0, columns: Mapping[str, str] | None = None,
+                     batches: Any = None, keep: Iterable[str] | None = None,
+                     producers: Iterable[ColumnProducer] | None = None,
+                     measured: str | None = None, measured_unit: str = "ns",
+                     reject_over_limit: bool = False, identity: bool = True,
+                     on_reject: OnReject = "warn", tuning: Tuning | None = None,
+                     strict: bool | None = None,
+                     trace_format: str = "requests") -> PricedResult:
         """:meth:`price` with the rejected rows and the counts (a
         :class:`kernel.bulk.PricedResult`); see :func:`kernel.bulk.price_result`."""
         from ..bulk import price_result  # (heavy: polars and pyarrow)
 
+        options: dict[str, Any] = {
+            "decode_threshold": decode_threshold, "sm_budget": sm_budget, "columns": columns,
+            "batches": batches, "keep": keep, "producers": producers,
+            "reject_over_limit": reject_over_limit, "identity": identity,
+            "on_reject": on_reject, "tuning": tuning, "strict": strict}
         trace = self._requests(trace, trace_format, measured, options)
         return price_result(self, trace,
                             **self._with_producers(measured, measured_unit, options))

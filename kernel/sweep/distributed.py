@@ -40,6 +40,7 @@ from pipeline.load import Repos
 
 from ..bulk import price_file
 from ..bulk.many import Output, price_table_many
+from ..bulk.options import Tuning
 from ..facade.factory import open_pool
 from ..facade.saved import dumps, loads
 from ..io.stamp import Stamp, for_kernel, read_stamp, stamped
@@ -318,9 +319,9 @@ def _price_table(table: pa.Table, files: Sequence[Part], index: int, scenario: s
     try:
         o = _output(files, index, scenario, saved, digest, dst, decode_threshold)
         counts = price_file(o.kernel, table, o.dst, rejects=o.rejects, progress=False,
-                            decode_threshold=decode_threshold, workers=threads,
+                            decode_threshold=decode_threshold, tuning=Tuning(workers=threads),
                             metadata=o.metadata, rejects_metadata=o.rejects_metadata,
-                            columns=_columns(column))
+                            columns=_columns(column), identity=False)  # (hive path says it)
     except Exception as exc:  # reported, never dropped: the caller lists it
         return _failed(scenario, index, dst, exc)
     return _result(scenario, index, counts, o.dst)
@@ -334,7 +335,7 @@ def _price_table_many(table: pa.Table, files: Sequence[Part], index: int,
     outputs = [_output(files, index, name, saved, digest, dst, decode_threshold)
                for name, saved, digest in kernels]
     counts = price_table_many(outputs, table, decode_threshold=decode_threshold,
-                              columns=_columns(column), workers=threads)
+                              columns=_columns(column), workers=threads, identity=False)
     return [_result(name, index, c, o.dst)
             for (name, _, _), c, o in zip(kernels, counts, outputs, strict=True)]
 
