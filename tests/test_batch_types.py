@@ -25,6 +25,9 @@ class Index:
     def __index__(self) -> int:
         return self.v
 
+    def __repr__(self) -> str:  # test ids use repr: the default one holds a memory address
+        return f"Index({self.v})"
+
 
 INTEGRAL = [np.int64, np.int32, np.int8, np.uint16, np.uint64, int, Index]
 
