@@ -12,9 +12,9 @@ for resource, ns in (est.per_resource or {}).items():
     print(f"  {resource:<6} {ns / 1e6:6.2f} ms")
 
 # Output:
-# no overlap 21.27 ms, overlap 20.24 ms
+# no overlap 20.42 ms, overlap 19.39 ms
 # bottleneck hbm
-#   sm       0.76 ms
-#   hbm     16.26 ms
+#   sm       0.46 ms
+#   hbm     15.71 ms
 #   nvlink   0.70 ms
 #   host     3.54 ms
