@@ -193,14 +193,12 @@ class KVBlocks:
         if not self.caching:
             return []
         cached = self.cached
-        if cached.keys().isdisjoint(keys):
-            new = list(keys)
-        else:
-            new = [key for key in keys if key not in cached]
-        if len(new) != len(set(new)):  # a key twice in one request: keep the first
-            new = list(dict.fromkeys(new))
-        cached.update(dict.fromkeys(new, 1))
-        return new
+        new = dict.fromkeys(keys, 1)  # a key twice in one request: the first stays
+        if not cached.keys().isdisjoint(new):
+            for key in [key for key in new if key in cached]:
+                del new[key]
+        cached.update(new)
+        return list(new)
 
     def register_private(self, r: int, n: int) -> None:
         """``n`` more of the request's own blocks are full and hashed."""
