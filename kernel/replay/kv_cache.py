@@ -30,12 +30,11 @@ tail-first order does: the same queue, without a Python operation per block.
 from __future__ import annotations
 
 from collections import deque
-from itertools import compress, islice, takewhile
+from itertools import islice, takewhile
 
 __all__ = ["KVBlocks"]
 
 _SINK: deque[None] = deque(maxlen=0)
-_ZERO, _ONE, _MINUS_ONE = 0, 1, -1  # their bound comparisons map over a list in C
 _drain = _SINK.extend  # runs an iterator to its end in C, keeping nothing
 
 
@@ -73,7 +72,8 @@ class KVBlocks:
         the request's shared keys, then, when all of them hit, its own segment."""
         if not self.caching:
             return 0, 0
-        n = len(list(takewhile(self.cached.__contains__, islice(keys, max_blocks))))
+        head = islice(keys, max_blocks) if max_blocks >= 0 else keys[:max_blocks]
+        n = len(list(takewhile(self.cached.__contains__, head)))
         seg = self.segment.get(r, 0)
         if not seg:
             return n, 0
@@ -91,7 +91,8 @@ class KVBlocks:
 
     def evictable_among(self, keys: list[int], r: int, private: int) -> int:
         """Blocks of a hit nobody holds (a hit on them consumes a free block)."""
-        return sum(map(_ZERO.__gt__, map(self.cached.__getitem__, keys))) + private
+        cached = self.cached
+        return sum(1 for key in keys if cached[key] < 0) + private
 
     def touch(self, keys: list[int], r: int, private: int) -> None:
         """A request now holds these cached blocks (vLLM ``BlockPool.touch``). Their LRU
@@ -222,17 +223,6 @@ class KVBlocks:
         if holders.count(1) == len(holders):  # the usual case: nobody else holds them
             run = list(refs)
             cached.update(dict.fromkeys(run, -stamp))
-            self._queue(stamp, run)
-            return
-        # others hold some: those lose one holder, the rest join the LRU (in C when no key
-        # is held twice by this request; else one key at a time, as the queue's order then
-        # depends on which copy reaches 0)
-        others = list(compress(refs, map(_ONE.__lt__, holders)))
-        if len(others) == len(set(others)):
-            run = list(compress(refs, map(_ONE.__eq__, holders)))
-            less = list(map(_MINUS_ONE.__add__, map(cached.__getitem__, others)))
-            cached.update(zip(others, less, strict=True))
-            cached.update(dict.fromkeys(run, -stamp))
         else:
             last: list[int] = []
             for key in reversed(refs):
@@ -242,12 +232,9 @@ class KVBlocks:
                 else:
                     cached[key] = -stamp
                     last.append(key)
+            if not last:
+                return
             run = last[::-1]
-        self._queue(stamp, run)
-
-    def _queue(self, stamp: int, run: list[int]) -> None:
-        if not run:
-            return
         self.lru.append((stamp, run))
         self.free += len(run)
         self._lru_count += len(run)
