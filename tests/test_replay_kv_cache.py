@@ -11,7 +11,7 @@ agree on every hit and every free count.
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kernel.replay.kv_cache import KVBlocks
@@ -82,6 +82,11 @@ def scripts(draw):
 
 @settings(max_examples=400, deadline=None)
 @given(scripts())
+# a hit leaves its keys' entries stale in the LRU; eviction then reaches them (must skip
+# them) before valid blocks behind them
+@example((6, [(0, 2, 3), (0, 2, 3), (1, 2, 3), (2, 0, 3), (1, 2, 3)],
+          [("admit", 0, 3), ("release", 0, 1), ("admit", 2, 3), ("release", 2, 1),
+           ("admit", 1, 3), ("admit", 3, 3), ("release", 1, 1), ("admit", 4, 3)]))
 def test_kv_blocks_agree_with_the_literal_block_pool(script):
     n_blocks, shapes, ops = script
     ref, kv = RefPool(n_blocks), KVBlocks(n_blocks, 16, True)
@@ -157,3 +162,20 @@ def test_block_keys_follow_the_chain(hashes, hash_tokens, block_size, n_blocks):
         entry = hashes[-(-(j + 1) * block_size // hash_tokens) - 1]
         want.append(entry if block_size % hash_tokens == 0 else (entry * mix + j) & mask)
     assert block_keys(hashes, hash_tokens, block_size, n_blocks) == want
+
+
+def test_kv_blocks_agree_when_stale_entries_are_compacted_at_every_touch(monkeypatch):
+    # Touched blocks leave stale entries in the LRU, dropped when eviction reaches them or,
+    # past a bound, by a compaction; compacting after every touch must change nothing.
+    touch = KVBlocks.touch
+    compactions = []
+
+    def touch_then_compact(self, keys, r, private):  # type: ignore[no-untyped-def]
+        touch(self, keys, r, private)
+        compactions.append(self._stale)
+        self._compact()
+        assert self._stale == 0 and not self._stale_in
+
+    monkeypatch.setattr(KVBlocks, "touch", touch_then_compact)
+    test_kv_blocks_agree_with_the_literal_block_pool()
+    assert any(compactions)  # some touch did leave stale entries to compact

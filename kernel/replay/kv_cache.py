@@ -11,7 +11,14 @@ Only counts and hashes matter to timing, so blocks have no identity here:
   [unhashed blocks..., hashed blocks in LRU order] and allocation evicts cached blocks only
   once the unhashed ones are used up: ``lru`` is that hashed suffix, front first;
 * ``cached`` maps a shared block key (a request's chained prefix hash for that block) to its
-  reference count (how many running requests hold it).
+  reference count (how many running requests hold it), or, at 0, to minus the stamp of the
+  LRU entry it sits in.
+
+The LRU holds one entry per release, not per block: a request's freed shared keys are one
+*run* (a list in block order, so the queue's front is its end), evicted by slicing and deleted
+from ``cached`` in one C-level pass. A hit takes blocks from the middle of the queue; their
+entries are left in place, recognised as stale (the key's value is no longer minus the run's
+stamp) and dropped when eviction reaches them or, past a bound, by a compaction.
 
 Blocks beyond a request's known hashes (the rest of its prompt, its outputs) are hashed in
 vLLM too, but only that request can ever hit them (after a preemption). They are kept as one
@@ -22,16 +29,20 @@ tail-first order does: the same queue, without a Python operation per block.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
+from itertools import islice, takewhile
 
 __all__ = ["KVBlocks"]
+
+_SINK: deque[None] = deque(maxlen=0)
+_drain = _SINK.extend  # runs an iterator to its end in C, keeping nothing
 
 
 class KVBlocks:
     """The block pool of one engine core (``num_blocks`` usable blocks of ``block_size``)."""
 
-    __slots__ = ("_lru_count", "block_size", "cached", "caching", "evictions", "free", "lru",
-                 "num_blocks", "segment")
+    __slots__ = ("_lru_count", "_stale", "_stale_in", "_stamp", "block_size", "cached",
+                 "caching", "evictions", "free", "lru", "num_blocks", "seg_at", "segment")
 
     def __init__(self, num_blocks: int, block_size: int, caching: bool):
         if num_blocks <= 0 or block_size <= 0:
@@ -41,9 +52,15 @@ class KVBlocks:
         self.block_size = block_size
         self.caching = caching
         self.free = num_blocks
-        self.cached: dict[int, int] = {}
+        self.cached: dict[int, int] = {}  # key -> holders, or -(its LRU run's stamp) if 0
         self.segment: dict[int, int] = {}  # request -> its cached private blocks
-        self.lru: OrderedDict[int, None] = OrderedDict()
+        self.seg_at: dict[int, int] = {}  # request -> stamp of its segment's LRU entry
+        # the LRU, front first: (stamp, keys in block order, so the front is the list's
+        # end) for a released run of shared keys, (stamp, request) for a segment
+        self.lru: deque[tuple[int, list[int] | int]] = deque()
+        self._stamp = 0
+        self._stale_in: dict[int, int] = {}  # run stamp -> its keys touched since
+        self._stale = 0  # LRU entries touched since (left in place until reached)
         self._lru_count = 0  # blocks in the LRU: a shared key counts 1, a segment its size
         self.evictions = 0
 
@@ -55,12 +72,8 @@ class KVBlocks:
         the request's shared keys, then, when all of them hit, its own segment."""
         if not self.caching:
             return 0, 0
-        cached = self.cached
-        n = 0
-        for key in keys[:max_blocks]:
-            if key not in cached:
-                break
-            n += 1
+        head = islice(keys, max_blocks) if max_blocks >= 0 else keys[:max_blocks]
+        n = len(list(takewhile(self.cached.__contains__, head)))
         seg = self.segment.get(r, 0)
         if not seg:
             return n, 0
@@ -72,33 +85,63 @@ class KVBlocks:
     def _drop_segment(self, r: int) -> None:
         """A waiting request's segment (in the LRU) loses its hashes: anonymous free blocks."""
         seg = self.segment.pop(r, 0)
-        if self.lru.pop(-(r + 1), 0) is None:
+        if self.seg_at.pop(r, None) is not None:
             self._lru_count -= seg
+            self._stale += 1
 
     def evictable_among(self, keys: list[int], r: int, private: int) -> int:
         """Blocks of a hit nobody holds (a hit on them consumes a free block)."""
         cached = self.cached
-        return sum(1 for key in keys if cached[key] == 0) + private
+        return sum(1 for key in keys if cached[key] < 0) + private
 
     def touch(self, keys: list[int], r: int, private: int) -> None:
-        """A request now holds these cached blocks (vLLM ``BlockPool.touch``)."""
-        cached, lru = self.cached, self.lru
+        """A request now holds these cached blocks (vLLM ``BlockPool.touch``). Their LRU
+        entries stay where they are, marked stale by the key's new count."""
+        cached, stale_in = self.cached, self._stale_in
         for key in keys:
             ref = cached[key]
-            if ref == 0:
-                del lru[key]
+            if ref < 0:
+                stale_in[-ref] = stale_in.get(-ref, 0) + 1
+                self._stale += 1
                 self.free -= 1
                 self._lru_count -= 1
-            cached[key] = ref + 1
+                cached[key] = 1
+            else:
+                cached[key] = ref + 1
         if private:
             seg = self.segment[r]
-            del lru[-(r + 1)]
+            del self.seg_at[r]
+            self._stale += 1
             self._lru_count -= seg
             self.free -= private
             if private < seg:  # never from the engine (a resumed request knows a token
                 # past its full blocks, so its whole segment is within the hit limit); if it
                 # happened, the blocks not hit would lose their hashes here
                 self.segment[r] = private
+        if self._stale > 2 * self.num_blocks + 64:  # bound the memory of stale entries
+            self._compact()
+
+    def _live(self, stamp: int, run: list[int]) -> None:
+        """Drop the keys of a run that were touched since it joined the LRU."""
+        run[:] = [key for key in run if self.cached.get(key) == -stamp]
+        self._stale -= self._stale_in.pop(stamp)
+
+    def _compact(self) -> None:
+        seg_at, stale_in = self.seg_at, self._stale_in
+        kept: deque[tuple[int, list[int] | int]] = deque()
+        for entry in self.lru:
+            stamp, item = entry
+            if isinstance(item, int):
+                if seg_at.get(item) == stamp:
+                    kept.append(entry)
+                else:
+                    self._stale -= 1
+                continue
+            if stamp in stale_in:
+                self._live(stamp, item)
+            if item:
+                kept.append(entry)
+        self.lru = kept
 
     def allocate(self, n: int) -> None:
         """Take ``n`` blocks from the front of the free queue, evicting cached ones as needed."""
@@ -110,30 +153,35 @@ class KVBlocks:
             self._evict(evict)
 
     def _evict(self, n: int) -> None:
-        cached, segment, lru = self.cached, self.segment, self.lru
-        pop = lru.popitem
+        cached, segment, seg_at, lru = self.cached, self.segment, self.seg_at, self.lru
         self.evictions += n
         self._lru_count -= n
-        key = next(iter(lru))
-        if key < 0 and segment[-key - 1] > n:  # the LRU segment's tail alone: it stays first
-            segment[-key - 1] -= n
-            return
         while n > 0:
-            key = pop(False)[0]
-            if key >= 0:
-                del cached[key]
-                n -= 1
+            stamp, item = lru[0]
+            if isinstance(item, int):  # a segment: its tail goes first
+                if seg_at.get(item) != stamp:  # touched since: not in the queue any more
+                    lru.popleft()
+                    self._stale -= 1
+                    continue
+                seg = segment[item]
+                if seg > n:  # the tail alone: the head stays at the front
+                    segment[item] = seg - n
+                    return
+                n -= seg
+                del segment[item], seg_at[item]
+                lru.popleft()
                 continue
-            r = -key - 1
-            seg = segment[r]
-            take = min(seg, n)
-            n -= take
-            if take == seg:
-                del segment[r]
-            else:  # the segment's tail went; its head stays at the front
-                segment[r] = seg - take
-                lru[key] = None
-                lru.move_to_end(key, last=False)
+            if stamp in self._stale_in:
+                self._live(stamp, item)
+            m = len(item)
+            if m > n:  # the run's front part (its tail blocks) goes
+                gone = item[m - n:]
+                del item[m - n:]
+                _drain(map(cached.__delitem__, gone))
+                return
+            _drain(map(cached.__delitem__, item))
+            lru.popleft()
+            n -= m
 
     def register(self, keys: list[int]) -> list[int]:
         """A request's just-filled shared blocks under ``keys``; returns the keys now cached
@@ -142,11 +190,12 @@ class KVBlocks:
         if not self.caching:
             return []
         cached = self.cached
-        new = [key for key in keys if key not in cached]
-        if len(new) != len(set(new)):  # a key twice in one request: keep the first
-            new = list(dict.fromkeys(new))
-        cached.update(dict.fromkeys(new, 1))
-        return new
+        new = dict.fromkeys(keys, 1)  # a key twice in one request: the first stays
+        if not cached.keys().isdisjoint(new):
+            for key in [key for key in new if key in cached]:
+                del new[key]
+        cached.update(new)
+        return list(new)
 
     def register_private(self, r: int, n: int) -> None:
         """``n`` more of the request's own blocks are full and hashed."""
@@ -160,20 +209,32 @@ class KVBlocks:
         seg = self.segment.get(r, 0)
         self.free += held - len(refs) - seg
         if seg:
-            self.lru[-(r + 1)] = None
+            self._stamp += 1
+            self.seg_at[r] = self._stamp
+            self.lru.append((self._stamp, r))
             self.free += seg
             self._lru_count += seg
         if not refs:
             return
         cached = self.cached
-        last: list[int] = []
-        add = last.append
-        for key in reversed(refs):
-            ref = cached[key] - 1
-            cached[key] = ref
-            if not ref:
-                add(key)
-        if last:
-            self.lru.update(dict.fromkeys(last))
-            self.free += len(last)
-            self._lru_count += len(last)
+        self._stamp += 1
+        stamp = self._stamp
+        holders = list(map(cached.__getitem__, refs))
+        if holders.count(1) == len(holders):  # the usual case: nobody else holds them
+            run = list(refs)
+            cached.update(dict.fromkeys(run, -stamp))
+        else:
+            last: list[int] = []
+            for key in reversed(refs):
+                ref = cached[key] - 1
+                if ref:
+                    cached[key] = ref
+                else:
+                    cached[key] = -stamp
+                    last.append(key)
+            if not last:
+                return
+            run = last[::-1]
+        self.lru.append((stamp, run))
+        self.free += len(run)
+        self._lru_count += len(run)
