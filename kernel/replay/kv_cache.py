@@ -192,9 +192,12 @@ class KVBlocks:
             return []
         cached = self.cached
         new = dict.fromkeys(keys, 1)  # a key twice in one request: the first stays
-        if not cached.keys().isdisjoint(new):
-            for key in [key for key in new if key in cached]:
-                del new[key]
+        if cached.keys().isdisjoint(new):
+            cached.update(new)
+            # no key twice (chained hashes): the caller's fresh list is the answer
+            return keys if len(new) == len(keys) else list(new)
+        for key in [key for key in new if key in cached]:
+            del new[key]
         cached.update(new)
         return list(new)
 
