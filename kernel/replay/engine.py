@@ -751,4 +751,6 @@ class Simulation:
             sc.append(n)
             ch.append(hit * B)
             budget -= n
+        if not rq:  # the head is blocked (the usual step of a full pool): nothing new
+            return _EMPTY, _EMPTY, _EMPTY
         return (np.array(rq, np.int64), np.array(sc, np.int64), np.array(ch, np.int64))

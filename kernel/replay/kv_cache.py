@@ -192,7 +192,7 @@ class KVBlocks:
             return []
         cached = self.cached
         new = dict.fromkeys(keys, 1)  # a key twice in one request: the first stays
-        if cached.keys().isdisjoint(new):
+        if cached.keys().isdisjoint(keys):  # a list is checked faster than a dict
             cached.update(new)
             # no key twice (chained hashes): the caller's fresh list is the answer
             return keys if len(new) == len(keys) else list(new)
