@@ -11,6 +11,7 @@ agree on every hit and every free count.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -179,3 +180,36 @@ def test_kv_blocks_agree_when_stale_entries_are_compacted_at_every_touch(monkeyp
     monkeypatch.setattr(KVBlocks, "touch", touch_then_compact)
     test_kv_blocks_agree_with_the_literal_block_pool()
     assert any(compactions)  # some touch did leave stale entries to compact
+
+
+def _eviction_order(kv: KVBlocks) -> list[int]:
+    """Use up the unhashed free blocks, then allocate one block at a time: the shared keys
+    in the order the pool evicts them."""
+    kv.allocate(kv.free - kv._lru_count)
+    order = []
+    while kv.free:
+        before = set(kv.cached)
+        kv.allocate(1)
+        order.extend(before - set(kv.cached))
+    return order
+
+
+@pytest.mark.parametrize(("other", "expected"), [
+    # the other request holds a leading part: a's own keys (the tail) are queued first,
+    # tail block first, then b's when it finishes (vLLM frees a request's blocks tail first)
+    ([1, 2], [4, 3, 2, 1]),
+    # it holds keys around one only a holds: a's key 2 is queued alone, then b's 4, 3, 1
+    ([1, 3, 4], [2, 4, 3, 1]),
+    # nobody else: the whole run at once
+    ([], [4, 3, 2, 1]),
+])
+def test_release_queues_the_keys_whose_last_holder_leaves_tail_first(other, expected):
+    kv = KVBlocks(16, 16, True)
+    kv.allocate(4)
+    refs_a = kv.register([1, 2, 3, 4])
+    kv.touch(other, 99, 0)  # request 99 holds these blocks too
+    kv.release(4, refs_a, 0)
+    assert {k for k, v in kv.cached.items() if v > 0} == set(other)
+    kv.release(len(other), list(other), 99)
+    assert kv.free == 16
+    assert _eviction_order(kv) == expected

@@ -719,7 +719,10 @@ class Simulation:
                 shared, private = kv.longest_hit(keys, (num_tokens - 1) // B, r)
                 hit = shared + private
                 hit_keys = keys[:shared]
-            if full - hit + (kv.evictable_among(hit_keys, r, private) if hit else 0) > kv.free:
+            # evictable hits (0..hit of them) consume free blocks: counted only when the
+            # answer depends on them
+            if full > kv.free and (full - hit > kv.free or full - hit + kv.evictable_among(
+                    hit_keys, r, private) > kv.free):
                 break  # head-of-line blocking: nothing behind it is admitted this step
             waiting.popleft()
             cr = hit * B
@@ -748,4 +751,6 @@ class Simulation:
             sc.append(n)
             ch.append(hit * B)
             budget -= n
+        if not rq:  # the head is blocked (the usual step of a full pool): nothing new
+            return _EMPTY, _EMPTY, _EMPTY
         return (np.array(rq, np.int64), np.array(sc, np.int64), np.array(ch, np.int64))

@@ -92,7 +92,8 @@ class KVBlocks:
     def evictable_among(self, keys: list[int], r: int, private: int) -> int:
         """Blocks of a hit nobody holds (a hit on them consumes a free block)."""
         cached = self.cached
-        return sum(1 for key in keys if cached[key] < 0) + private
+        # the keys at minus a stamp (in the queue): counted in C, no generator
+        return sum(map((0).__gt__, map(cached.__getitem__, keys))) + private
 
     def touch(self, keys: list[int], r: int, private: int) -> None:
         """A request now holds these cached blocks (vLLM ``BlockPool.touch``). Their LRU
@@ -191,9 +192,12 @@ class KVBlocks:
             return []
         cached = self.cached
         new = dict.fromkeys(keys, 1)  # a key twice in one request: the first stays
-        if not cached.keys().isdisjoint(new):
-            for key in [key for key in new if key in cached]:
-                del new[key]
+        if cached.keys().isdisjoint(keys):  # a list is checked faster than a dict
+            cached.update(new)
+            # no key twice (chained hashes): the caller's fresh list is the answer
+            return keys if len(new) == len(keys) else list(new)
+        for key in [key for key in new if key in cached]:
+            del new[key]
         cached.update(new)
         return list(new)
 
@@ -220,21 +224,35 @@ class KVBlocks:
         self._stamp += 1
         stamp = self._stamp
         holders = list(map(cached.__getitem__, refs))
-        if holders.count(1) == len(holders):  # the usual case: nobody else holds them
+        ones = holders.count(1)
+        if ones == len(holders):  # the usual case: nobody else holds them
             run = list(refs)
             cached.update(dict.fromkeys(run, -stamp))
         else:
+            # Keys others hold too are usually a leading part (a shared prefix): when the
+            # keys only this request holds are exactly the tail, that tail joins the queue
+            # whole and the per-key loop runs over the leading part alone. A key held once
+            # appears once in refs, so the tail's keys all reach 0 here.
+            cut = len(refs) - ones
+            tail = refs[cut:] if ones and holders[cut:].count(1) == ones else []
+            if not tail:
+                cut = len(refs)
             last: list[int] = []
-            for key in reversed(refs):
+            for key in reversed(refs[:cut]):
                 ref = cached[key] - 1
                 if ref:
                     cached[key] = ref
                 else:
                     cached[key] = -stamp
                     last.append(key)
-            if not last:
+            if tail:
+                cached.update(dict.fromkeys(tail, -stamp))
+                last.reverse()
+                run = last + tail
+            elif not last:
                 return
-            run = last[::-1]
+            else:
+                run = last[::-1]
         self.lru.append((stamp, run))
         self.free += len(run)
         self._lru_count += len(run)
