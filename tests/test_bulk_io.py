@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -520,3 +521,39 @@ def test_allocator_is_tuned_by_the_command_line_only() -> None:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              cwd=Path(__file__).resolve().parents[1], check=True)
         assert out.stdout.split()[-1] == want, (code, out.stdout, out.stderr[-2000:])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tuning is Linux-only")
+def test_the_memory_allocator_mode_leaves_glibc_and_moves_arrow(tmp_path: Path) -> None:
+    """BLIS_ALLOCATOR=memory (decision AL1): Arrow's pool becomes jemalloc/mimalloc, glibc's
+    settings stay; speed (the default) puts Arrow on the tuned system heap; an unknown mode
+    names the allowed ones; and the mode never changes a priced number."""
+    import os
+    import subprocess
+
+    probe = ("import kernel.io.malloc as m, pyarrow as pa; m.tune(); "
+             "print(m._TUNED, pa.default_memory_pool().backend_name)")
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "BLIS_KEEP_MALLOC"}
+    got = {}
+    for mode in ("speed", "memory"):
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             cwd=root, check=True, env={**env, "BLIS_ALLOCATOR": mode})
+        got[mode] = out.stdout.split()
+    assert got["speed"] == ["True", "system"]
+    assert got["memory"][0] == "True" and got["memory"][1] in ("jemalloc", "mimalloc")
+    bad = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=root, env={**env, "BLIS_ALLOCATOR": "fast"})
+    assert bad.returncode != 0 and "BLIS_ALLOCATOR='fast': expected one of 'speed', " \
+        "'memory'" in bad.stderr
+    src = tmp_path / "t.parquet"
+    random_trace(400, 5).write_parquet(src)
+    outs = []
+    for mode in ("speed", "memory"):
+        dst = tmp_path / f"{mode}.parquet"
+        subprocess.run([sys.executable, "-m", "kernel.cli", "price", str(src), "-s",
+                        "llama-3.1-8b-h100-tp1", "-o", str(dst), "--no-progress"],
+                       cwd=root, check=True, capture_output=True,
+                       env={**env, "BLIS_ALLOCATOR": mode})
+        outs.append(pl.read_parquet(dst))
+    assert outs[0].equals(outs[1])
