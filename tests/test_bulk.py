@@ -316,7 +316,8 @@ def test_streaming_with_tiny_chunks_equals_in_memory(tmp_path: Path, fmt: str) -
         df.write_ipc(src)
     whole = bulk.price(r, df)
     dst = tmp_path / "o.parquet"
-    counts = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=7), progress=False)  # batches span chunks
+    counts = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=7),
+                             progress=False)  # batches span chunks
     assert counts.mode in ("grouped", "sorted") and counts.batches_priced == whole.height
     assert pl.read_parquet(dst).equals(whole)
 
@@ -359,7 +360,8 @@ def test_streaming_rejects_and_identity(tmp_path: Path) -> None:
     src = tmp_path / "bad.parquet"
     pq.write_table(_bad_trace(), src)
     dst, rej = tmp_path / "o.parquet", tmp_path / "rej.parquet"
-    counts = bulk.price_file(pool(), src, dst, rejects=rej, tuning=Tuning(chunk_rows=3), progress=False)
+    counts = bulk.price_file(pool(), src, dst, rejects=rej, tuning=Tuning(chunk_rows=3),
+                             progress=False)
     mem = bulk.price_result(pool(), _bad_trace())
     assert (counts.rows_in, counts.rows_priced, counts.rows_rejected) == (14, 3, 11)
     assert pl.read_parquet(dst).equals(mem.priced)
@@ -393,7 +395,8 @@ def test_streaming_equals_in_memory_for_any_chunking(tmp_path: Path) -> None:
                   .with_columns(pl.col("k").sort().over("batch_id")).sort("k").drop("k"))
         mem = bulk.price_result(r, df)
         dst, rej = tmp_path / "o.parquet", tmp_path / "r.parquet"
-        counts = bulk.price_file(r, df, dst, rejects=rej, tuning=Tuning(chunk_rows=chunk), progress=False)
+        counts = bulk.price_file(r, df, dst, rejects=rej, tuning=Tuning(chunk_rows=chunk),
+                                 progress=False)
         assert (counts.rows_in, counts.rows_priced, counts.rows_rejected) == (
             mem.counts.rows_in, mem.counts.rows_priced, mem.counts.rows_rejected)
         assert pl.read_parquet(dst).sort("batch_id").equals(mem.priced.sort("batch_id"))

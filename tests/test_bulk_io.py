@@ -73,7 +73,8 @@ def test_metadata_bottleneck_type_and_row_groups(tmp_path: Path) -> None:
     df = pl.DataFrame({"batch_id": np.arange(n), "scheduled": np.ones(n, np.int64),
                        "computed": np.arange(n) % 5000, "prompt_len": np.ones(n, np.int64)})
     dst = tmp_path / "o.parquet"
-    bulk.price_file(pool(), df, dst, tuning=Tuning(chunk_rows=10_000, workers=2), progress=False, metadata={"blis.scenario": "x", "blis.rows": "300000"})
+    bulk.price_file(pool(), df, dst, tuning=Tuning(chunk_rows=10_000, workers=2), progress=False,
+                    metadata={"blis.scenario": "x", "blis.rows": "300000"})
     md = pq.read_metadata(dst)
     assert md.metadata[b"blis.scenario"] == b"x"
     groups = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
@@ -211,7 +212,8 @@ def test_a_lazyframe_is_streamed_not_collected(monkeypatch: pytest.MonkeyPatch,
     def no_collect(*a: object, **k: object) -> None:
         raise AssertionError("the LazyFrame was collected whole")
     monkeypatch.setattr(pl.LazyFrame, "collect", no_collect)
-    got = bulk.price_result(pool(), pl.scan_parquet(src), keep=["replica"], tuning=Tuning(chunk_rows=64))
+    got = bulk.price_result(pool(), pl.scan_parquet(src), keep=["replica"],
+                            tuning=Tuning(chunk_rows=64))
     assert got.priced.sort("batch_id").equals(want.sort("batch_id"))
 
 
@@ -282,7 +284,8 @@ def test_rows_in_equal_priced_plus_rejected_in_every_mode(tmp_path: Path) -> Non
     shuffled = t.sample(fraction=1.0, shuffle=True, seed=3)
     for name, src in {"grouped": t, "sorted": shuffled, "stream": shuffled.lazy()}.items():
         dst, rej = tmp_path / f"{name}.parquet", tmp_path / f"{name}.rej.parquet"
-        c = bulk.price_file(pool(), src, dst, rejects=rej, tuning=Tuning(chunk_rows=3), progress=False)
+        c = bulk.price_file(pool(), src, dst, rejects=rej, tuning=Tuning(chunk_rows=3),
+                            progress=False)
         assert (c.rows_in, c.rows_priced, c.rows_rejected) == (14, 3, 11), name
         assert pl.read_parquet(rej).height == 11 and pl.read_parquet(dst).height == 2
 
@@ -325,7 +328,8 @@ def test_parquet_row_groups_of_any_size_price_like_memory(tmp_path: Path) -> Non
 
 def test_a_failed_sort_leaves_no_spill_directory(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="sort_memory='lots'"):
-        bulk.price_file(pool(), random_trace(20, 1), tmp_path / "o.parquet", tuning=Tuning(order="sort", sort_memory="lots"), progress=False)
+        bulk.price_file(pool(), random_trace(20, 1), tmp_path / "o.parquet",
+                        tuning=Tuning(order="sort", sort_memory="lots"), progress=False)
     assert not list(tmp_path.glob(".blis-*")) and not (tmp_path / "o.parquet").exists()
 
 

@@ -119,7 +119,8 @@ def test_a_shuffled_trace_is_priced_in_place_with_every_kind_of_column(
     for name in ("shuffled", "request-major"):
         src, dst = tmp_path / f"{name}.parquet", tmp_path / f"{name}.out.parquet"
         _orders(df, 5)[name].write_parquet(src, row_group_size=101)
-        counts = bulk.price_file(ds3, src, dst, tuning=Tuning(chunk_rows=60), progress=False, **extra)
+        counts = bulk.price_file(ds3, src, dst, tuning=Tuning(chunk_rows=60), progress=False,
+                                 **extra)
         assert counts.mode == "sorted"
         assert pl.read_parquet(dst).equals(want), name
     assert grouped_pieces == []  # every piece priced where its rows lay
@@ -178,7 +179,8 @@ def test_a_pool_prices_a_request_major_trace_by_summing_it(tmp_path: Path, varia
     # request by request: rows near each other in id, summed as they come; shuffled: grouped
     for name, mode in (("request-major", "summed"), ("shuffled", "sorted")):
         dst = tmp_path / f"{name}.out.parquet"
-        counts = bulk.price_file(r, _shuffled_parquet(tmp_path, df, name), dst, tuning=Tuning(chunk_rows=70), progress=False)
+        counts = bulk.price_file(r, _shuffled_parquet(tmp_path, df, name), dst,
+                                 tuning=Tuning(chunk_rows=70), progress=False)
         assert counts.mode == mode, name
         assert pl.read_parquet(dst).equals(want), (variant, name)
         res = bulk.price_result(r, _orders(df, 5)[name])  # an in-memory table: the same
@@ -228,7 +230,8 @@ def test_what_needs_the_rows_of_a_batch_takes_the_grouping_path(tmp_path: Path, 
         src = tmp_path / "t.csv"
         _orders(df, 5)["request-major"].write_csv(src)
     dst, rej = tmp_path / "o.parquet", tmp_path / "r.parquet"
-    counts = bulk.price_file(ds3, src, dst, rejects=rej, tuning=Tuning(chunk_rows=64), progress=False, **kw)
+    counts = bulk.price_file(ds3, src, dst, rejects=rej, tuning=Tuning(chunk_rows=64),
+                             progress=False, **kw)
     assert counts.mode == "sorted", case
     assert pl.read_parquet(dst).equals(want.priced), case
     assert counts.rows_rejected == want.counts.rows_rejected
@@ -240,7 +243,8 @@ def test_what_needs_the_rows_of_a_batch_takes_the_grouping_path(tmp_path: Path, 
     if case == "rejected row":  # found late, after chunks summed without their rows held
         assert pl.read_parquet(src)["scheduled"].arg_min() >= 3 * 64
     if case in ("rejected row", "huge counts"):  # an in-memory table: read again as well
-        res = bulk.price_result(ds3, _orders(df, 5)["request-major"], on_reject="ignore", tuning=Tuning(chunk_rows=64))
+        res = bulk.price_result(ds3, _orders(df, 5)["request-major"], on_reject="ignore",
+                                tuning=Tuning(chunk_rows=64))
         assert res.counts.mode == "sorted" and res.priced.equals(want.priced), case
         assert res.counts.rows_rejected == want.counts.rows_rejected
 

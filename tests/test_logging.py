@@ -50,7 +50,8 @@ def test_the_ordering_mode_and_spill_are_logged(tmp_path: Path, caplog: pytest.L
     src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
     random_trace(200, 3).sample(fraction=1.0, shuffle=True, seed=1).write_parquet(src)
     with caplog.at_level(logging.DEBUG, logger="kernel"):
-        c = bulk.price_file(r, src, dst, progress=False, tuning=Tuning(order=order, memory_budget=budget, chunk_rows=64))
+        c = bulk.price_file(r, src, dst, progress=False,
+                            tuning=Tuning(order=order, memory_budget=budget, chunk_rows=64))
     assert mode is None or c.mode == mode
     said = _messages(caplog, "kernel.bulk.stream")
     assert f"ordering mode {c.mode} for {dst} ({c.rows_in} rows in)" in said, said

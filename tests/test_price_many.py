@@ -69,7 +69,8 @@ def test_each_kernel_gets_what_price_file_writes(tmp_path: Path, kernels: list[k
     for o in _outputs(tmp_path, kernels, "alone"):
         o.dst.parent.mkdir(parents=True, exist_ok=True)
         alone.append(price_file(o.kernel, table, o.dst, rejects=o.rejects, metadata=o.metadata,
-                                rejects_metadata=o.rejects_metadata, progress=False, tuning=Tuning(chunk_rows=CHUNK, workers=2)))
+                                rejects_metadata=o.rejects_metadata, progress=False,
+                                tuning=Tuning(chunk_rows=CHUNK, workers=2)))
     shared_outputs = _outputs(tmp_path, kernels, "shared")
     shared_outputs[0].dst.parent.mkdir(parents=True)
     shared = price_table_many(shared_outputs, table, workers=2)

@@ -97,7 +97,9 @@ def test_spill_of_in_memory_tables_and_per_batch_columns_property() -> None:
             df = _with_bad_rows(df, seed)
         want = bulk.price_result(r, df, on_reject="ignore")
         budget = 1 + int(share * 8 * df.height)  # (under the rows' least size: spilled)
-        got = bulk.price_result(r, _orders(df, seed)[order], tuning=Tuning(chunk_rows=chunk, memory_budget=budget, order="sort"), on_reject="ignore")
+        got = bulk.price_result(r, _orders(df, seed)[order],
+                                tuning=Tuning(chunk_rows=chunk, memory_budget=budget, order="sort"),
+                                on_reject="ignore")
         assert got.counts.mode == "spill"
         assert got.priced.equals(want.priced)
         assert got.counts.rows_in == got.counts.rows_priced + got.counts.rows_rejected
@@ -170,7 +172,8 @@ def test_a_failure_while_spilled_groups_are_priced_leaves_no_file(
 
     monkeypatch.setattr(Engine, "price_range_task", failing)
     with pytest.raises(error, match="stop"):
-        bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=50, memory_budget=3_000, workers=1), progress=False)
+        bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=50, memory_budget=3_000, workers=1),
+                        progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
 
 
@@ -182,7 +185,9 @@ def test_a_bad_row_under_strict_mid_spill_leaves_no_file(tmp_path: Path) -> None
     src = tmp_path / "t.parquet"
     _orders(df, 8)["shuffled"].write_parquet(src, row_group_size=64)
     with pytest.raises(RejectedRowError):
-        bulk.price_file(r, src, tmp_path / "o.parquet", tuning=Tuning(chunk_rows=50, memory_budget=1), progress=False, on_reject="raise")
+        bulk.price_file(r, src, tmp_path / "o.parquet",
+                        tuning=Tuning(chunk_rows=50, memory_budget=1), progress=False,
+                        on_reject="raise")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
 
 

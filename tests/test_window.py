@@ -50,7 +50,9 @@ def test_an_advancing_trace_beyond_the_budget_is_priced_in_a_window_bit_for_bit(
         advancing(df, width, seed).write_parquet(src, row_group_size=group)
         for chunk in (32, 64, 10_000):
             dst, rej = tmp_path / "o.parquet", tmp_path / "rej.parquet"
-            c = bulk.price_file(r, src, dst, rejects=rej, tuning=Tuning(chunk_rows=chunk, memory_budget=_budget(df), order="sort"), progress=False)
+            c = bulk.price_file(r, src, dst, rejects=rej,
+                                tuning=Tuning(chunk_rows=chunk, memory_budget=_budget(df), order="sort"),
+                                progress=False)
             assert c.mode == "window", (width, group, chunk)
             assert c.rows_in == df.height == c.rows_priced + c.rows_rejected
             assert c.rows_rejected == want.counts.rows_rejected
@@ -65,7 +67,9 @@ def test_kept_and_produced_columns_follow_the_rows_through_the_window(tmp_path: 
     want = bulk.price(r, df, producers=[TWICE], keep=["replica", "tag"])
     src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
     advancing(df, 20, 6).write_parquet(src, row_group_size=60)
-    c = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=40, memory_budget=_budget(df), order="sort"), progress=False, producers=[TWICE],
+    c = bulk.price_file(r, src, dst,
+                        tuning=Tuning(chunk_rows=40, memory_budget=_budget(df), order="sort"),
+                        progress=False, producers=[TWICE],
                         keep=["replica", "tag"])
     assert c.mode == "window"
     assert pl.read_parquet(dst).equals(want)
@@ -79,7 +83,8 @@ def test_a_shuffled_trace_or_a_too_small_budget_is_spilled_instead(tmp_path: Pat
     want = bulk.price(r, df)
     src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
     df.sample(fraction=1.0, shuffle=True, seed=4).write_parquet(src, row_group_size=50)
-    c = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=50, memory_budget=_budget(df)), progress=False)
+    c = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=50, memory_budget=_budget(df)),
+                        progress=False)
     assert c.mode == "spill"
     assert pl.read_parquet(dst).equals(want)
     advancing(df, 10, 4).write_parquet(src, row_group_size=50)
@@ -148,7 +153,8 @@ def test_statistics_that_lie_before_any_piece_is_priced_send_the_rows_to_the_spi
 
     monkeypatch.setattr(sources, "_id_ranges", first_group_min_overstated)
     with caplog.at_level(logging.INFO, logger="kernel"):
-        c = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=50, memory_budget=_budget(df)), progress=False)
+        c = bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=50, memory_budget=_budget(df)),
+                            progress=False)
     assert any("moving window" in m.getMessage() for m in caplog.records)  # (chosen first)
     assert c.mode in ("spill", "external") and c.rows_in == df.height
     assert pl.read_parquet(dst).equals(want)
@@ -179,7 +185,8 @@ def test_statistics_that_lie_after_pieces_were_priced_stop_the_run_with_a_clear_
     monkeypatch.setattr(sources, "_id_ranges", last_group_hides_its_min)
     with pytest.raises(TraceError, match=r"row group \d+ holds batch ids outside its parquet "
                                          r"statistics .*order='external'"):
-        bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=50, memory_budget=_budget(df)), progress=False)
+        bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=50, memory_budget=_budget(df)),
+                        progress=False)
     assert not dst.exists() and not list(tmp_path.glob(".blis-*"))
 
 
@@ -218,7 +225,9 @@ def test_window_property_any_chunking_prices_like_the_sorted_trace(tmp_path: Pat
         want = bulk.price_result(r, df, on_reject="ignore")
         src, dst, rej = tmp_path / "t.parquet", tmp_path / "o.parquet", tmp_path / "r.parquet"
         advancing(df, width, seed).write_parquet(src, row_group_size=group)
-        c = bulk.price_file(r, src, dst, rejects=rej, tuning=Tuning(chunk_rows=chunk, memory_budget=_budget(df), order="sort"), progress=False)
+        c = bulk.price_file(r, src, dst, rejects=rej,
+                            tuning=Tuning(chunk_rows=chunk, memory_budget=_budget(df), order="sort"),
+                            progress=False)
         modes.append(c.mode)
         assert c.mode in ("window", "spill")
         assert c.rows_in == df.height == c.rows_priced + c.rows_rejected
