@@ -32,7 +32,7 @@ timing: AISimulate reads aggregates only, so its side of the loop does less). A 
 (one 2,048-token chunk + 63 decodes) is timed against the decode fast path (32 and 64 decodes).
 
 ``--baseline DIR`` times the same loops and mixed batch on another checkout of this project
-(for example ``git worktree add /tmp/base main`` before a change), in a subprocess of this
+(for example ``git worktree add ../base main`` before a change), in a subprocess of this
 script with ``DIR`` on the path, by public API only: old and new, with their ratios to the
 same AISimulate figures, in one run.
 """
