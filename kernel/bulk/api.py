@@ -64,7 +64,7 @@ def price_result(k: Pricer | ResolvedPool, trace: TraceInput, *, decode_threshol
     batches' rows aside instead. Every option: :mod:`kernel.bulk.options`; how the engine
     runs (order, memory, threads): :class:`~kernel.bulk.options.Tuning`.
     """
-    on_reject = reject_mode(on_reject, strict, "price_result")  # type: ignore[assignment]
+    on_reject = reject_mode(on_reject, strict, "price_result")
     strict_rows = on_reject == "raise"
     tune = tuning or Tuning()
     producers = with_measured(producers, measured, measured_unit)
@@ -130,4 +130,4 @@ def price(k: Pricer | ResolvedPool, trace: TraceInput, *, decode_threshold: int 
                         columns=columns, batches=batches, keep=keep, producers=producers,
                         measured=measured, measured_unit=measured_unit,
                         reject_over_limit=reject_over_limit, identity=identity,
-                        on_reject=mode, tuning=tuning).priced  # type: ignore[arg-type]
+                        on_reject=mode, tuning=tuning).priced

@@ -29,7 +29,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 __all__ = ["CHUNK_ROWS", "ON_REJECT", "ORDERS", "SORT_MEMORY", "OnReject", "Tuning",
            "reject_mode", "size_bytes"]
@@ -95,7 +95,7 @@ class Tuning:
                              f"not {self.order!r}")
 
 
-def reject_mode(on_reject: str, strict: bool | None, where: str) -> str:
+def reject_mode(on_reject: str, strict: bool | None, where: str) -> OnReject:
     """``on_reject`` checked, with the deprecated ``strict`` folded in (True → "raise")."""
     if strict is not None:
         warnings.warn(f"{where}(strict=...) is deprecated: pass on_reject='raise' (or "
@@ -105,4 +105,4 @@ def reject_mode(on_reject: str, strict: bool | None, where: str) -> str:
     if on_reject not in ON_REJECT:
         raise ValueError(f"on_reject must be one of {', '.join(map(repr, ON_REJECT))}, not "
                          f"{on_reject!r}")
-    return on_reject
+    return cast(OnReject, on_reject)

@@ -159,6 +159,20 @@ def secondary_attention(attn: Any, secs: Any, n_kv: Any, n_dec: int) -> Any:
     return attn
 
 
+def ramp_terms(p: _Prepared, tokens: int, budget: int) -> tuple[float, Any, Any, Any, Any]:
+    """The token count's scalars both fast paths start from, as the shared path computes
+    them (model.md §2.1, §2.5): (T, SM derate, ramp, peak · ramp, the shape-aware factor or
+    None)."""
+    T = float(tokens)
+    sm_count = p.sm_count
+    derate: Any = 1.0
+    if sm_count > 0 and budget > 0 and budget < sm_count:
+        derate = sm_count / budget
+    ramp = laws.efficiency(T, p.eps_max, p.m_half)
+    mfac = T / (T + p.m_half) if p.shape_aware and p.m_half > 0 else None
+    return T, derate, ramp, p.peak * ramp, mfac
+
+
 def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tuple[Any, ...]:
     """Every term of a decode step that depends on the token count only (model.md §1.3), in the
     shared path's operation order: per layer (count, then the layer's attention constants:
@@ -167,15 +181,8 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
     HBM, the stage's token-only candidates (dense SM share, NVLink, NIC) already maxed, routed,
     weight bytes, elementwise bytes), then (Σ SM with the head, Σ NVLink, Σ NIC, the head's
     stage, :func:`_fixed_summary` of those three totals)."""
-    T = float(tokens)
-    tp, peak = p.tp, p.peak
-    sm_count = p.sm_count
-    derate: Any = 1.0
-    if sm_count > 0 and budget > 0 and budget < sm_count:
-        derate = sm_count / budget
-    ramp = laws.efficiency(T, p.eps_max, p.m_half)
-    pr = peak * ramp
-    mfac = T / (T + p.m_half) if p.shape_aware and p.m_half > 0 else None
+    T, derate, _ramp, pr, mfac = ramp_terms(p, tokens, budget)
+    tp = p.tp
     hbm_bps = p.hbm
     layers = []
     tot_sm = tot_nv = tot_nic = 0.0

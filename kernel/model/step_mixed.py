@@ -27,8 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import laws
-from .step_fast import _fixed_summary, estimate, layer_token_terms, routed_seconds
+from .step_fast import _fixed_summary, estimate, layer_token_terms, ramp_terms, routed_seconds
 
 if TYPE_CHECKING:
     from .step import BatchSummary, _Prepared
@@ -48,15 +47,8 @@ def _tokens_terms(p: _Prepared, fast: FastPath, tokens: int, budget: int) -> tup
     the decode fast path's attention tuple (per-request seconds before the weight bytes), the
     one-kernel floor rule (floor below the prefill floor, or not), window index, q heads, head
     dim, secondaries, PCP gather (collective, widths) or None."""
-    T = float(tokens)
+    T, derate, ramp, pr, mfac = ramp_terms(p, tokens, budget)
     tp, peak, hbm_bps = p.tp, p.peak, p.hbm
-    sm_count = p.sm_count
-    derate: Any = 1.0
-    if sm_count > 0 and budget > 0 and budget < sm_count:
-        derate = sm_count / budget
-    ramp = laws.efficiency(T, p.eps_max, p.m_half)
-    pr = peak * ramp
-    mfac = T / (T + p.m_half) if p.shape_aware and p.m_half > 0 else None
     ps = peak * (ramp * p.prefill_scale) if p.prefill_scale > 0 else None
     layers = []
     tot_nv = tot_nic = 0.0

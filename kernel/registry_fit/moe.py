@@ -23,7 +23,6 @@ the count the rows were timed at), the fastest kernel per row.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .tables import SYSTEMS, OperatorTable, choose_version, data_root
+from .attention import nonnegative_fit
+from .tables import SYSTEMS, OperatorTable, choose_version, family_root
 
 COLUMNS = ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
            "moe_tp_size", "moe_ep_size", "distribution", "latency")
@@ -70,13 +70,7 @@ def find_moe_table(root: str | Path, chip: str, engine: str) -> OperatorTable:
     """The ``moe_perf`` table for ``chip`` at the version nearest ``engine`` among those whose
     bf16 rows hold at least ``MIN_SHAPES`` shapes (the requested version when it does, else
     the newest below it, else the oldest above it)."""
-    if ":" not in engine:
-        raise ValueError(f"--engine {engine!r}: expected BACKEND:VERSION, e.g. vllm:0.31.0")
-    backend, version = engine.split(":", 1)
-    if chip not in SYSTEMS:
-        raise ValueError(f"--chip {chip!r}: no operator-table system for it; known chips: "
-                         f"{sorted(SYSTEMS)}")
-    base = data_root(root) / SYSTEMS[chip] / "moe" / backend
+    base, backend, version = family_root(root, chip, "moe", engine)
     frames: dict[str, pl.DataFrame] = {}
     for p in sorted(base.glob("*/moe_perf.parquet")) if base.is_dir() else []:
         frame = pl.read_parquet(p)
@@ -106,23 +100,6 @@ def _columns(f: dict[str, np.ndarray], peak_flops: float) -> np.ndarray:
     return np.column_stack([np.ones_like(f["us"]), f["bytes"], f["flops"] / peak_flops * 1e6])
 
 
-def _nonnegative(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-    """Least squares of relative error, every coefficient >= 0 (the best feasible subset)."""
-    w = 1.0 / y
-    best, best_err = np.zeros(x.shape[1]), np.inf
-    for n in range(1, x.shape[1] + 1):
-        for cols in itertools.combinations(range(x.shape[1]), n):
-            c, *_ = np.linalg.lstsq(x[:, cols] * w[:, None], np.ones_like(y), rcond=None)
-            if np.any(c < 0):
-                continue
-            full = np.zeros(x.shape[1])
-            full[list(cols)] = c
-            err = float(np.sum((x @ full * w - 1.0) ** 2))
-            if err < best_err:
-                best, best_err = full, err
-    return best, best_err
-
-
 def predict(f: dict[str, np.ndarray], peak_flops: float, c: np.ndarray) -> np.ndarray:
     """µs of each row under coefficients ``c`` = (floor µs, 1/rate, 1/efficiency)."""
     return _columns(f, peak_flops) @ c
@@ -137,12 +114,12 @@ def fit_moe(table: OperatorTable, peak_flops: float) -> MoeFit:
     f = features(df)
     y = f["us"]
     x = _columns(f, peak_flops)
-    c, _ = _nonnegative(x, y)
+    c = nonnegative_fit(x, y)
     errs = []
     for shape in shapes:
         held = np.all(np.column_stack([df[n].to_numpy() == v for n, v in zip(
             SHAPE, shape, strict=True)]), 1)
-        ch, _ = _nonnegative(x[~held], y[~held])
+        ch = nonnegative_fit(x[~held], y[~held])
         errs.append((x[held] @ ch - y[held]) / y[held])
     e = np.concatenate(errs)
     return MoeFit(float(c[0]), float(1.0 / c[1]) if c[1] > 0 else 0.0,

@@ -77,17 +77,24 @@ def data_root(root: str | Path) -> Path:
                      f"{sorted(SYSTEMS.values())})")
 
 
-def find_table(root: str | Path, chip: str, family: str, table: str, engine: str) -> OperatorTable:
-    """The ``table`` parquet of ``family`` for ``chip`` at the engine version nearest
-    ``engine`` (``vllm:0.31.0``)."""
+def family_root(root: str | Path, chip: str, family: str, engine: str
+                ) -> tuple[Path, str, str]:
+    """(the folder of ``family``'s tables for ``chip`` under ``engine``'s backend, the
+    backend, the version asked for), with ``engine`` (``vllm:0.31.0``) and ``chip`` checked."""
     if ":" not in engine:
         raise ValueError(f"--engine {engine!r}: expected BACKEND:VERSION, e.g. vllm:0.31.0")
     backend, version = engine.split(":", 1)
     if chip not in SYSTEMS:
         raise ValueError(f"--chip {chip!r}: no operator-table system for it; known chips: "
                          f"{sorted(SYSTEMS)}")
+    return data_root(root) / SYSTEMS[chip] / family / backend, backend, version
+
+
+def find_table(root: str | Path, chip: str, family: str, table: str, engine: str) -> OperatorTable:
+    """The ``table`` parquet of ``family`` for ``chip`` at the engine version nearest
+    ``engine`` (``vllm:0.31.0``)."""
+    base, backend, version = family_root(root, chip, family, engine)
     system = SYSTEMS[chip]
-    base = data_root(root) / system / family / backend
     versions = sorted((p.name for p in base.iterdir() if (p / f"{table}.parquet").is_file())
                       if base.is_dir() else [], key=_version_key)
     if not versions:
