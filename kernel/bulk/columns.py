@@ -62,7 +62,9 @@ __all__ = [
     "ColumnProducer",
     "OutputSpec",
     "RowTotal",
+    "DICTIONARY_ON_DISK",
     "check_rows",
+    "dictionary_on_disk",
     "with_measured",
     "price_grouped",
     "priced_table",
@@ -73,6 +75,17 @@ __all__ = [
 BOTTLENECK_TYPE = pa.dictionary(pa.uint8(), pa.string(), ordered=True)
 _ENUM_META = {b"_PL_ENUM_VALUES2": "".join(f"{len(n)};{n}" for n in RESOURCE_NAMES).encode()}
 _BOTTLENECK_VALUES = pa.array(list(RESOURCE_NAMES), pa.string())
+
+# A producer's field may ask parquet for dictionary encoding (strings and dictionary columns
+# always get it): a per-run constant such as ``pool`` then costs one entry per row group.
+DICTIONARY_ON_DISK = {b"blis.parquet_dictionary": b"1"}
+
+
+def dictionary_on_disk(f: pa.Field) -> bool:
+    """Whether parquet stores ``f`` dictionary-encoded."""
+    return (pa.types.is_string(f.type) or pa.types.is_dictionary(f.type)
+            or (f.metadata or {}).get(b"blis.parquet_dictionary") == b"1")
+
 
 PRICED_SCHEMA = pa.schema(
     [("batch_id", pa.int64()), ("overlap_ns", pa.int64()), ("no_overlap_ns", pa.int64()),

@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .columns import BatchContext, ColumnProducer
+from .columns import DICTIONARY_ON_DISK, BatchContext, ColumnProducer
 
 __all__ = ["IDENTITY", "POOL_FIELD", "SCENARIO_FIELD", "identity_producer"]
 
 IDENTITY = "identity"  # the producer's name
 SCENARIO_FIELD = pa.field("scenario", pa.dictionary(pa.int32(), pa.string()))
-POOL_FIELD = pa.field("pool", pa.int32())
+POOL_FIELD = pa.field("pool", pa.int32(), metadata=DICTIONARY_ON_DISK)
 
 
 def _produce(ctx: BatchContext) -> dict[str, Any]:

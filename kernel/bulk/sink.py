@@ -23,7 +23,7 @@ import pyarrow as pa
 from pipeline import safe_output
 
 from ..io.outputs import TableWriter, is_stdout, stdout_sink, table_format
-from .identity import POOL_FIELD
+from .columns import dictionary_on_disk
 
 __all__ = ["ROW_GROUP_ROWS", "Sink"]
 
@@ -79,9 +79,7 @@ class Sink:
                                  compression=self.compression)
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        dict_cols = [f.name for f in self.schema  # (the pool number too: one value per run)
-                     if pa.types.is_string(f.type) or pa.types.is_dictionary(f.type)
-                     or f.name == POOL_FIELD.name]
+        dict_cols = [f.name for f in self.schema if dictionary_on_disk(f)]
         self.w = TableWriter(str(self.tmp), self.schema, self.fmt,
                              compression=self.compression, use_dictionary=dict_cols,
                              sorting_columns=self.sorted_by)
