@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +162,28 @@ def _shuffled_trace(path: Path, batches: int, per_batch: int) -> None:
         "prompt_len": np.full(n, 512, np.int64)}), path)
 
 
+def interrupt_when(proc: subprocess.Popen[bytes], ready: Callable[[], bool], sig: int,
+                   what: str, wait: float) -> bytes:
+    """Send ``sig`` to ``proc`` once ``ready()`` (polled every 5 ms for ``wait`` seconds, the
+    process still alive); its stderr. The process is never left running."""
+    deadline = time.monotonic() + wait
+    try:
+        while time.monotonic() < deadline:
+            if ready():
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.005)
+        else:
+            pytest.fail(f"{what} never started")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=wait / 2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return err
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_mid_price_leaves_no_temporary_and_no_output(tmp_path: Path, sig: int) -> None:
     trace = tmp_path / "t.parquet"
@@ -173,23 +196,10 @@ def test_a_signal_mid_price_leaves_no_temporary_and_no_output(tmp_path: Path, si
          S, "-o", str(out), "--chunk-rows", "500", "--no-progress"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(REPO)})
-    deadline = time.monotonic() + 60
-    try:
-        # Wait until pricing is under way: its scratch directory (the out-of-order trace is
-        # sorted there) or the output's temporary file exists.
-        while time.monotonic() < deadline:
-            if any(p.name.startswith(".") for p in out_dir.iterdir()):
-                break
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.005)
-        else:
-            pytest.fail("pricing never started")
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    # Pricing is under way once its scratch directory (the out-of-order trace is sorted
+    # there) or the output's temporary file exists.
+    err = interrupt_when(proc, lambda: any(p.name.startswith(".") for p in out_dir.iterdir()),
+                         sig, "pricing", 60)
     assert proc.returncode == 128 + sig, err.decode()
     assert list(out_dir.iterdir()) == []  # no temporary file or directory, no partial output
     assert not out.exists()

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +203,7 @@ bulk.price_file(pool(**VARIANTS["window-pcp2"]), sys.argv[1], sys.argv[2], progr
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_mid_spill_leaves_no_file(tmp_path: Path, sig: int) -> None:
-    from .test_safe_output import _shuffled_trace
+    from .test_safe_output import _shuffled_trace, interrupt_when
 
     trace = tmp_path / "t.parquet"
     _shuffled_trace(trace, 200_000, 8)
@@ -214,21 +213,8 @@ def test_a_signal_mid_spill_leaves_no_file(tmp_path: Path, sig: int) -> None:
                              str(out_dir / "priced.parquet")], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
-    deadline = time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline:  # until spill files are being written
-            if any(p.name.startswith(".blis-spill-") and any(p.iterdir())
-                   for p in out_dir.iterdir()):
-                break
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.005)
-        else:
-            pytest.fail("spilling never started")
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    err = interrupt_when(proc, lambda: any(p.name.startswith(".blis-spill-") and any(p.iterdir())
+                                           for p in out_dir.iterdir()),  # spill files written
+                         sig, "spilling", 120)
     assert proc.returncode == 128 + sig, err.decode()
     assert list(out_dir.iterdir()) == []
