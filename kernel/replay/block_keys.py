@@ -8,6 +8,11 @@ so equal keys still imply an equal block prefix (a key may miss a hit vLLM would
 invent one). Blocks beyond the chain have no key here: only the request itself (after a
 preemption) can hit them, and the KV pool keeps them as one segment per request
 (:mod:`kernel.replay.kv_cache`).
+
+:func:`block_units` gives the same blocks in *units*: the blocks that take the same chain
+entry, as one key (the first block's) and a count; block ``i`` of a unit has key
+``unit key + i`` (mod 2**64), its :func:`block_keys` key. The KV pool keeps a unit as one
+entry while its blocks share a state (:mod:`kernel.replay.kv_units`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["block_keys"]
+__all__ = ["block_keys", "block_units"]
 
 _MIX = 0x9E3779B97F4A7C15
 
@@ -37,3 +42,27 @@ def block_keys(hashes: Sequence[int] | None, hash_tokens: int | None, block_size
     first = -(-(j + 1) * block_size // hash_tokens) - 1  # the first entry covering block j
     # uint64 arithmetic wraps modulo 2^64, as (h * MIX + j) & (2^64 - 1) would
     return (h[first] * np.uint64(_MIX) + j.astype(np.uint64)).tolist()
+
+
+def block_units(hashes: Sequence[int] | None, hash_tokens: int | None, block_size: int,
+                n_blocks: int) -> tuple[list[int], list[int], list[int]]:
+    """The blocks :func:`block_keys` names, as (unit keys, unit sizes in blocks, cumulative
+    block ends): one unit per chain entry (a block taking the entry itself when B is a
+    multiple of H)."""
+    if not hashes or not hash_tokens:
+        return [], [], []
+    upto = min(len(hashes) * hash_tokens // block_size, n_blocks)
+    if upto <= 0:
+        return [], [], []
+    h = np.asarray(hashes, np.uint64)
+    if block_size % hash_tokens == 0:
+        j = np.arange(upto, dtype=np.int64)
+        keys = h[(j + 1) * (block_size // hash_tokens) - 1].tolist()
+        return keys, [1] * upto, list(range(1, upto + 1))
+    j = np.arange(upto, dtype=np.int64)
+    first = -(-(j + 1) * block_size // hash_tokens) - 1  # the first entry covering block j
+    starts = np.flatnonzero(np.r_[True, first[1:] != first[:-1]])  # a unit per entry
+    ends = np.r_[starts[1:], upto]
+    with np.errstate(over="ignore"):
+        keys = h[first[starts]] * np.uint64(_MIX) + starts.astype(np.uint64)
+    return keys.tolist(), (ends - starts).tolist(), ends.tolist()

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .block_keys import block_keys
-from .kv_cache import KVBlocks
+from .block_keys import block_units
+from .kv_units import Chain, KVUnits, Refs
 
 __all__ = ["Core", "EngineLimits", "Group", "RunState", "Simulation"]
 
@@ -85,8 +85,8 @@ class RunState:
         self.remote = np.zeros(n, np.int64)
         self.cached_tokens = np.zeros(n, np.int64)  # prefix-hit tokens at the last admission
         self.core = np.full(n, -1, np.int64)
-        self.refs: list[list[int] | None] = [None] * n  # cached keys held, block order
-        self.keys: list[list[int] | None] = [None] * n
+        self.refs: list[Refs | None] = [None] * n  # cached keys held, block order
+        self.keys: list[Chain | None] = [None] * n  # its chain's units
 
 
 class Core:
@@ -99,7 +99,7 @@ class Core:
         self.pool_index = pool_index
         self.state = state
         self.limits = limits
-        self.kv = KVBlocks(limits.num_blocks, limits.block_size, limits.prefix_caching)
+        self.kv = KVUnits(limits.num_blocks, limits.block_size, limits.prefix_caching)
         self.inbox: deque[tuple[int, int]] = deque()  # (ready_ns, request) not yet polled
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
@@ -219,6 +219,8 @@ class Rows:
 Plan = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
              np.ndarray]
 _EMPTY = np.zeros(0, np.int64)
+_NO_REFS: Refs = ([], [])  # never written (release only reads)
+_NO_CHAIN: Chain = ([], [], [])
 _CONST: dict[tuple[int, int], np.ndarray] = {}
 
 
@@ -373,7 +375,7 @@ class Simulation:
 
     def _release(self, c: Core, r: int) -> None:
         s = c.state
-        c.kv.release(int(s.held[r]), s.refs[r] or [], r)
+        c.kv.release_units(int(s.held[r]), s.refs[r] or _NO_REFS, r)
         s.held[r] = 0
         s.refs[r] = None
         s.registered[r] = 0
@@ -419,16 +421,16 @@ class Simulation:
 
     # -- the scheduler -------------------------------------------------------------------
     @staticmethod
-    def _keys(c: Core, r: int) -> list[int]:
+    def _keys(c: Core, r: int) -> Chain:
         s = c.state
         keys = s.keys[r]
         if keys is None:
             B = c.limits.block_size
             n = -(-int(s.target[r]) // B)
             h = s.hashes[r] if s.hashes is not None else None
-            keys = block_keys(h, s.hash_tokens, B, n)
+            keys = block_units(h, s.hash_tokens, B, n)
             s.keys[r] = keys
-            s.n_shared[r] = len(keys)
+            s.n_shared[r] = keys[2][-1] if keys[2] else 0
         return keys
 
     def _preempt(self, c: Core, r: int) -> None:
@@ -645,12 +647,12 @@ class Simulation:
         ones to the cache (its shared keys, then its own segment)."""
         s = c.state
         keys = self._keys(c, r)
-        shared = len(keys)
+        shared = keys[2][-1] if keys[2] else 0
         if reg < shared:
             mine = s.refs[r]
             if mine is None:
-                mine = s.refs[r] = []
-            mine.extend(c.kv.register(keys[reg:min(full, shared)]))
+                mine = s.refs[r] = ([], [])
+            c.kv.register_units(keys, reg, min(full, shared), mine)
         c.kv.register_private(r, full - max(reg, shared))
 
     def _phase_a_scalar(self, c: Core, i: int, budget: int
@@ -712,17 +714,16 @@ class Simulation:
             r = waiting[0]
             num_tokens = int(s.known[r])
             full = (num_tokens + B - 1) // B + F
-            hit = private = 0
-            hit_keys: list[int] = []
+            hit = shared = private = 0
+            keys = _NO_CHAIN
             if L.prefix_caching:
                 keys = self._keys(c, r)
-                shared, private = kv.longest_hit(keys, (num_tokens - 1) // B, r)
+                shared, private = kv.hit_units(keys, (num_tokens - 1) // B, r)
                 hit = shared + private
-                hit_keys = keys[:shared]
             # evictable hits (0..hit of them) consume free blocks: counted only when the
             # answer depends on them
-            if full > kv.free and (full - hit > kv.free or full - hit + kv.evictable_among(
-                    hit_keys, r, private) > kv.free):
+            if full > kv.free and (full - hit > kv.free or full - hit + kv.evictable_units(
+                    keys, shared, private) > kv.free):
                 break  # head-of-line blocking: nothing behind it is admitted this step
             waiting.popleft()
             cr = hit * B
@@ -734,9 +735,7 @@ class Simulation:
             if thr and n > thr:
                 n = thr
             n = min(n, budget)
-            if hit:
-                kv.touch(hit_keys, r, private)
-            s.refs[r] = list(hit_keys)
+            s.refs[r] = kv.touch_units(keys, shared, r, private) if hit else ([], [])
             s.registered[r] = hit
             need = (cr + n + B - 1) // B + F - hit
             kv.allocate(need)

@@ -1,0 +1,313 @@
+"""The KV pool with one entry per *unit*: the engine blocks of one hash-chain entry together.
+
+A request's prefix chain names its blocks in units (:func:`~kernel.replay.block_keys.block_units`):
+with 512-token hash blocks and 16-token engine blocks, the 32 engine blocks of one chain
+entry are one unit under one key with a count, instead of 32 keys. The pool's semantics stay
+those of :class:`~kernel.replay.kv_cache.KVBlocks`, block by block (vLLM v1's free queue,
+``vllm/v1/core/kv_cache_utils.py`` and ``block_pool.py``); a unit entry stands for blocks
+that are in the same state:
+
+* a unit entry ``u`` present with count ``c`` is its leading ``c`` blocks, all held by the
+  same requests (one reference count) or all queued next to each other in one LRU run, in
+  block order (so the queue's front, the run's end, is the unit's tail block);
+* eviction takes blocks from the queue's front one at a time, so it trims a unit from its
+  tail: the count drops and the entry stays (its leading blocks, still in the same place);
+* anything that would split a unit's state (a hit on part of it, a block registered past a
+  hole or by another request than its one holder) first *explodes* the unit: its blocks
+  become the per-block keys ``u + j`` (mod 2**64), which are exactly the keys
+  :func:`~kernel.replay.block_keys.block_keys` gives those blocks, each in the unit's former
+  state and place. An exploded unit stays per block.
+
+A request's references are two lists, keys and counts: ``(u, c)`` holds the unit's ``c``
+blocks (after an explosion, the per-block keys ``u .. u + c - 1``), ``(key, 1)`` one block.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from .kv_cache import KVBlocks, _drain
+
+__all__ = ["Chain", "KVUnits", "Refs"]
+
+_MASK = (1 << 64) - 1
+
+# (unit keys, their sizes in blocks, cumulative block ends) of a request's chain
+Chain = tuple[list[int], list[int], list[int]]
+# (keys, block counts) a request holds, block order
+Refs = tuple[list[int], list[int]]
+
+
+def _blocks(u: int, lo: int, hi: int) -> list[int]:
+    """Per-block keys of blocks ``[lo, hi)`` of unit ``u``."""
+    return [(u + j) & _MASK for j in range(lo, hi)]
+
+
+class KVUnits(KVBlocks):
+    """:class:`KVBlocks` whose shared keys may stand for several blocks (see the module)."""
+
+    __slots__ = ("exploded", "size", "unit_runs")
+
+    def __init__(self, num_blocks: int, block_size: int, caching: bool):
+        super().__init__(num_blocks, block_size, caching)
+        self.size: dict[int, int] = {}  # unit key -> blocks present (absent: 1)
+        self.exploded: set[int] = set()  # units kept per block from now on
+        self.unit_runs: set[int] = set()  # stamps of LRU runs holding a unit of > 1 block
+
+    # -- lookups ---------------------------------------------------------------------------
+    def hit_units(self, chain: Chain, max_blocks: int, r: int) -> tuple[int, int]:
+        """(shared, private) leading blocks found cached (:meth:`KVBlocks.longest_hit`)."""
+        if not self.caching:
+            return 0, 0
+        keys, sizes, ends = chain
+        total = ends[-1] if ends else 0
+        limit = max_blocks if max_blocks >= 0 else max(total + max_blocks, 0)
+        cached, size, exploded = self.cached, self.size, self.exploded
+        n = 0
+        for k, m in zip(keys, sizes, strict=True):
+            if n >= limit:
+                break
+            want = m if m <= limit - n else limit - n
+            if k in exploded:
+                got = 0
+                for key in _blocks(k, 0, want):
+                    if key not in cached:
+                        break
+                    got += 1
+            elif k in cached:
+                c = size.get(k, 1)
+                got = c if c < want else want
+            else:
+                break
+            n += got
+            if got < m:
+                break
+        seg = self.segment.get(r, 0)
+        if not seg:
+            return n, 0
+        if n < total:  # unreachable segment (as KVBlocks.longest_hit)
+            self._drop_segment(r)
+            return n, 0
+        return n, min(seg, max_blocks - n)
+
+    def evictable_units(self, chain: Chain, shared: int, private: int) -> int:
+        """Blocks of a hit (the chain's leading ``shared`` blocks, then ``private``) that
+        nobody holds."""
+        cached, exploded = self.cached, self.exploded
+        out = private
+        left = shared
+        for k, m in zip(chain[0], chain[1], strict=False):
+            if left <= 0:
+                break
+            take = m if m <= left else left
+            left -= take
+            if k in exploded:
+                out += sum(1 for key in _blocks(k, 0, take) if cached[key] < 0)
+            elif cached[k] < 0:
+                out += take
+        return out
+
+    # -- state changes ---------------------------------------------------------------------
+    def _explode(self, u: int) -> None:
+        """Unit ``u`` becomes per-block keys ``u + j``, each in the unit's state and place."""
+        self.exploded.add(u)
+        c = self.size.pop(u, 1)
+        state = self.cached.get(u)
+        if state is None or c == 1:
+            return
+        blocks = _blocks(u, 0, c)
+        self.cached.update(dict.fromkeys(blocks, state))
+        if state < 0:  # queued: the run lists the blocks in block order where u was
+            stamp = -state
+            for s, item in self.lru:
+                if s == stamp and not isinstance(item, int):
+                    at = item.index(u)
+                    item[at:at + 1] = blocks
+                    break
+
+    def touch_units(self, chain: Chain, shared: int, r: int, private: int) -> Refs:
+        """The request now holds the chain's leading ``shared`` blocks and ``private``
+        segment blocks (vLLM ``BlockPool.touch``); returns its references."""
+        cached, size, exploded, stale_in = self.cached, self.size, self.exploded, self._stale_in
+        rk: list[int] = []
+        rc: list[int] = []
+        left = shared
+        for k, m in zip(chain[0], chain[1], strict=False):
+            if left <= 0:
+                break
+            take = m if m <= left else left
+            left -= take
+            if k not in exploded and take < size.get(k, 1):
+                self._explode(k)
+            if k in exploded:
+                keys = _blocks(k, 0, take)
+            else:
+                keys = [k]
+            for key in keys:
+                ref = cached[key]
+                if ref < 0:
+                    c = size.get(key, 1) if key == k else 1
+                    stale_in[-ref] = stale_in.get(-ref, 0) + 1
+                    self._stale += 1
+                    self.free -= c
+                    self._lru_count -= c
+                    cached[key] = 1
+                else:
+                    cached[key] = ref + 1
+            rk.append(k)
+            rc.append(take)
+        if private:
+            seg = self.segment[r]
+            del self.seg_at[r]
+            self._stale += 1
+            self._lru_count -= seg
+            self.free -= private
+            if private < seg:
+                self.segment[r] = private
+        if self._stale > 2 * self.num_blocks + 64:
+            self._compact()
+        return rk, rc
+
+    def register_units(self, chain: Chain, lo: int, hi: int, refs: Refs) -> None:
+        """The chain's blocks ``[lo, hi)`` are full: the ones not cached yet join the cache
+        held by this request (appended to ``refs``); a block already cached stays with its
+        first owner (the request's copy is private and freed unhashed)."""
+        if not self.caching or hi <= lo:
+            return
+        keys, _sizes, ends = chain
+        cached, size, exploded = self.cached, self.size, self.exploded
+        rk, rc = refs
+        i = bisect_right(ends, lo)
+        start = ends[i - 1] if i else 0
+        while i < len(keys) and start < hi:
+            k, end = keys[i], ends[i]
+            a = lo - start if lo > start else 0
+            b = (hi if hi < end else end) - start
+            i += 1
+            start = end
+            if k not in exploded:
+                state = cached.get(k)
+                if state is None:
+                    if a == 0:  # a new unit, this request its one holder
+                        cached[k] = 1
+                        if b != 1:
+                            size[k] = b
+                        rk.append(k)
+                        rc.append(b)
+                        continue
+                else:
+                    c = size.get(k, 1)
+                    if b <= c:  # all cached already (private copies)
+                        continue
+                    if a == c and state == 1 and rk and rk[-1] == k:  # its own unit grows
+                        size[k] = b
+                        rc[-1] = b
+                        continue
+                self._explode(k)
+            for key in _blocks(k, a, b):
+                if key not in cached:
+                    cached[key] = 1
+                    rk.append(key)
+                    rc.append(1)
+
+    def release_units(self, held: int, refs: Refs, r: int) -> None:
+        """A finished or preempted request gives back ``held`` blocks (:meth:`KVBlocks.release`
+        with unit references)."""
+        rk, rc = refs
+        seg = self.segment.get(r, 0)
+        self.free += held - sum(rc) - seg
+        if seg:
+            self._stamp += 1
+            self.seg_at[r] = self._stamp
+            self.lru.append((self._stamp, r))
+            self.free += seg
+            self._lru_count += seg
+        if not rk:
+            return
+        cached, exploded = self.cached, self.exploded
+        self._stamp += 1
+        stamp = self._stamp
+        queued: list[int] = []  # keys reaching 0, tail first
+        blocks = 0
+        multi = False
+        for i in range(len(rk) - 1, -1, -1):
+            k, n = rk[i], rc[i]
+            if n > 1 and k in exploded:
+                for key in reversed(_blocks(k, 0, n)):
+                    ref = cached[key] - 1
+                    if ref:
+                        cached[key] = ref
+                    else:
+                        cached[key] = -stamp
+                        queued.append(key)
+                        blocks += 1
+                continue
+            ref = cached[k] - 1
+            if ref:
+                cached[k] = ref
+            else:
+                cached[k] = -stamp
+                queued.append(k)
+                blocks += n
+                if n > 1:
+                    multi = True
+        if not queued:
+            return
+        queued.reverse()
+        self.lru.append((stamp, queued))
+        if multi:
+            self.unit_runs.add(stamp)
+        self.free += blocks
+        self._lru_count += blocks
+
+    def _evict(self, n: int) -> None:
+        """:meth:`KVBlocks._evict`, with runs holding units trimmed unit by unit."""
+        cached, segment, seg_at, lru = self.cached, self.segment, self.seg_at, self.lru
+        size, unit_runs = self.size, self.unit_runs
+        self.evictions += n
+        self._lru_count -= n
+        while n > 0:
+            stamp, item = lru[0]
+            if isinstance(item, int):  # a segment: its tail goes first
+                if seg_at.get(item) != stamp:  # touched since: not in the queue any more
+                    lru.popleft()
+                    self._stale -= 1
+                    continue
+                seg = segment[item]
+                if seg > n:
+                    segment[item] = seg - n
+                    return
+                n -= seg
+                del segment[item], seg_at[item]
+                lru.popleft()
+                continue
+            if stamp in self._stale_in:
+                self._live(stamp, item)
+            if stamp not in unit_runs:  # single blocks: sliced off in C
+                m = len(item)
+                if m > n:
+                    gone = item[m - n:]
+                    del item[m - n:]
+                    _drain(map(cached.__delitem__, gone))
+                    return
+                _drain(map(cached.__delitem__, item))
+                lru.popleft()
+                n -= m
+                continue
+            while item and n > 0:
+                k = item[-1]
+                c = size.get(k, 1)
+                if c > n:  # the unit's tail blocks go; its head stays at the front
+                    size[k] = c - n
+                    return
+                item.pop()
+                del cached[k]
+                size.pop(k, None)
+                n -= c
+            if not item:
+                lru.popleft()
+                unit_runs.discard(stamp)
+
+    def _compact(self) -> None:
+        super()._compact()
+        self.unit_runs &= {stamp for stamp, _ in self.lru}

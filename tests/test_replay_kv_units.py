@@ -1,0 +1,211 @@
+"""The unit KV pool (:class:`KVUnits`) against the literal model of vLLM's block pool.
+
+Same reference as ``tests/test_replay_kv_cache.py`` (real block ids in one free queue, as
+``vllm/v1/core/kv_cache_utils.py: FreeKVCacheBlockQueue`` and ``block_pool.py: BlockPool``),
+with chains whose entries cover several engine blocks: a unit of up to four blocks, cut
+short at a request's end (so requests of one prefix group hit parts of a unit), registered
+whole, a block at a time or a few at once, partly evicted from its tail, hit while queued or
+held, and registered by two requests at once (a block's first owner keeps it).
+
+The per-block pool (:class:`KVBlocks`, the representation the units replace, itself checked
+against the literal model there) is driven block by block alongside: the unit pool must
+agree with it on every hit, evictable count, free count, cached block, segment and eviction
+count, at every step, which is what keeps a replay's outputs byte for byte. Against the
+literal model, both must agree on hits, free counts and cached blocks as long as the
+per-block pool does: it departs from the model in one corner, a preempted request whose
+chain lost a block from the middle (a block another request registered first, since
+evicted) and so whose segment cannot be reached: the pool frees that segment as unhashed
+blocks (``KVBlocks._drop_segment``) where vLLM leaves them hashed in place.
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernel.replay.block_keys import block_units
+from kernel.replay.kv_cache import KVBlocks
+from kernel.replay.kv_units import KVUnits
+from tests.test_replay_kv_cache import RefPool
+
+
+def _cached_blocks(kv: KVUnits) -> set[int]:
+    """Every shared block the unit pool has cached, one key per block."""
+    return {k + j for k in kv.cached for j in range(kv.size.get(k, 1))}
+
+
+@st.composite
+def scripts(draw):
+    groups = [draw(st.lists(st.integers(1, 4), min_size=1, max_size=4)) for _ in range(3)]
+    n_req = draw(st.integers(1, 6))
+    shapes = []
+    for _r in range(n_req):
+        g = draw(st.integers(0, 2))
+        shared = draw(st.integers(0, sum(groups[g])))
+        total = draw(st.integers(max(shared, 1), shared + 4))
+        shapes.append((g, shared, total))
+    ops = draw(st.lists(st.tuples(st.sampled_from(["admit", "grow", "release"]),
+                                  st.integers(0, n_req - 1), st.integers(1, 9)), max_size=80))
+    return draw(st.integers(4, 24)), groups, shapes, ops
+
+
+def _chain(units: list[int], g: int, n_shared: int) -> tuple[list[int], list[int], list[int]]:
+    """A request's chain: its group's units (key 1000 g + 10 i, i-th unit) cut at n_shared."""
+    keys, sizes, left = [], [], n_shared
+    for i, m in enumerate(units):
+        if left <= 0:
+            break
+        keys.append(1000 * g + 10 * i)
+        sizes.append(min(m, left))
+        left -= sizes[-1]
+    return keys, sizes, list(accumulate(sizes))
+
+
+def _drive(script) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """Run a script on the three pools, asserting agreement; (steps, steps where the
+    per-block pool still agreed with the literal model)."""
+    n_blocks, groups, shapes, ops = script
+    ref, kv, old = RefPool(n_blocks), KVUnits(n_blocks, 16, True), KVBlocks(n_blocks, 16, True)
+    old_refs: dict[int, list[int]] = {}
+    faithful = True  # the per-block pool still agrees with the literal model
+    checked = [0, 0]  # steps where it did (and so the unit pool too), steps
+    ref_blocks: dict[int, list[int]] = {}  # the literal model's blocks per request
+    mine: dict[int, tuple[int, tuple[list[int], list[int]]]] = {}  # r -> (held, refs)
+    grown = {r: 0 for r in range(len(shapes))}
+    for op, r, size in ops:
+        g, n_shared, total = shapes[r]
+        chain = _chain(groups[g], g, n_shared)
+        shared = [k + j for k, m in zip(chain[0], chain[1], strict=True) for j in range(m)]
+        keys_ref: list[object] = [*shared, *(("p", r, j) for j in range(n_shared, total))]
+        if op == "admit" and r not in mine:
+            if grown[r] >= total:
+                continue
+            cur = min(total, max(size, grown[r] + 1))
+            sh, pv = kv.hit_units(chain, cur - 1, r)
+            assert old.longest_hit(shared, cur - 1, r) == (sh, pv)
+            evictable = kv.evictable_units(chain, sh, pv)
+            assert evictable == old.evictable_among(shared[:sh], r, pv)
+            if faithful:
+                hit_ref = ref.lookup(keys_ref, cur - 1)
+                assert sh + pv == len(hit_ref)
+                assert evictable == sum(1 for b in hit_ref if ref.ref[b] == 0)
+            if cur - (sh + pv) + evictable > kv.free:  # the engine's admission test
+                continue
+            if faithful:
+                ref.touch(hit_ref)
+                blocks = hit_ref + ref.allocate(cur - len(hit_ref))
+                for j in range(len(hit_ref), cur):
+                    ref.register(blocks[j], keys_ref[j])
+                ref_blocks[r] = blocks
+            hit = sh + pv
+            refs = kv.touch_units(chain, sh, r, pv) if hit else ([], [])
+            kv.allocate(cur - hit)
+            kv.register_units(chain, hit, min(cur, n_shared), refs)
+            kv.register_private(r, cur - max(hit, n_shared))
+            mine[r] = (cur, refs)
+            if hit:
+                old.touch(shared[:sh], r, pv)
+            old_refs[r] = list(shared[:sh])
+            old.allocate(cur - hit)
+            old_refs[r] += old.register(shared[hit:min(cur, n_shared)])
+            old.register_private(r, cur - max(hit, n_shared))
+        elif op == "grow" and r in mine:
+            held, refs = mine[r]
+            k = min(size % 3 + 1, total - held, kv.free)
+            if k <= 0:
+                continue
+            if faithful:
+                for b in ref.allocate(k):
+                    ref.register(b, keys_ref[len(ref_blocks[r])])
+                    ref_blocks[r].append(b)
+            kv.allocate(k)
+            kv.register_units(chain, held, min(held + k, n_shared), refs)
+            kv.register_private(r, held + k - max(held, n_shared))
+            mine[r] = (held + k, refs)
+            old.allocate(k)
+            old_refs[r] += old.register(shared[held:min(held + k, n_shared)])
+            old.register_private(r, held + k - max(held, n_shared))
+        elif op == "release" and r in mine:
+            if faithful:
+                ref.release(ref_blocks.pop(r))
+            held, refs = mine.pop(r)
+            kv.release_units(held, refs, r)
+            old.release(held, old_refs.pop(r), r)
+            grown[r] = max(grown[r], held)
+        else:
+            continue
+        # the unit pool is the per-block pool, block for block
+        assert _cached_blocks(kv) == set(old.cached), (op, r)
+        assert kv.evictions == old.evictions and kv.free == old.free, (op, r)
+        assert kv.segment == old.segment and kv._lru_count == old._lru_count, (op, r)
+        if faithful:
+            faithful = old.free == ref.free() and set(old.cached) == {
+                k for k in ref.by_key if isinstance(k, int)}
+            checked[0] += faithful
+        checked[1] += 1
+    return checked[1], checked[0]
+
+
+_EXAMPLES = [
+    # two requests of one group: the second hits part of the first's 4-block unit (explodes)
+    (12, [[4, 2], [1], [1]], [(0, 6, 7), (0, 3, 5)],
+     [("admit", 0, 7), ("release", 0, 1), ("admit", 1, 5)]),
+    # a 4-block unit queued, then partly evicted from its tail, then hit for what is left
+    (8, [[4], [1], [1]], [(0, 4, 5), (1, 0, 6), (0, 4, 5)],
+     [("admit", 0, 5), ("release", 0, 1), ("admit", 1, 6), ("release", 1, 1),
+      ("admit", 2, 5)]),
+    # registered a block at a time by its one holder (the unit grows), then by a second
+    # request hitting it (the holder's next block explodes it)
+    (16, [[4], [1], [1]], [(0, 4, 5), (0, 4, 5)],
+     [("admit", 0, 1), ("grow", 0, 1), ("admit", 1, 3), ("grow", 0, 2)]),
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(scripts())
+def test_kv_units_agree_with_the_per_block_pool_and_the_literal_model(script):
+    _drive(script)
+
+
+@pytest.mark.parametrize("script", _EXAMPLES)
+def test_kv_units_agree_with_the_literal_model_on_worked_examples(script):
+    steps, faithful = _drive(script)
+    assert steps == faithful == len(script[3])
+
+
+def test_kv_units_agree_when_stale_entries_are_compacted_at_every_touch(monkeypatch):
+    touch = KVUnits.touch_units
+    compactions = []
+
+    def touch_then_compact(self, chain, shared, r, private):  # type: ignore[no-untyped-def]
+        out = touch(self, chain, shared, r, private)
+        compactions.append(self._stale)
+        self._compact()
+        assert self._stale == 0 and not self._stale_in
+        return out
+
+    monkeypatch.setattr(KVUnits, "touch_units", touch_then_compact)
+    test_kv_units_agree_with_the_per_block_pool_and_the_literal_model()
+    assert any(compactions)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=12), st.sampled_from([1, 8, 16, 24, 512]),
+       st.sampled_from([16, 32, 256]), st.integers(0, 300))
+def test_block_units_are_the_block_keys_in_runs(hashes, hash_tokens, block_size, n_blocks):
+    # Unit i's blocks are the consecutive blocks taking one chain entry; block j of a unit
+    # has key unit + j (mod 2^64), which must be the block's own key from block_keys.
+    from kernel.replay.block_keys import block_keys
+
+    keys, sizes, ends = block_units(hashes, hash_tokens, block_size, n_blocks)
+    flat = [(k + j) % 2**64 for k, m in zip(keys, sizes, strict=True) for j in range(m)]
+    assert flat == block_keys(hashes, hash_tokens, block_size, n_blocks)
+    assert ends == list(accumulate(sizes)) and all(m > 0 for m in sizes)
+    if block_size % hash_tokens:  # one unit per chain entry the blocks take
+        firsts = [-(-(j + 1) * block_size // hash_tokens) - 1 for j in range(len(flat))]
+        assert len(keys) == len(set(firsts))
+    else:
+        assert sizes == [1] * len(keys)
