@@ -24,6 +24,7 @@ import numpy as np
 __all__ = ["block_keys", "block_units"]
 
 _MIX = 0x9E3779B97F4A7C15
+_MASK = (1 << 64) - 1
 
 
 def block_keys(hashes: Sequence[int] | None, hash_tokens: int | None, block_size: int,
@@ -54,11 +55,18 @@ def block_units(hashes: Sequence[int] | None, hash_tokens: int | None, block_siz
     upto = min(len(hashes) * hash_tokens // block_size, n_blocks)
     if upto <= 0:
         return [], [], []
+    if block_size % hash_tokens == 0:  # a unit per block: its entry, every q-th one
+        q = block_size // hash_tokens
+        return [int(x) for x in hashes[q - 1:upto * q:q]], [1] * upto, list(range(1, upto + 1))
+    if hash_tokens % block_size == 0:  # q whole blocks per entry: the last unit may be cut
+        q = hash_tokens // block_size
+        units = -(-upto // q)
+        # in Python: a request's few entries cost less than numpy's per-call overhead
+        keys = [(int(x) * _MIX + e * q) & _MASK for e, x in enumerate(hashes[:units])]
+        sizes = [q] * units
+        sizes[-1] = upto - (units - 1) * q
+        return keys, sizes, [min((e + 1) * q, upto) for e in range(units)]
     h = np.asarray(hashes, np.uint64)
-    if block_size % hash_tokens == 0:
-        j = np.arange(upto, dtype=np.int64)
-        keys = h[(j + 1) * (block_size // hash_tokens) - 1].tolist()
-        return keys, [1] * upto, list(range(1, upto + 1))
     j = np.arange(upto, dtype=np.int64)
     first = -(-(j + 1) * block_size // hash_tokens) - 1  # the first entry covering block j
     starts = np.flatnonzero(np.r_[True, first[1:] != first[:-1]])  # a unit per entry

@@ -119,6 +119,9 @@ class Core:
         self.steady = False
         self.next_computed = self.run_arr
         self.next_known = self.run_arr
+        # the waiting head last found blocked, and the pool's version then (_phase_b)
+        self.blocked_head = -1
+        self.blocked_at = -1
 
     def load(self) -> int:
         """waiting + running (the DP load balancer's count), inbox included."""
@@ -712,6 +715,11 @@ class Simulation:
         ch: list[int] = []
         while waiting and budget > 0 and len(running) < L.max_num_seqs:
             r = waiting[0]
+            if c.blocked_head == r and c.blocked_at == kv.version and r not in kv.segment:
+                # Found blocked before and since then no release (free never grew) and no
+                # touch or registration (its hit's held blocks never grew): still blocked.
+                # (A request with a segment is looked up again: a lookup may drop it.)
+                break
             num_tokens = int(s.known[r])
             full = (num_tokens + B - 1) // B + F
             hit = shared = private = 0
@@ -724,6 +732,7 @@ class Simulation:
             # answer depends on them
             if full > kv.free and (full - hit > kv.free or full - hit + kv.evictable_units(
                     keys, shared, private) > kv.free):
+                c.blocked_head, c.blocked_at = r, kv.version
                 break  # head-of-line blocking: nothing behind it is admitted this step
             waiting.popleft()
             cr = hit * B
