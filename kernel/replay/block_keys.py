@@ -72,5 +72,5 @@ def block_units(hashes: Sequence[int] | None, hash_tokens: int | None, block_siz
     starts = np.flatnonzero(np.r_[True, first[1:] != first[:-1]])  # a unit per entry
     ends = np.r_[starts[1:], upto]
     with np.errstate(over="ignore"):
-        keys = h[first[starts]] * np.uint64(_MIX) + starts.astype(np.uint64)
-    return keys.tolist(), (ends - starts).tolist(), ends.tolist()
+        unit_keys = h[first[starts]] * np.uint64(_MIX) + starts.astype(np.uint64)
+    return unit_keys.tolist(), (ends - starts).tolist(), ends.tolist()
