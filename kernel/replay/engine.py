@@ -546,11 +546,15 @@ class Simulation:
                 done_a, budget, preempted = self._phase_a_scalar(c, first, budget)
                 parts.append(done_a)
         admit = waiting and budget > 0 and len(running) < L.max_num_seqs
+        # Phase B: waiting requests, FCFS, only if nothing was preempted.
+        if admit and not preempted:
+            admitted = self._phase_b(c, budget, start)
+            if admitted[0].size:
+                parts.append(admitted)
+            else:
+                admit = False  # the head is blocked (the usual step of a full pool)
         if steady_part is not None and steady_rem is not None and not admit:  # all of it
             return self._steady_plan(c, steady_part, cr, kn, steady_rem)
-        # Phase B: waiting requests, FCFS, only if nothing was preempted.
-        if not preempted and waiting and budget > 0 and len(running) < L.max_num_seqs:
-            parts.append(self._phase_b(c, budget, start))
         parts = [p for p in parts if p[0].size]
         if not parts:
             return _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY
