@@ -548,11 +548,19 @@ class Simulation:
         admit = waiting and budget > 0 and len(running) < L.max_num_seqs
         # Phase B: waiting requests, FCFS, only if nothing was preempted.
         if admit and not preempted:
-            admitted = self._phase_b(c, budget, start)
-            if admitted[0].size:
-                parts.append(admitted)
+            head = waiting[0]
+            if c.blocked_head == head and c.blocked_at == kv.version and \
+                    head not in kv.segment:
+                # Found blocked before and since then no release (free never grew) and no
+                # touch or registration (its hit's held blocks never grew): still blocked.
+                # (A request with a segment is looked up again: a lookup may drop it.)
+                admit = False
             else:
-                admit = False  # the head is blocked (the usual step of a full pool)
+                admitted = self._phase_b(c, budget, start)
+                if admitted[0].size:
+                    parts.append(admitted)
+                else:
+                    admit = False  # the head is blocked (the usual step of a full pool)
         if steady_part is not None and steady_rem is not None and not admit:  # all of it
             return self._steady_plan(c, steady_part, cr, kn, steady_rem)
         parts = [p for p in parts if p[0].size]
@@ -719,11 +727,6 @@ class Simulation:
         ch: list[int] = []
         while waiting and budget > 0 and len(running) < L.max_num_seqs:
             r = waiting[0]
-            if c.blocked_head == r and c.blocked_at == kv.version and r not in kv.segment:
-                # Found blocked before and since then no release (free never grew) and no
-                # touch or registration (its hit's held blocks never grew): still blocked.
-                # (A request with a segment is looked up again: a lookup may drop it.)
-                break
             num_tokens = int(s.known[r])
             full = (num_tokens + B - 1) // B + F
             hit = shared = private = 0
@@ -736,7 +739,7 @@ class Simulation:
             # answer depends on them
             if full > kv.free and (full - hit > kv.free or full - hit + kv.evictable_units(
                     keys, shared, private) > kv.free):
-                c.blocked_head, c.blocked_at = r, kv.version
+                c.blocked_head, c.blocked_at = r, kv.version  # see _schedule
                 break  # head-of-line blocking: nothing behind it is admitted this step
             waiting.popleft()
             cr = hit * B
