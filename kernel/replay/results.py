@@ -110,12 +110,17 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
     # the order a stable sort by request of the time-ordered tokens gives.
     tok_req, tok_known, tok_batch = sim.rows.tokens()  # fresh arrays: changed in place
     emitted_n = np.bincount(tok_req, minlength=n).astype(np.int64, copy=False)
+    if emitted_n.size != n:
+        raise AssertionError(f"a token of request {emitted_n.size - 1} of {n}")
     offset = np.cumsum(emitted_n) - emitted_n
     scratch = np.take(np.asarray(state.prompt, np.int64), tok_req)
     ordinal = np.subtract(tok_known, scratch, out=tok_known)
     if tok_req.size and ordinal.min() < 0:
         raise AssertionError("a request sampled a token before its prompt was computed")
-    at = np.add(np.take(offset, tok_req, out=scratch), ordinal, out=scratch)  # its place
+    # (mode="clip": the indices are in range (checked above); with the default mode, numpy
+    # buffers ``out`` and the take costs several times more)
+    at = np.add(np.take(offset, tok_req, out=scratch, mode="clip"), ordinal,
+                out=scratch)  # its place
     ordinal += 1
     ordinal *= otok
     ordinal += steps["end"][tok_batch]  # the token's visible time
