@@ -314,8 +314,8 @@ class Simulation:
             if plan[0].size:
                 if c.zombies:
                     self._drop_zombies(c)
-                price = self.price_ns(c, plan[1], plan[2], plan[3])
-                self._launch(g, gi, now, [plan], [price], price)
+                self._launch_one(g, gi, now, c, plan, self.price_ns(c, plan[1], plan[2],
+                                                                    plan[3]))
                 return
             plans = [plan]
         else:
@@ -364,6 +364,33 @@ class Simulation:
         g.busy = True
         g.start = now
         self._push_end(end, gi)
+
+    def _launch_one(self, g: Group, gi: int, now: int, c: Core, plan: Plan, step: int
+                    ) -> None:
+        """:meth:`_launch` for a group of one core with a non-empty plan (the common step),
+        without its per-core lists."""
+        rq, sc, cp, pl, ch, after, kn = plan
+        end = now + step
+        self.group_steps += 1
+        if self.max_steps is not None and self.group_steps > self.max_steps:
+            raise RuntimeError(f"the replay exceeded max_steps={self.max_steps} engine steps "
+                               f"(raise ReplayOptions.max_steps or check the load)")
+        b = self.batches
+        self.batches += 1
+        n = rq.size
+        kv = c.kv
+        rows = self.rows
+        rows.step_buf.extend((
+            b, c.pool_index, c.index, self.group_steps, now, end, step, step, n,
+            n if sc is _CONST.get((n, 1)) else int(sc.sum()),
+            len(c.running), len(c.waiting) + len(c.inbox), kv.num_blocks - kv.free,
+            kv.num_blocks))
+        emitted, who, who_known = self._finish_step(c, rq, after, kn, end)
+        rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index, who, who_known)
+        g.busy = True
+        g.start = now
+        self.seq += 1
+        heapq.heappush(self.events, (end, STEP_END, self.seq, gi))
 
     def _drop_zombies(self, c: Core) -> None:
         if not c.zombies:

@@ -266,6 +266,26 @@ class KVUnits(KVBlocks):
         self.free += blocks
         self._lru_count += blocks
 
+    def allocate(self, n: int) -> None:
+        """:meth:`KVBlocks.allocate`; when the queue's front unit alone covers the eviction
+        (a decode step's few blocks from a full pool, the usual case), it is trimmed here."""
+        if n > self.free:
+            raise AssertionError(f"allocate({n}) with {self.free} free blocks")
+        self.free -= n
+        evict = self._lru_count - self.free
+        if evict <= 0:
+            return
+        stamp, item = self.lru[0]
+        if stamp in self.unit_runs and stamp not in self._stale_in and item:
+            k = item[-1]  # type: ignore[index]  # a unit run is a list
+            c = self.size.get(k, 1)
+            if c > evict:  # the unit's tail blocks go, as _evict would take them
+                self.size[k] = c - evict
+                self.evictions += evict
+                self._lru_count -= evict
+                return
+        self._evict(evict)
+
     def _evict(self, n: int) -> None:
         """:meth:`KVBlocks._evict`, with runs holding units trimmed unit by unit."""
         cached, segment, seg_at, lru = self.cached, self.segment, self.seg_at, self.lru
