@@ -649,27 +649,33 @@ class Simulation:
         request's computed tokens mod B when ``rq`` is a steady decode part."""
         s = c.state
         B = c.limits.block_size
-        grow = None
         if steady_rem is not None:
-            # steady decode: a block fills when the known token completes it; each had
-            # offered all its full blocks, so exactly one more is full, and past its
-            # shared keys it is one more block of the request's own cached segment
+            # steady decode: a block fills when the known token completes it (computed mod B
+            # was B - 1); each had offered all its full blocks, so these are the requests
+            # vLLM's rule (full > registered) picks, one block each. A few a step: a Python
+            # loop costs less than the rule's array calls.
             fills = (steady_rem == B - 1).nonzero()[0]
-            if fills.size:
-                rg = rq[fills]
-                fg = kn[fills] // B
-                if (fg > s.n_shared[rg]).all():
-                    s.registered[rg] = fg
-                    segment = c.kv.segment
-                    for r in rg.tolist():
-                        segment[r] = segment.get(r, 0) + 1
-                    grow = fills[:0]
-            else:
-                grow = fills
-        if grow is None:  # vLLM's rule, whatever the state
-            full = (after if whole else np.minimum(after, kn)) // B
-            reg = s.registered[rq]
-            grow = (full > reg).nonzero()[0]
+            if not fills.size:
+                return
+            registered, n_shared = s.registered, s.n_shared
+            segment = c.kv.segment
+            keyed = []  # (request, full, before) still within its shared keys
+            for r, f in zip(rq[fills].tolist(), (kn[fills] // B).tolist(), strict=True):
+                b = int(registered[r])
+                if f <= b:  # (never: the invariant above)
+                    continue
+                registered[r] = f
+                if b >= n_shared[r]:  # past its shared keys: its own segment grows
+                    segment[r] = segment.get(r, 0) + f - b
+                else:
+                    keyed.append((r, f, b))
+            for r, f, b in keyed:
+                self._register(c, r, f, b)
+            return
+        # vLLM's rule, whatever the state
+        full = (after if whole else np.minimum(after, kn)) // B
+        reg = s.registered[rq]
+        grow = (full > reg).nonzero()[0]
         if grow.size:
             rg, fg, before = rq[grow], full[grow], reg[grow]
             s.registered[rg] = fg
