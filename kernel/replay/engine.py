@@ -516,7 +516,7 @@ class Simulation:
                     keep = ~s.finished[ra]
                     part, cr, kn = ra[keep], cr[keep], kn[keep]
                 nk = part.size
-                rem = cr % B
+                rem = cr & (B - 1) if B & (B - 1) == 0 else cr % B  # (a power of 2: no division)
                 grow = (rem == 0).nonzero()[0]
                 if 0 < nk <= budget and grow.size <= kv.free:
                     if grow.size:
