@@ -99,7 +99,7 @@ class KVUnits(KVBlocks):
         cached, exploded = self.cached, self.exploded
         out = private
         left = shared
-        for k, m in zip(chain[0], chain[1], strict=False):
+        for k, m in zip(chain[0], chain[1], strict=True):
             if left <= 0:
                 break
             take = m if m <= left else left
@@ -127,6 +127,8 @@ class KVUnits(KVBlocks):
                     at = item.index(u)
                     item[at:at + 1] = blocks
                     break
+            else:
+                raise AssertionError(f"queued unit {u} has no LRU run {stamp}")
 
     def touch_units(self, chain: Chain, shared: int, r: int, private: int) -> Refs:
         """The request now holds the chain's leading ``shared`` blocks and ``private``
@@ -136,7 +138,7 @@ class KVUnits(KVBlocks):
         rk: list[int] = []
         rc: list[int] = []
         left = shared
-        for k, m in zip(chain[0], chain[1], strict=False):
+        for k, m in zip(chain[0], chain[1], strict=True):
             if left <= 0:
                 break
             take = m if m <= left else left
