@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from itertools import accumulate
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -209,3 +210,49 @@ def test_block_units_are_the_block_keys_in_runs(hashes, hash_tokens, block_size,
         assert len(keys) == len(set(firsts))
     else:
         assert sizes == [1] * len(keys)
+
+
+def _shared_prefix_rows(seed: int, n: int) -> tuple[list[dict], list[dict]]:
+    """``n`` open-loop requests whose prompts share prefixes named by a chain of 64-token
+    entries (4 engine blocks each), and the same requests with the chain expanded to one
+    entry per 16-token block, each the key ``block_keys`` gives that block."""
+    from kernel.replay.block_keys import block_keys
+
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(3_000_000, n).astype(np.int64))
+    units, blocks = [], []
+    for i in range(n):
+        p = int(rng.integers(16, 1200))
+        if i % 3 == 0:  # the chain covers the whole prompt: its hit stops inside a unit
+            p = max(64, p // 64 * 64)
+        g = int(rng.integers(0, 3))
+        entries = p // 64
+        shared = int(rng.integers(0, entries + 1))
+        hashes = ([1000 * g + j for j in range(shared)]
+                  + [10**6 + 1000 * i + j for j in range(entries - shared)])
+        row = {"request_id": f"q{i}", "arrival_ns": int(arrivals[i]), "prompt_tokens": p,
+               "output_tokens": int(rng.integers(1, 60)), "prefix_hashes": hashes}
+        units.append(row)
+        blocks.append({**row, "prefix_hashes": block_keys(hashes, 64, 16, 4 * entries)})
+    return units, blocks
+
+
+@pytest.mark.parametrize("options", [
+    {},  # a roomy pool: hits on whole and partial units, no eviction pressure
+    {"num_blocks": 140, "max_num_seqs": 24},  # a full pool: eviction of units, preemption
+    {"num_blocks": 200, "max_num_batched_tokens": 512, "long_prefill_token_threshold": 72},
+])  # chunks ending inside units: a unit registered in parts (grown by its holder)
+def test_a_replay_in_units_equals_the_same_replay_block_by_block(options):
+    # End to end, through the engine: the same requests replayed with 4-block units and
+    # with 1-block units (the per-block pool's behaviour, pinned by tests/test_replay_pin.py)
+    # give the same requests, steps, engine steps, rejects and summary.
+    from kernel.replay import ReplayOptions, replay
+    from tests.replay_pin import digest
+    from tests.replay_support import kernel_for, request_set
+
+    k = kernel_for("llama-3.1-8b-h100-tp1")
+    units, blocks = _shared_prefix_rows(5, 240)
+    a = replay(k, request_set(units, hash_block_tokens=64), ReplayOptions(**options))
+    b = replay(k, request_set(blocks, hash_block_tokens=16), ReplayOptions(**options))
+    assert a.summary["prefix_hit_rate"] > 0  # the prefixes are hit
+    assert digest(a) == digest(b)
