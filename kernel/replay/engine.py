@@ -119,7 +119,8 @@ class Core:
         self.steady = False
         self.next_computed = self.run_arr
         self.next_known = self.run_arr
-        # the waiting head last found blocked, and the pool's version then (_phase_b)
+        # the waiting head last found blocked (_phase_b) and the pool's version then: while
+        # the version stays, _schedule knows it is still blocked without a lookup
         self.blocked_head = -1
         self.blocked_at = -1
 

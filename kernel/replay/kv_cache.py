@@ -25,6 +25,9 @@ vLLM too, but only that request can ever hit them (after a preemption). They are
 *segment* per request, ``segment[r]`` leading blocks after its shared ones, which sits in the
 LRU as one entry (key ``-(r + 1)``) and loses blocks from its tail when evicted, as vLLM's
 tail-first order does: the same queue, without a Python operation per block.
+
+The engine uses the subclass :class:`~kernel.replay.kv_units.KVUnits`, whose shared keys may
+stand for several blocks (one per hash-chain entry); this class is its per-block reference.
 """
 
 from __future__ import annotations
