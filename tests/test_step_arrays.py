@@ -10,6 +10,7 @@ uncalibrated, so the new code is never compared with itself alone.
 
 from __future__ import annotations
 
+import dataclasses
 from functools import cache
 from typing import Any
 
@@ -23,12 +24,17 @@ import kernel
 from kernel import StepBatch
 from kernel.calibration import Law, PhaseCorrection
 from kernel.facade.kernel import Kernel
-from kernel.model import step
+from kernel.model import jit, step, step_arrays
 from kernel.model.calibration_law import TERMS
 from kernel.model.types import Batch, Resource, StepEstimate
+from tests.fixtures_pools import tiny_dense, tiny_moe_mla
+from tests.jit_modes import jit_mode  # noqa: F401 (the fixture: compiled loops, then none)
 
+# (jit_mode is function-scoped and fixed for all of a test's examples: the health check's
+# concern, state leaking between examples, does not arise)
 SETTINGS = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+                    suppress_health_check=[HealthCheck.too_slow,
+                                           HealthCheck.function_scoped_fixture])
 SCENARIOS = ["deepseek-v3-h200-fp8-sglang-tp8",  # MoE + MLA: fast path
              "llama-3.1-8b-h100-tp1",  # dense gqa: one-kernel floor rule
              "nemotron3-ultra-h100-agg",  # hybrid: recurrent layers
@@ -86,6 +92,7 @@ def inputs(rows: list[tuple[int, int]]) -> list[tuple[Any, Any]]:
             (s, c), (tuple(s), [np.int64(x) for x in c])]
 
 
+@pytest.mark.usefixtures("jit_mode")
 @pytest.mark.parametrize("name", SCENARIOS)
 @SETTINGS
 @given(rows=rows_st, thr=st.sampled_from([0, 1, 4, 8]), budget=st.sampled_from([0, 66]))
@@ -112,6 +119,7 @@ def test_columns_price_as_a_batch(name: str, rows: list[tuple[int, int]], thr: i
     same(kc.step_time_arrays(s, c, decode_threshold=thr, sm_budget=budget), kc.step_time(b))
 
 
+@pytest.mark.usefixtures("jit_mode")
 @pytest.mark.parametrize("rows", [[(1, 4095)] * 32, [(2048, 0)] + [(1, 4095)] * 63, [],
                                   [(0, 0)], [(512, 9), (0, 3), (7, 0)]],
                          ids=["decode", "mixed", "empty", "no-tokens", "odd"])
@@ -127,6 +135,7 @@ def test_the_simulator_shapes_on_every_sample_pool(rows: list[tuple[int, int]]) 
         same(k.step_time_arrays(s, c, decode_threshold=8), shared(k, b))
 
 
+@pytest.mark.usefixtures("jit_mode")
 @pytest.mark.parametrize("args, message", [
     (([1, -2], [3, 4]), r"scheduled\[1\] is -2"),
     (([1, 2], [3, -4]), r"computed\[1\] is -4"),
@@ -148,6 +157,7 @@ def test_bad_columns_are_refused_clearly(args: tuple[Any, ...], message: str) ->
         k.step_time_arrays(*args)
 
 
+@pytest.mark.usefixtures("jit_mode")
 def test_bad_threshold_and_budget_are_refused_as_batch_refuses_them() -> None:
     k = open_k(SCENARIOS[0])
     with pytest.raises(ValueError, match="sm_budget must be a non-negative"):
@@ -175,6 +185,7 @@ ops = st.lists(st.one_of(
 ), max_size=25)
 
 
+@pytest.mark.usefixtures("jit_mode")
 @pytest.mark.parametrize("name", SCENARIOS)
 @SETTINGS
 @given(steps=ops)
@@ -283,6 +294,7 @@ def test_step_batch_on_a_calibrated_kernel() -> None:
     same(got, kc.step_time(sb.to_batch()))
 
 
+@pytest.mark.usefixtures("jit_mode")
 @pytest.mark.parametrize("dtype", ["i1", "<i2", ">i2", "<i4", ">i4", "<i8", ">i8", "u2", "u8"])
 def test_numpy_sign_check_reads_every_dtype_and_byte_order(dtype: str) -> None:
     """The computed column's sign is read from its bytes (decision FS1): every signed width
@@ -305,6 +317,7 @@ def test_numpy_sign_check_reads_every_dtype_and_byte_order(dtype: str) -> None:
             k.step_time_arrays(s[1::2], bad[1::2], decode_threshold=8)
 
 
+@pytest.mark.usefixtures("jit_mode")
 @pytest.mark.parametrize("rows", [[(1, 40), (2048, 0), (1, 9)], [(512, 7), (2048, 0)],
                                   [(2048, 3), (512, 7), (512, 0)], [(2048, 5)],
                                   [(0, 0), (2048, 0), (1, 4)]],
@@ -317,3 +330,95 @@ def test_step_batch_finds_its_prefill_rows(rows: list[tuple[int, int]]) -> None:
         sb = StepBatch(decode_threshold=8)
         sb.extend([q[0] for q in rows], [q[1] for q in rows])
         same(sb.step_time(k), shared(k, Batch(rows, decode_threshold=8)))
+
+
+# -- the compiled aggregate (decision AJ1) ------------------------------------------------
+
+_I64_MAX = 2**63 - 1
+
+
+def _aggregate_oracle(s: list[int], c: list[int]) -> tuple[int, ...]:
+    """step_arrays.aggregate's contract, from Python lists."""
+    n = len(s)
+    if len(c) != n:
+        return (-1,) + (0,) * 8
+    if not n:
+        return (0,) * 9
+    hi = max(s)
+    if min(s) < 0 or min(c) < 0 or hi * n > _I64_MAX or max(c) * n > _I64_MAX:
+        return (-1,) + (0,) * 8
+    below = [v for v in s if v < hi]
+    return (n, min(s), hi, c[s.index(hi)], int(s.count(hi) > 1),
+            max(below) if below else -(2**63),
+            sum(1 for a, b in zip(s, c, strict=True) if a == 0 and b == 0), sum(s), sum(c))
+
+
+value_st = st.one_of(st.integers(0, 5), st.integers(0, 300_000),
+                     st.integers(2**62 - 3, 2**62 + 3), st.integers(-5, -1),
+                     st.sampled_from([-(2**63), _I64_MAX, 2**32, 2**56]))
+
+
+@st.composite
+def column_pairs(draw: Any) -> tuple[list[int], list[int]]:
+    """Two columns: random, all equal, or all equal but one outlier anywhere; usually of
+    equal length (empty and length 1 included), sometimes not."""
+    n = draw(st.integers(0, 70))
+    shape = draw(st.sampled_from(["random", "equal", "outlier"]))
+    if shape == "random":
+        s = draw(st.lists(value_st, min_size=n, max_size=n))
+    else:
+        s = [draw(value_st)] * n
+        if shape == "outlier" and n:
+            s[draw(st.integers(0, n - 1))] = draw(value_st)
+    m = n if draw(st.integers(0, 9)) else draw(st.integers(0, 70))
+    c = draw(st.lists(st.one_of(value_st, st.just(0)), min_size=m, max_size=m))
+    return s, c
+
+
+@pytest.fixture
+def compiled_aggregate(monkeypatch: pytest.MonkeyPatch) -> Any:
+    pytest.importorskip("numba", reason="numba is not installed for this Python")
+    monkeypatch.delenv("BLIS_JIT", raising=False)
+    jit.reset()
+    fn = jit.compiled(step_arrays.aggregate)
+    assert fn is not None
+    yield fn
+    jit.reset()
+
+
+@settings(max_examples=400, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cols=column_pairs())
+def test_compiled_aggregate_is_the_python_one(compiled_aggregate: Any,
+                                              cols: tuple[list[int], list[int]]) -> None:
+    s, c = (np.array(x, dtype=np.int64) for x in cols)
+    want = _aggregate_oracle(*cols)
+    with np.errstate(over="ignore"):  # (int64 scalars may wrap where the result says -1)
+        interpreted = tuple(int(v) for v in step_arrays.aggregate(s, c))
+    got = compiled_aggregate(s, c)
+    assert all(type(v) is int for v in got)
+    assert got == interpreted == want
+
+
+@pytest.mark.usefixtures("jit_mode")
+@pytest.mark.parametrize("rows", [
+    [(9, 0), (1, 100), (1, 200)], [(1, 100), (1, 200), (9, 0)], [(1, 5), (9, 7), (2, 9)],
+    [(9, 5)], [(0, 0), (9, 0), (1, 3)], [(0, 0), (1, 3), (1, 4)], [(2, 3), (2, 4), (40, 0)],
+    [(1, 3), (1, 4)], [(2, 3), (2, 4)], [(9, 0), (9, 1), (1, 2)]],
+    ids=["chunk-first", "chunk-last", "chunk-inside", "chunk-alone", "empty-row",
+         "empty-row-decodes", "width-2", "uniform-1", "uniform-2", "two-chunks"])
+def test_small_steps_keep_their_graph_mode(rows: list[tuple[int, int]]) -> None:
+    """Steps under the capture size on pools whose decode and other graph modes differ in host
+    cost: only a step where every request schedules the uniform decode width takes the decode
+    mode, whatever the path (columns, StepBatch) and the jit mode."""
+    for r in (tiny_dense(), tiny_moe_mla(dcp=1)):
+        assert r.decode_graph_mode != r.other_graph_mode
+        for width in (1, 2):
+            k = Kernel(dataclasses.replace(r, uniform_decode_width=width), None, None)  # type: ignore[arg-type]
+            b = Batch(rows, decode_threshold=8)
+            want = shared(k, b)
+            s, c = inputs(rows)[0]
+            same(k.step_time_arrays(s, c, decode_threshold=8), want)
+            sb = StepBatch(decode_threshold=8)
+            sb.extend(s, c)
+            same(sb.step_time(k), want)

@@ -32,10 +32,12 @@ from kernel.facade.kernel import Kernel
 from kernel.model import laws, step, step_arrays, step_fast
 from kernel.model.types import MAX_DURATION_NS, Batch, Resource, StepEstimate
 from tests.fixtures_pools import replace_coeffs, tiny_pcp
+from tests.jit_modes import jit_mode  # noqa: F401 (the fixture: compiled loops, then none)
 from tests.test_step_fast import pools
 
 SETTINGS = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+                    suppress_health_check=[HealthCheck.too_slow,
+                                           HealthCheck.function_scoped_fixture])
 NAMES = ["deepseek-v3-h200-fp8-sglang-tp8", "llama-3.1-8b-h100-tp1", "nemotron3-ultra-h100-agg"]
 
 
@@ -61,6 +63,7 @@ computed_st = st.one_of(st.integers(0, 300_000), st.integers(2**56 - 3, 2**56 + 
                         st.integers(2**62, 2**63 - 1))
 
 
+@pytest.mark.usefixtures("jit_mode")
 @pytest.mark.parametrize("name", NAMES)
 @SETTINGS
 @given(n=st.integers(1, 140), width=st.sampled_from([1, 2, 4]), data=st.data())
@@ -98,6 +101,7 @@ def one_off_steps(draw: Any) -> tuple[list[tuple[int, int]], int]:
     return rows, draw(st.sampled_from([0, 1, 4, 8]))
 
 
+@pytest.mark.usefixtures("jit_mode")
 @pytest.mark.parametrize("name", NAMES)
 @SETTINGS
 @given(case=one_off_steps(), budget=st.sampled_from([0, 66]))
@@ -122,6 +126,7 @@ chunk_st = st.tuples(st.sampled_from([9, 512, 2048, 8192]),
                      st.sampled_from([0, 2048, 4096, 100_000]))
 
 
+@pytest.mark.usefixtures("jit_mode")
 @SETTINGS
 @given(r=pools(), steps=st.lists(st.tuples(
     st.lists(chunk_st, min_size=0, max_size=3),

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from ..model.transfer import PDTransferDemand
     from ..model.utilisation import Utilisation
 
+_HOST = Resource.HOST  # (read per call: a module global costs less than the enum member)
+
 
 class Kernel:
     """Prices one pool of one deployment. Build it with :func:`kernel.new` or :func:`kernel.open`."""
@@ -66,7 +68,7 @@ class Kernel:
         (and ``calibrated`` when the kernel carries a calibration)."""
         if self._cal is None:  # the simulator's per-step call: one level less
             est = step.step_time_into(self._r, batch, {})
-            if est.bottleneck is Resource.HOST:  # (only a host-bound step can be empty)
+            if est.bottleneck is _HOST:  # (only a host-bound step can be empty)
                 refuse_empty(batch)
             return est
         return self.step_time_into(batch, {})
@@ -81,7 +83,7 @@ class Kernel:
         if self._cal is None:
             est = step_arrays.price(self._r, scheduled, computed, prompt_len, decode_threshold,
                                     sm_budget, {} if per_resource else None)
-            if est.bottleneck is Resource.HOST:  # (only a host-bound step can be empty: RL8)
+            if est.bottleneck is _HOST:  # (only a host-bound step can be empty: RL8)
                 values = scheduled.to_pylist() if hasattr(scheduled, "to_pylist") else scheduled
                 refuse_empty(Batch([(int(x), 0) for x in values]))
             return est

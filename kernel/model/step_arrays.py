@@ -14,6 +14,11 @@ the float sums (causal and windowed pairs) add the same terms in the same order 
 (all-decode), :func:`kernel.model.step_mixed.totals` (any other non-empty batch) or, on pools without
 a fast path, to a :class:`Batch` and the shared path.
 
+Where compiled loops are on (:mod:`kernel.model.jit`), two native int64 columns are checked
+and summed in one compiled pass (:func:`aggregate`: least and greatest counts, the chunk, sums,
+signs), and a step with at most one prefill row goes straight to the fast paths; anything
+else takes the code above, unchanged (decision AJ1).
+
 The result is ``k.step_time(Batch(zip(scheduled, computed, prompt_len), decode_threshold,
 sm_budget))``, bit for bit (``tests/test_step_arrays.py``).
 """
@@ -26,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from . import jit
 from .step import (
     _compose,
     finish,
@@ -38,7 +44,7 @@ from .step import (
 from .step_fast import decode_estimate
 from .types import Batch, Resource, StepEstimate, _count
 
-__all__ = ["as_batch", "column", "counts_of", "position", "price", "signs_clear",
+__all__ = ["aggregate", "as_batch", "column", "counts_of", "position", "price", "signs_clear",
            "threshold_and_budget"]
 
 _INT = int
@@ -48,6 +54,54 @@ _I64 = np.dtype(np.int64)  # the native int64 dtype (numpy keeps one instance)
 _MSB = 0 if _BIG_ENDIAN else 7  # its most significant byte within each element
 _SUM_MIN = 40  # below this many requests, tolist + sum beats one numpy reduction
 _add_reduce = np.add.reduce
+_INT64_MAX = 2**63 - 1
+_NONE_BELOW = -(2**63)  # aggregate's "second greatest" when every request schedules the greatest
+_UNASKED = object()
+_compiled_get = jit._done.get  # noqa: SLF001 (a dict read per call, not a function call)
+
+
+def aggregate(scheduled: np.ndarray, computed: np.ndarray) -> tuple[int, ...]:
+    """What the decode and one-chunk paths of :func:`price` need from two int64 columns, in
+    one pass (compiled by :mod:`kernel.model.jit`; this is also its specification): ``(n,
+    least, greatest scheduled count, computed at the first greatest, whether another request
+    schedules the greatest, the greatest scheduled count below it (or -2**63), how many
+    requests are (0, 0), Σ scheduled, Σ computed)``. ``n`` is 0 for empty columns and -1 when
+    they differ in length, hold a negative, or could sum past int64 (n × the greatest value
+    over 2**63 - 1): the general code then says what is wrong, or sums exactly."""
+    n = scheduled.shape[0]
+    if n == 0 or computed.shape[0] != n:
+        return (-1 if n or computed.shape[0] else 0), 0, 0, 0, 0, 0, 0, 0, 0
+    lo = hi = scheduled[0]
+    c_lo = c_hi = computed[0]
+    at = 0
+    more = 0
+    second = _NONE_BELOW
+    empty = 0
+    sum_s = 0
+    sum_c = 0
+    for i in range(n):
+        s = scheduled[i]
+        c = computed[i]
+        sum_s += s
+        sum_c += c
+        if s > hi:
+            second = hi
+            hi = s
+            at = i
+            more = 0
+        elif s == hi:
+            if i:
+                more = 1
+        elif s > second:
+            second = s
+        lo = min(lo, s)
+        c_lo = min(c_lo, c)
+        c_hi = max(c_hi, c)
+        if s == 0 and c == 0:
+            empty += 1
+    if lo < 0 or c_lo < 0 or hi > _INT64_MAX // n or c_hi > _INT64_MAX // n:
+        return -1, 0, 0, 0, 0, 0, 0, 0, 0
+    return n, lo, hi, computed[at], more, second, empty, sum_s, sum_c
 
 
 def column(x: Any, name: str) -> list[int]:
@@ -119,46 +173,69 @@ def price(r: Any, scheduled: Any, computed: Any, prompt_len: Any, thr: Any, budg
 
     The common case (two 1-D numpy integer arrays, int threshold and budget) is checked and
     summed with a few C-level calls: two ``tolist``, one ``count`` (a uniform step) or one
-    ``set``, one ``sum`` per column, and the sign check of ``computed`` on its bytes.
+    ``set``, one ``sum`` per column, and the sign check of ``computed`` on its bytes. With
+    compiled loops (:mod:`kernel.model.jit`), native int64 columns take one compiled pass
+    instead (:func:`aggregate`) for a step with at most one prefill row (decision AJ1).
     """
     if (type(scheduled) is _ND and type(computed) is _ND and scheduled.dtype is _I64
             and computed.dtype is _I64 and scheduled.ndim == 1 and computed.ndim == 1
             and prompt_len is None and type(thr) is int and type(budget) is int and budget >= 0):
-        # The simulator's call: native int64 columns of a step whose requests all decode the
-        # same count, but perhaps one prefill chunk (first or last, typically). Anything
-        # else, or a failed check, goes on to the general code below, which says what is
-        # wrong: the decode count is probed at either end (a small int: counting it is an
-        # identity test per request), the chunk found with one max.
-        sl = scheduled.tolist()
-        n = len(sl)
-        lo = k = 0
-        if n and n == len(computed):
-            lo = sl[0]
-            if lo > thr:
-                lo = sl[-1]
-            if 0 < lo <= thr:
-                k = sl.count(lo)
-        p = prepared(r)
-        fast = p.fast
-        if k and k >= n - 1 and fast is not None:
-            sum_c = None
-            if _SUM_MIN < n < 128:
-                if computed.tobytes()[_MSB::8].count(0) == n:  # see below (LS2)
-                    sum_c = int(_add_reduce(computed))
-            elif signs_clear(computed):
-                sum_c = sum(computed.tolist())
-            if sum_c is not None and k == n:
-                tokens = lo * n
-                return decode_estimate(p, fast, tokens, sum_c + tokens, lo, lo, n, budget,
-                                       per)
-            if sum_c is not None:
-                hi = max(sl)
-                if hi > thr:  # one chunk among decodes
-                    i = 0 if sl[0] == hi else n - 1 if sl[-1] == hi else position(scheduled, hi)
-                    est = mixed_estimate(p, fast, n, lo * k + hi, sum_c,
-                                         [(hi, computed.item(i))], 0, False, budget, per)
-                    if est is not None:
-                        return est
+        agg: Any = _compiled_get(aggregate, _UNASKED)
+        if agg is _UNASKED:
+            agg = jit.compiled(aggregate)
+        if agg is not None:  # one compiled pass over both columns (decision AJ1)
+            n, lo, hi, c_at, more, second, empty, sum_s, sum_c = agg(scheduled, computed)
+            if n > 0:  # (else: empty, unequal lengths, a negative or a large sum: see below)
+                p = prepared(r)
+                fast = p.fast
+                if fast is not None:
+                    if lo > 0 and hi <= thr:  # all decode
+                        return decode_estimate(p, fast, sum_s, sum_c + sum_s, lo, hi, n,
+                                               budget, per)
+                    if hi <= thr or not more and second <= thr:  # at most one prefill row
+                        est = mixed_estimate(p, fast, n, sum_s, sum_c,
+                                             [(hi, c_at)] if hi > thr else [],
+                                             empty if thr >= 0 else 0,
+                                             lo == hi == p.uniform_width, budget, per)
+                        if est is not None:
+                            return est
+        else:
+            # Without compiled loops: native int64 columns of a step whose requests all decode
+            # the same count, but perhaps one prefill chunk (first or last, typically). Anything
+            # else, or a failed check, goes on to the general code below, which says what is
+            # wrong: the decode count is probed at either end (a small int: counting it is an
+            # identity test per request), the chunk found with one max.
+            sl = scheduled.tolist()
+            n = len(sl)
+            lo = k = 0
+            if n and n == len(computed):
+                lo = sl[0]
+                if lo > thr:
+                    lo = sl[-1]
+                if 0 < lo <= thr:
+                    k = sl.count(lo)
+            p = prepared(r)
+            fast = p.fast
+            if k and k >= n - 1 and fast is not None:
+                sum_c = None
+                if _SUM_MIN < n < 128:
+                    if computed.tobytes()[_MSB::8].count(0) == n:  # see below (LS2)
+                        sum_c = int(_add_reduce(computed))
+                elif signs_clear(computed):
+                    sum_c = sum(computed.tolist())
+                if sum_c is not None and k == n:
+                    tokens = lo * n
+                    return decode_estimate(p, fast, tokens, sum_c + tokens, lo, lo, n, budget,
+                                           per)
+                if sum_c is not None:
+                    hi = max(sl)
+                    if hi > thr:  # one chunk among decodes
+                        i = (0 if sl[0] == hi else n - 1 if sl[-1] == hi
+                             else position(scheduled, hi))
+                        est = mixed_estimate(p, fast, n, lo * k + hi, sum_c,
+                                             [(hi, computed.item(i))], 0, False, budget, per)
+                        if est is not None:
+                            return est
     sum_c = None
     cl: list[int] | None = None
     if (type(scheduled) is _ND and type(computed) is _ND and scheduled.ndim == 1
