@@ -126,7 +126,11 @@ class StepBatch:
         # A prefill: its rows, found in the scheduled column, are walked; the rest is sums.
         srow, crow = self._srow, self._crow
         if hi > thr and lo <= thr and len(counts) == 2 and counts[hi] == 1:  # one chunk
-            prefills = [(hi, crow.item(position(srow[:n], hi)))]
+            # The chunk is probed at either end first (a simulator appends a new prompt's
+            # chunk, or schedules it first): a byte search of the row only when it is inside.
+            i = (n - 1 if srow.item(n - 1) == hi else 0 if srow.item(0) == hi
+                 else position(srow[:n], hi))
+            prefills = [(hi, crow.item(i))]
         else:
             sl = srow[:n].tolist()
             item = crow.item
