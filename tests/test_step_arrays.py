@@ -150,6 +150,11 @@ def test_the_simulator_shapes_on_every_sample_pool(rows: list[tuple[int, int]]) 
     ((5, [3]), r"sequence of integers, got int"),
     (([1], [3], [-1]), r"prompt_len\[0\] is -1"),
     (([1], [3], [1, 2]), r"prompt_len must have one entry per request"),
+    ((np.array([1, 1]), np.array([3, 4]), np.array([5, -1])), r"prompt_len\[1\] is -1"),
+    ((np.array([1, 1]), np.array([3, 4]), np.array([5])),
+     r"prompt_len must have one entry per request: 2 scheduled, 1 prompt_len"),
+    ((np.array([1, 1]), np.array([3, -4]), np.array([5, 6])), r"computed\[1\] is -4"),
+    ((np.array([1, 1]), np.array([3]), np.array([5, 6])), r"2 scheduled, 1 computed"),
 ])
 def test_bad_columns_are_refused_clearly(args: tuple[Any, ...], message: str) -> None:
     k = open_k(SCENARIOS[0])
@@ -337,7 +342,7 @@ def test_step_batch_finds_its_prefill_rows(rows: list[tuple[int, int]]) -> None:
 _I64_MAX = 2**63 - 1
 
 
-def _aggregate_oracle(s: list[int], c: list[int]) -> tuple[int, ...]:
+def _aggregate_oracle(s: list[int], c: list[int], pl: list[int] | None) -> tuple[int, ...]:
     """step_arrays.aggregate's contract, from Python lists."""
     n = len(s)
     if len(c) != n:
@@ -345,7 +350,8 @@ def _aggregate_oracle(s: list[int], c: list[int]) -> tuple[int, ...]:
     if not n:
         return (0,) * 9
     hi = max(s)
-    if min(s) < 0 or min(c) < 0 or hi * n > _I64_MAX or max(c) * n > _I64_MAX:
+    if (min(s) < 0 or min(c) < 0 or hi * n > _I64_MAX or max(c) * n > _I64_MAX
+            or pl is not None and (len(pl) != n or min(pl) < 0)):
         return (-1,) + (0,) * 8
     below = [v for v in s if v < hi]
     return (n, min(s), hi, c[s.index(hi)], int(s.count(hi) > 1),
@@ -359,9 +365,10 @@ value_st = st.one_of(st.integers(0, 5), st.integers(0, 300_000),
 
 
 @st.composite
-def column_pairs(draw: Any) -> tuple[list[int], list[int]]:
-    """Two columns: random, all equal, or all equal but one outlier anywhere; usually of
-    equal length (empty and length 1 included), sometimes not."""
+def column_sets(draw: Any) -> tuple[list[int], list[int], list[int] | None]:
+    """scheduled and computed: random, all equal, or all equal but one outlier anywhere;
+    usually of equal length (empty and length 1 included), sometimes not; and no prompt
+    length, or a column of them (a negative one or another length sometimes)."""
     n = draw(st.integers(0, 70))
     shape = draw(st.sampled_from(["random", "equal", "outlier"]))
     if shape == "random":
@@ -372,7 +379,12 @@ def column_pairs(draw: Any) -> tuple[list[int], list[int]]:
             s[draw(st.integers(0, n - 1))] = draw(value_st)
     m = n if draw(st.integers(0, 9)) else draw(st.integers(0, 70))
     c = draw(st.lists(st.one_of(value_st, st.just(0)), min_size=m, max_size=m))
-    return s, c
+    if draw(st.booleans()):
+        return s, c, None
+    k = n if draw(st.integers(0, 9)) else draw(st.integers(0, 70))
+    bad = draw(st.integers(0, 4)) == 0
+    return s, c, draw(st.lists(value_st if bad else st.integers(0, 2**63 - 1), min_size=k,
+                               max_size=k))
 
 
 @pytest.fixture
@@ -388,14 +400,15 @@ def compiled_aggregate(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 @settings(max_examples=400, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(cols=column_pairs())
-def test_compiled_aggregate_is_the_python_one(compiled_aggregate: Any,
-                                              cols: tuple[list[int], list[int]]) -> None:
-    s, c = (np.array(x, dtype=np.int64) for x in cols)
+@given(cols=column_sets())
+def test_compiled_aggregate_is_the_python_one(
+        compiled_aggregate: Any, cols: tuple[list[int], list[int], list[int] | None]) -> None:
+    s, c = (np.array(x, dtype=np.int64) for x in cols[:2])
+    pl = None if cols[2] is None else np.array(cols[2], dtype=np.int64)
     want = _aggregate_oracle(*cols)
     with np.errstate(over="ignore"):  # (int64 scalars may wrap where the result says -1)
-        interpreted = tuple(int(v) for v in step_arrays.aggregate(s, c))
-    got = compiled_aggregate(s, c)
+        interpreted = tuple(int(v) for v in step_arrays.aggregate(s, c, pl))
+    got = compiled_aggregate(s, c, pl)
     assert all(type(v) is int for v in got)
     assert got == interpreted == want
 

@@ -60,17 +60,23 @@ _UNASKED = object()
 _compiled_get = jit._done.get  # noqa: SLF001 (a dict read per call, not a function call)
 
 
-def aggregate(scheduled: np.ndarray, computed: np.ndarray) -> tuple[int, ...]:
-    """What the decode and one-chunk paths of :func:`price` need from two int64 columns, in
-    one pass (compiled by :mod:`kernel.model.jit`; this is also its specification): ``(n,
-    least, greatest scheduled count, computed at the first greatest, whether another request
+def aggregate(scheduled: np.ndarray, computed: np.ndarray, prompt_len: np.ndarray | None
+              ) -> tuple[int, ...]:
+    """What the decode and one-chunk paths of :func:`price` need from int64 columns, in one
+    pass (compiled by :mod:`kernel.model.jit`; this is also its specification): ``(n, least,
+    greatest scheduled count, computed at the first greatest, whether another request
     schedules the greatest, the greatest scheduled count below it (or -2**63), how many
     requests are (0, 0), Σ scheduled, Σ computed)``. ``n`` is 0 for empty columns and -1 when
     they differ in length, hold a negative, or could sum past int64 (n × the greatest value
-    over 2**63 - 1): the general code then says what is wrong, or sums exactly."""
+    over 2**63 - 1): the general code then says what is wrong, or sums exactly.
+    ``prompt_len`` (None, or a column checked for its length and sign alone) is read only
+    when given (numba compiles the None case without it)."""
     n = scheduled.shape[0]
     if n == 0 or computed.shape[0] != n:
         return (-1 if n or computed.shape[0] else 0), 0, 0, 0, 0, 0, 0, 0, 0
+    if prompt_len is not None:
+        if prompt_len.shape[0] != n or prompt_len.min() < 0:
+            return -1, 0, 0, 0, 0, 0, 0, 0, 0
     lo = hi = scheduled[0]
     c_lo = c_hi = computed[0]
     at = 0
@@ -179,12 +185,15 @@ def price(r: Any, scheduled: Any, computed: Any, prompt_len: Any, thr: Any, budg
     """
     if (type(scheduled) is _ND and type(computed) is _ND and scheduled.dtype is _I64
             and computed.dtype is _I64 and scheduled.ndim == 1 and computed.ndim == 1
-            and prompt_len is None and type(thr) is int and type(budget) is int and budget >= 0):
+            and type(thr) is int and type(budget) is int and budget >= 0):
         agg: Any = _compiled_get(aggregate, _UNASKED)
         if agg is _UNASKED:
             agg = jit.compiled(aggregate)
-        if agg is not None:  # one compiled pass over both columns (decision AJ1)
-            n, lo, hi, c_at, more, second, empty, sum_s, sum_c = agg(scheduled, computed)
+        if agg is not None and (prompt_len is None or type(prompt_len) is _ND
+                                and prompt_len.dtype is _I64 and prompt_len.ndim == 1):
+            # One compiled pass over the columns (decision AJ1).
+            n, lo, hi, c_at, more, second, empty, sum_s, sum_c = agg(scheduled, computed,
+                                                                     prompt_len)
             if n > 0:  # (else: empty, unequal lengths, a negative or a large sum: see below)
                 p = prepared(r)
                 fast = p.fast
@@ -199,7 +208,7 @@ def price(r: Any, scheduled: Any, computed: Any, prompt_len: Any, thr: Any, budg
                                              lo == hi == p.uniform_width, budget, per)
                         if est is not None:
                             return est
-        else:
+        elif agg is None and prompt_len is None:
             # Without compiled loops: native int64 columns of a step whose requests all decode
             # the same count, but perhaps one prefill chunk (first or last, typically). Anything
             # else, or a failed check, goes on to the general code below, which says what is
