@@ -435,3 +435,35 @@ def test_small_steps_keep_their_graph_mode(rows: list[tuple[int, int]]) -> None:
             sb = StepBatch(decode_threshold=8)
             sb.extend(s, c)
             same(sb.step_time(k), want)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cols=column_sets(), thr=st.sampled_from([-1, 0, 1, 8, 2048, 2**62, _I64_MAX]))
+def test_compiled_prefill_pairs_are_the_python_ones(
+        compiled_aggregate: Any, cols: tuple[list[int], list[int], list[int] | None],
+        thr: int) -> None:
+    s, c = cols[0], cols[1][:len(cols[0])]
+    s = s[:len(c)]
+    want = [(a, b) for a, b in zip(s, c, strict=True) if a > thr]
+    sa, ca = np.array(s, dtype=np.int64), np.array(c, dtype=np.int64)
+    fn = jit.compiled(step_arrays.prefill_pairs)
+    assert fn is not None
+    for got in (fn(sa, ca, thr), step_arrays.prefill_pairs(sa, ca, thr)):
+        assert got.dtype == np.int64 and got.shape == (2, len(want))
+        assert list(zip(*got.tolist(), strict=True)) == want
+
+
+@pytest.mark.usefixtures("jit_mode")
+@pytest.mark.parametrize("thr", [-(2**70), -3, -1, 0])
+@pytest.mark.parametrize("rows", [[(0, 0), (1, 5), (2048, 0)], [(0, 0), (0, 0), (3, 1)],
+                                  [(1, 5), (1, 6)], [(0, 7), (4, 0), (0, 0), (9, 9)]],
+                         ids=["zeros-decode-chunk", "zeros-first", "decodes", "mixed"])
+def test_thresholds_at_or_below_zero(rows: list[tuple[int, int]], thr: int) -> None:
+    """At a threshold below 0 every request is a prefill row, (0, 0) ones included; at 0, a
+    (0, 0) request has no context and the walk skips it."""
+    for name in SCENARIOS[:2]:
+        k = open_k(name)
+        b = Batch(rows, decode_threshold=thr)
+        s, c = inputs(rows)[0]
+        same(k.step_time_arrays(s, c, c + s, decode_threshold=thr), shared(k, b))

@@ -44,8 +44,8 @@ from .step import (
 from .step_fast import decode_estimate
 from .types import Batch, Resource, StepEstimate, _count
 
-__all__ = ["aggregate", "as_batch", "column", "counts_of", "position", "price", "signs_clear",
-           "threshold_and_budget"]
+__all__ = ["aggregate", "as_batch", "column", "counts_of", "position", "prefill_pairs", "price",
+           "signs_clear", "threshold_and_budget"]
 
 _INT = int
 _ND = np.ndarray
@@ -108,6 +108,24 @@ def aggregate(scheduled: np.ndarray, computed: np.ndarray, prompt_len: np.ndarra
     if lo < 0 or c_lo < 0 or hi > _INT64_MAX // n or c_hi > _INT64_MAX // n:
         return -1, 0, 0, 0, 0, 0, 0, 0, 0
     return n, lo, hi, computed[at], more, second, empty, sum_s, sum_c
+
+
+def prefill_pairs(scheduled: np.ndarray, computed: np.ndarray, thr: int) -> np.ndarray:
+    """The (scheduled, computed) pairs of the requests scheduling more than ``thr`` tokens, in
+    batch order, as the two rows of an int64 array (compiled by :mod:`kernel.model.jit`;
+    this is also its specification). Called on columns :func:`aggregate` accepted."""
+    k = 0
+    for i in range(scheduled.shape[0]):
+        if scheduled[i] > thr:
+            k += 1
+    out = np.empty((2, k), dtype=np.int64)
+    j = 0
+    for i in range(scheduled.shape[0]):
+        if scheduled[i] > thr:
+            out[0, j] = scheduled[i]
+            out[1, j] = computed[i]
+            j += 1
+    return out
 
 
 def column(x: Any, name: str) -> list[int]:
@@ -201,13 +219,22 @@ def price(r: Any, scheduled: Any, computed: Any, prompt_len: Any, thr: Any, budg
                     if lo > 0 and hi <= thr:  # all decode
                         return decode_estimate(p, fast, sum_s, sum_c + sum_s, lo, hi, n,
                                                budget, per)
-                    if hi <= thr or not more and second <= thr:  # at most one prefill row
-                        est = mixed_estimate(p, fast, n, sum_s, sum_c,
-                                             [(hi, c_at)] if hi > thr else [],
-                                             empty if thr >= 0 else 0,
-                                             lo == hi == p.uniform_width, budget, per)
-                        if est is not None:
-                            return est
+                    if hi <= thr:
+                        prefills: list[tuple[int, int]] = []
+                    elif not more and second <= thr:  # one prefill row: the greatest
+                        prefills = [(hi, c_at)]
+                    else:  # several, in batch order, from a second compiled pass
+                        pairs: Any = _compiled_get(prefill_pairs, _UNASKED)
+                        if pairs is _UNASKED:
+                            pairs = jit.compiled(prefill_pairs)
+                        # (a threshold below -1 selects what -1 selects: no count is negative)
+                        rows = pairs(scheduled, computed, thr if thr >= -1 else -1).tolist()
+                        prefills = list(zip(*rows, strict=True))
+                    est = mixed_estimate(p, fast, n, sum_s, sum_c, prefills,
+                                         empty if thr >= 0 else 0,
+                                         lo == hi == p.uniform_width, budget, per)
+                    if est is not None:
+                        return est
         elif agg is None and prompt_len is None:
             # Without compiled loops: native int64 columns of a step whose requests all decode
             # the same count, but perhaps one prefill chunk (first or last, typically). Anything
