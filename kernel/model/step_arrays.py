@@ -14,10 +14,11 @@ the float sums (causal and windowed pairs) add the same terms in the same order 
 (all-decode), :func:`kernel.model.step_mixed.totals` (any other non-empty batch) or, on pools without
 a fast path, to a :class:`Batch` and the shared path.
 
-Where compiled loops are on (:mod:`kernel.model.jit`), two native int64 columns are checked
-and summed in one compiled pass (:func:`aggregate`: least and greatest counts, the chunk, sums,
-signs), and a step with at most one prefill row goes straight to the fast paths; anything
-else takes the code above, unchanged (decision AJ1).
+Where compiled loops are on (:mod:`kernel.model.jit`), native int64 columns (``prompt_len``
+too, when given) are checked and summed in one compiled pass (:func:`aggregate`: least and
+greatest counts, the chunk, sums, signs), and the step goes straight to the decode or mixed
+fast path, its prefill rows from a second pass (:func:`prefill_pairs`) when there are
+several; anything else takes the code above, unchanged (decisions AJ1-AJ4).
 
 The result is ``k.step_time(Batch(zip(scheduled, computed, prompt_len), decode_threshold,
 sm_budget))``, bit for bit (``tests/test_step_arrays.py``).
@@ -199,7 +200,8 @@ def price(r: Any, scheduled: Any, computed: Any, prompt_len: Any, thr: Any, budg
     summed with a few C-level calls: two ``tolist``, one ``count`` (a uniform step) or one
     ``set``, one ``sum`` per column, and the sign check of ``computed`` on its bytes. With
     compiled loops (:mod:`kernel.model.jit`), native int64 columns take one compiled pass
-    instead (:func:`aggregate`) for a step with at most one prefill row (decision AJ1).
+    instead (:func:`aggregate`), and a second (:func:`prefill_pairs`) for a step with more
+    than one prefill row (decisions AJ1-AJ4).
     """
     if (type(scheduled) is _ND and type(computed) is _ND and scheduled.dtype is _I64
             and computed.dtype is _I64 and scheduled.ndim == 1 and computed.ndim == 1
