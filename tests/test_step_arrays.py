@@ -24,7 +24,7 @@ import kernel
 from kernel import StepBatch
 from kernel.calibration import Law, PhaseCorrection
 from kernel.facade.kernel import Kernel
-from kernel.model import jit, step, step_arrays
+from kernel.model import jit, step, step_arrays, step_batch
 from kernel.model.calibration_law import TERMS
 from kernel.model.types import Batch, Resource, StepEstimate
 from tests.fixtures_pools import tiny_dense, tiny_moe_mla
@@ -388,27 +388,29 @@ def column_sets(draw: Any) -> tuple[list[int], list[int], list[int] | None]:
 
 
 @pytest.fixture
-def compiled_aggregate(monkeypatch: pytest.MonkeyPatch) -> Any:
+def jit_on(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Compiled loops on, whatever BLIS_JIT says outside (skipped without numba)."""
     pytest.importorskip("numba", reason="numba is not installed for this Python")
     monkeypatch.delenv("BLIS_JIT", raising=False)
     jit.reset()
-    fn = jit.compiled(step_arrays.aggregate)
-    assert fn is not None
-    yield fn
+    yield
     jit.reset()
 
 
 @settings(max_examples=400, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cols=column_sets())
+@pytest.mark.usefixtures("jit_on")
 def test_compiled_aggregate_is_the_python_one(
-        compiled_aggregate: Any, cols: tuple[list[int], list[int], list[int] | None]) -> None:
+        cols: tuple[list[int], list[int], list[int] | None]) -> None:
     s, c = (np.array(x, dtype=np.int64) for x in cols[:2])
     pl = None if cols[2] is None else np.array(cols[2], dtype=np.int64)
     want = _aggregate_oracle(*cols)
     with np.errstate(over="ignore"):  # (int64 scalars may wrap where the result says -1)
         interpreted = tuple(int(v) for v in step_arrays.aggregate(s, c, pl))
-    got = compiled_aggregate(s, c, pl)
+    compiled = jit.compiled(step_arrays.aggregate)
+    assert compiled is not None
+    got = compiled(s, c, pl)
     assert all(type(v) is int for v in got)
     assert got == interpreted == want
 
@@ -440,9 +442,9 @@ def test_small_steps_keep_their_graph_mode(rows: list[tuple[int, int]]) -> None:
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cols=column_sets(), thr=st.sampled_from([-1, 0, 1, 8, 2048, 2**62, _I64_MAX]))
+@pytest.mark.usefixtures("jit_on")
 def test_compiled_prefill_pairs_are_the_python_ones(
-        compiled_aggregate: Any, cols: tuple[list[int], list[int], list[int] | None],
-        thr: int) -> None:
+        cols: tuple[list[int], list[int], list[int] | None], thr: int) -> None:
     s, c = cols[0], cols[1][:len(cols[0])]
     s = s[:len(c)]
     want = [(a, b) for a, b in zip(s, c, strict=True) if a > thr]
@@ -467,3 +469,23 @@ def test_thresholds_at_or_below_zero(rows: list[tuple[int, int]], thr: int) -> N
         b = Batch(rows, decode_threshold=thr)
         s, c = inputs(rows)[0]
         same(k.step_time_arrays(s, c, c + s, decode_threshold=thr), shared(k, b))
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cap=st.integers(1, 80), data=st.data())
+@pytest.mark.usefixtures("jit_on")
+def test_compiled_shift_is_the_slice_assignment(cap: int, data: st.DataObject) -> None:
+    """StepBatch.remove's compiled shift (decision AJ7) moves what the numpy slice moves."""
+    n = data.draw(st.integers(1, cap))
+    i = data.draw(st.integers(0, n - 1))
+    cols = np.array(data.draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=3 * cap,
+                                       max_size=3 * cap)), dtype=np.int64).reshape(3, cap)
+    want = cols.copy()
+    want[:, i:n - 1] = want[:, i + 1:n]
+    fn = jit.compiled(step_batch.shift_left)
+    assert fn is not None
+    for shift in (fn, step_batch.shift_left):
+        got = cols.copy()
+        shift(got, i, n)
+        assert got.tolist() == want.tolist()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import jit
 from .step import _compose, finish, mixed_estimate, prefill_rows, prepared, walk_parts
 from .step_arrays import column, position, threshold_and_budget
 from .step_fast import decode_estimate
@@ -34,6 +35,16 @@ __all__ = ["StepBatch"]
 
 _I64 = np.int64
 _FIELDS = ("scheduled", "computed", "prompt_len")
+_UNASKED = object()
+_compiled_get = jit._done.get  # noqa: SLF001 (a dict read per call, not a function call)
+
+
+def shift_left(cols: np.ndarray, i: int, n: int) -> None:
+    """``cols[:, i:n - 1] = cols[:, i + 1:n]``: the columns after request ``i`` move down by
+    one (compiled by :mod:`kernel.model.jit`, decision AJ7; this is also its specification)."""
+    for r in range(cols.shape[0]):
+        for j in range(i, n - 1):
+            cols[r, j] = cols[r, j + 1]
 
 
 def _checked(values: Any, name: str) -> np.ndarray:
@@ -200,7 +211,13 @@ class StepBatch:
             self._sum_s -= s
             self._sum_c -= self._crow.item(i)
             if i < n - 1:
-                cols[:, i:n - 1] = cols[:, i + 1:n]
+                shift: Any = _compiled_get(shift_left, _UNASKED)
+                if shift is _UNASKED:
+                    shift = jit.compiled(shift_left)
+                if shift is None:
+                    cols[:, i:n - 1] = cols[:, i + 1:n]
+                else:
+                    shift(cols, i, n)
             self._srow[n - 1] = 0  # a free slot schedules nothing (advance adds whole rows)
             self._n = n - 1
             counts = self._counts
