@@ -476,7 +476,7 @@ def test_thresholds_at_or_below_zero(rows: list[tuple[int, int]], thr: int) -> N
 @given(cap=st.integers(1, 80), data=st.data())
 @pytest.mark.usefixtures("jit_on")
 def test_compiled_shift_is_the_slice_assignment(cap: int, data: st.DataObject) -> None:
-    """StepBatch.remove's compiled shift (decision AJ7) moves what the numpy slice moves."""
+    """StepBatch.remove's compiled shift (decision AJ6) moves what the numpy slice moves."""
     n = data.draw(st.integers(1, cap))
     i = data.draw(st.integers(0, n - 1))
     cols = np.array(data.draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=3 * cap,

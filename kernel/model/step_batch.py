@@ -41,7 +41,7 @@ _compiled_get = jit._done.get  # noqa: SLF001 (a dict read per call, not a funct
 
 def shift_left(cols: np.ndarray, i: int, n: int) -> None:
     """``cols[:, i:n - 1] = cols[:, i + 1:n]``: the columns after request ``i`` move down by
-    one (compiled by :mod:`kernel.model.jit`, decision AJ7; this is also its specification)."""
+    one (compiled by :mod:`kernel.model.jit`, decision AJ6; this is also its specification)."""
     for r in range(cols.shape[0]):
         for j in range(i, n - 1):
             cols[r, j] = cols[r, j + 1]
