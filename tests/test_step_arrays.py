@@ -489,3 +489,25 @@ def test_compiled_shift_is_the_slice_assignment(cap: int, data: st.DataObject) -
         got = cols.copy()
         shift(got, i, n)
         assert got.tolist() == want.tolist()
+
+
+@pytest.mark.usefixtures("jit_on")
+def test_compiled_passes_found_without_jits_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """price reads jit.compiled's table directly (a dict read per call); without it (an
+    empty dict, as when jit keeps its table elsewhere) it asks jit.compiled each call, and
+    prices the same."""
+    asked: list[Any] = []
+    real = jit.compiled
+
+    def spy(fn: Any) -> Any:
+        asked.append(fn)
+        return real(fn)
+
+    monkeypatch.setattr(step_arrays, "_compiled_get", {}.get)
+    monkeypatch.setattr(jit, "compiled", spy)
+    k = open_k(SCENARIOS[0])
+    for rows in ([(1, 4095)] * 5, [(2048, 0), (512, 7)] + [(1, 99)] * 3):
+        s, c = inputs(rows)[0]
+        same(k.step_time_arrays(s, c, decode_threshold=8),
+             shared(k, Batch(rows, decode_threshold=8)))
+    assert asked == [step_arrays.aggregate, step_arrays.aggregate, step_arrays.prefill_pairs]

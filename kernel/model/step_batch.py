@@ -35,8 +35,6 @@ __all__ = ["StepBatch"]
 
 _I64 = np.int64
 _FIELDS = ("scheduled", "computed", "prompt_len")
-_UNASKED = object()
-_compiled_get = jit._done.get  # noqa: SLF001 (a dict read per call, not a function call)
 
 
 def shift_left(cols: np.ndarray, i: int, n: int) -> None:
@@ -211,9 +209,7 @@ class StepBatch:
             self._sum_s -= s
             self._sum_c -= self._crow.item(i)
             if i < n - 1:
-                shift: Any = _compiled_get(shift_left, _UNASKED)
-                if shift is _UNASKED:
-                    shift = jit.compiled(shift_left)
+                shift = jit.compiled(shift_left)
                 if shift is None:
                     cols[:, i:n - 1] = cols[:, i + 1:n]
                 else:
