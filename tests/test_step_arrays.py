@@ -514,3 +514,19 @@ def test_compiled_passes_found_without_jits_table(monkeypatch: pytest.MonkeyPatc
         same(k.step_time_arrays(s, c, decode_threshold=8),
              shared(k, Batch(rows, decode_threshold=8)))
     assert asked == [step_arrays.aggregate, step_arrays.aggregate, step_arrays.prefill_pairs]
+
+
+def test_step_arrays_reads_jits_own_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table price reads is jit.compiled's, also after jit.reset() (else a reset would
+    leave price on the compiled passes with BLIS_JIT=0, unseen: the prices are the same)."""
+    table = step_arrays._compiled_get.__self__  # type: ignore[attr-defined]
+    if not hasattr(jit, "_done"):  # (jit keeps it elsewhere: price asks jit.compiled)
+        assert table == {}
+        return
+    monkeypatch.setenv("BLIS_JIT", "0")
+    jit.reset()
+    assert table is jit._done
+    s, c = np.ones(3, dtype=np.int64), np.full(3, 7, dtype=np.int64)
+    open_k(SCENARIOS[0]).step_time_arrays(s, c)
+    assert table.get(step_arrays.aggregate, "unasked") is None
+    jit.reset()
