@@ -15,7 +15,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kernel.replay.kv_cache import KVBlocks
+from kernel.replay.kv_cache import KVBlocks, own_key
 
 
 class RefPool:
@@ -67,6 +67,20 @@ class RefPool:
                     self.queue.insert(0, b)
 
 
+def assert_hashed_as_literal(cached: set[int], segment: dict[int, int], ref: RefPool,
+                             n_shared: list[int]) -> None:
+    """The pool's hashed blocks are the literal model's, block for block: its shared keys,
+    and per request its own blocks (a segment's leading count, or explicit own keys)."""
+    assert {k for k in cached if k >= 0} == {k for k in ref.by_key if isinstance(k, int)}
+    mine = {(r, i) for r, seg in segment.items() for i in range(seg)}
+    for k in cached:
+        if k < 0:
+            r, i = (-k >> 32) - 1, -k & 0xFFFFFFFF
+            assert own_key(r, i) == k
+            mine.add((r, i))
+    assert mine == {(k[1], k[2] - n_shared[k[1]]) for k in ref.by_key if isinstance(k, tuple)}
+
+
 @st.composite
 def scripts(draw):
     n_req = draw(st.integers(1, 6))
@@ -88,6 +102,19 @@ def scripts(draw):
 @example((6, [(0, 2, 3), (0, 2, 3), (1, 2, 3), (2, 0, 3), (1, 2, 3)],
           [("admit", 0, 3), ("release", 0, 1), ("admit", 2, 3), ("release", 2, 1),
            ("admit", 1, 3), ("admit", 3, 3), ("release", 1, 1), ("admit", 4, 3)]))
+# KB6's corner (decision KF1): request 1 registers key 0 as a copy (request 0 has it) and
+# grows into its own blocks 1, 2; request 0 is preempted and request 2 evicts its key 0;
+# request 1 is preempted: its own blocks are cached behind a broken chain and stay hashed in
+# their place, not unhashed blocks at the queue's front. Request 4's copies of request 3's
+# keys give unhashed blocks, so request 1, resumed, recomputes key 0 and its own blocks
+# (copies of 1, 2, unhashed; a new 3) without evicting them; preempted again, request 5
+# evicts the old block 2 first (older than the new 3): request 1 hits key 0 and block 1
+@example((10, [(0, 1, 1), (0, 1, 6), (2, 0, 6), (1, 3, 3), (1, 3, 3), (2, 0, 4)],
+          [("admit", 0, 1), ("admit", 1, 1), ("grow", 1, 1), ("grow", 1, 1), ("admit", 3, 3),
+           ("admit", 4, 1), ("grow", 4, 1), ("grow", 4, 1), ("release", 0, 1),
+           ("admit", 2, 1), ("release", 1, 1), ("release", 4, 1), ("admit", 1, 4),
+           ("release", 1, 1), ("admit", 5, 3), ("admit", 1, 5), ("grow", 1, 1),
+           ("release", 1, 1), ("release", 2, 1), ("release", 3, 1), ("admit", 2, 9)]))
 def test_kv_blocks_agree_with_the_literal_block_pool(script):
     n_blocks, shapes, ops = script
     ref, kv = RefPool(n_blocks), KVBlocks(n_blocks, 16, True)
@@ -145,6 +172,7 @@ def test_kv_blocks_agree_with_the_literal_block_pool(script):
             kv.release(held, refs, r)
             grown[r] = max(grown[r], held)  # a resumed request is at least this long
         assert kv.free == ref.free(), (op, r)
+        assert_hashed_as_literal(set(kv.cached), kv.segment, ref, [s[1] for s in shapes])
 
 
 @settings(max_examples=200, deadline=None)

@@ -581,7 +581,8 @@ class Simulation:
                     head not in kv.segment:
                 # Found blocked before and since then no release (free never grew) and no
                 # touch or registration (its hit's held blocks never grew): still blocked.
-                # (A request with a segment is looked up again: a lookup may drop it.)
+                # (A request with a segment is looked up again: a lookup may make it
+                # explicit, KF1.)
                 admit = False
             else:
                 admitted = self._phase_b(c, budget, start)
@@ -659,14 +660,14 @@ class Simulation:
             if not fills.size:
                 return
             registered, n_shared = s.registered, s.n_shared
-            segment = c.kv.segment
-            keyed = []  # (request, full, before) still within its shared keys
+            segment, explicit = c.kv.segment, c.kv.explicit
+            keyed = []  # (request, full, before) within its shared keys, or explicit
             for r, f in zip(rq[fills].tolist(), (kn[fills] // B).tolist(), strict=True):
                 b = int(registered[r])
                 if f <= b:  # (never: the invariant above)
                     continue
                 registered[r] = f
-                if b >= n_shared[r]:  # past its shared keys: its own segment grows
+                if b >= n_shared[r] and r not in explicit:  # its own segment grows
                     segment[r] = segment.get(r, 0) + f - b
                 else:
                     keyed.append((r, f, b))
@@ -680,11 +681,11 @@ class Simulation:
         if grow.size:
             rg, fg, before = rq[grow], full[grow], reg[grow]
             s.registered[rg] = fg
-            segment = c.kv.segment
-            keyed = []  # (request, full, before) still within its shared keys
+            segment, explicit = c.kv.segment, c.kv.explicit
+            keyed = []  # (request, full, before) within its shared keys, or explicit
             for r, f, b, shared in zip(rg.tolist(), fg.tolist(), before.tolist(),
                                        s.n_shared[rg].tolist(), strict=True):
-                if b >= shared:  # past its shared keys: its own segment grows
+                if b >= shared and r not in explicit:  # its own segment grows
                     segment[r] = segment.get(r, 0) + f - b
                 else:
                     keyed.append((r, f, b))

@@ -26,6 +26,16 @@ vLLM too, but only that request can ever hit them (after a preemption). They are
 LRU as one entry (key ``-(r + 1)``) and loses blocks from its tail when evicted, as vLLM's
 tail-first order does: the same queue, without a Python operation per block.
 
+A segment stays reachable only through the request's whole shared chain. When a lookup finds
+that chain broken (a shared block another request registered first, since evicted: vLLM's
+``get_computed_blocks`` stops at the first miss), the segment's blocks keep their hashes and
+their place in the queue, as vLLM's do until ``_maybe_evict_cached_block`` takes them; a later
+recomputation of those blocks by the request leaves its new copies unhashed while the old ones
+are cached (one block per hash). That state is not a count any more, so the request's own
+blocks become *explicit* from then on: per-block keys :func:`own_key` (negative, apart from
+the shared keys) in ``cached`` like shared ones, the segment's LRU entry turned into a run of
+them where it stands (decision KF1).
+
 The engine uses the subclass :class:`~kernel.replay.kv_units.KVUnits`, whose shared keys may
 stand for several blocks (one per hash-chain entry); this class is its per-block reference.
 """
@@ -41,11 +51,18 @@ _SINK: deque[None] = deque(maxlen=0)
 _drain = _SINK.extend  # runs an iterator to its end in C, keeping nothing
 
 
+def own_key(r: int, i: int) -> int:
+    """The key of request ``r``'s ``i``-th block past its shared chain, once its own blocks
+    are explicit: negative, so apart from every shared key (those are in [0, 2**64))."""
+    return -(((r + 1) << 32) + i)
+
+
 class KVBlocks:
     """The block pool of one engine core (``num_blocks`` usable blocks of ``block_size``)."""
 
-    __slots__ = ("_lru_count", "_stale", "_stale_in", "_stamp", "block_size", "cached",
-                 "caching", "evictions", "free", "lru", "num_blocks", "seg_at", "segment")
+    __slots__ = ("_lru_count", "_next", "_orphans", "_own", "_stale", "_stale_in", "_stamp",
+                 "block_size", "cached", "caching", "evictions", "explicit", "free", "lru",
+                 "num_blocks", "seg_at", "segment")
 
     def __init__(self, num_blocks: int, block_size: int, caching: bool):
         if num_blocks <= 0 or block_size <= 0:
@@ -66,6 +83,10 @@ class KVBlocks:
         self._stale = 0  # LRU entries touched since (left in place until reached)
         self._lru_count = 0  # blocks in the LRU: a shared key counts 1, a segment its size
         self.evictions = 0
+        self.explicit: set[int] = set()  # requests whose own blocks are own_key keys
+        self._orphans: dict[int, list[int]] = {}  # segment entry stamp -> its keys now
+        self._own: dict[int, list[int]] = {}  # explicit running request -> own keys it holds
+        self._next: dict[int, int] = {}  # explicit running request -> its next own block
 
     def used(self) -> int:
         return self.num_blocks - self.free
@@ -79,18 +100,47 @@ class KVBlocks:
         n = len(list(takewhile(self.cached.__contains__, head)))
         seg = self.segment.get(r, 0)
         if not seg:
+            if self.explicit and n == len(keys) and r in self.explicit:
+                return n, self._own_hit(r, max_blocks - n)
             return n, 0
-        if n < len(keys):  # the segment is unreachable (never the case with tail-first
-            self._drop_segment(r)  # eviction, kept for safety): forget its hashes
+        if n < len(keys):  # the chain is broken before the segment: it stays as it is in
+            self._make_explicit(r)  # the queue, block by block (KF1)
             return n, 0
         return n, min(seg, max_blocks - n)
 
-    def _drop_segment(self, r: int) -> None:
-        """A waiting request's segment (in the LRU) loses its hashes: anonymous free blocks."""
-        seg = self.segment.pop(r, 0)
-        if self.seg_at.pop(r, None) is not None:
-            self._lru_count -= seg
-            self._stale += 1
+    def _own_hit(self, r: int, room: int) -> int:
+        """Leading own blocks of an explicit request found cached (at most ``room``)."""
+        cached, i = self.cached, 0
+        while i < room and own_key(r, i) in cached:
+            i += 1
+        return i
+
+    def _make_explicit(self, r: int) -> None:
+        """A waiting request's segment (in the LRU) becomes its per-block own keys, hashed
+        and queued where the segment is; the request's own blocks stay explicit."""
+        seg = self.segment.pop(r)
+        stamp = self.seg_at.pop(r, None)
+        if stamp is None:
+            raise AssertionError(f"request {r} looked up while holding its segment")
+        keys = [own_key(r, i) for i in range(seg)]
+        self.cached.update(dict.fromkeys(keys, -stamp))
+        self._orphans[stamp] = keys  # the entry (stamp, r) is read as this run
+        self.explicit.add(r)
+
+    def _touch_own(self, r: int, private: int) -> None:
+        """An explicit request holds its leading ``private`` own blocks again (all queued:
+        only it can hold them)."""
+        cached, stale_in = self.cached, self._stale_in
+        own = [own_key(r, i) for i in range(private)]
+        for key in own:
+            stamp = -cached[key]
+            stale_in[stamp] = stale_in.get(stamp, 0) + 1
+            cached[key] = 1
+        self._stale += private
+        self.free -= private
+        self._lru_count -= private
+        self._own[r] = own
+        self._next[r] = private
 
     def evictable_among(self, keys: list[int], r: int, private: int) -> int:
         """Blocks of a hit nobody holds (a hit on them consumes a free block)."""
@@ -112,7 +162,9 @@ class KVBlocks:
                 cached[key] = 1
             else:
                 cached[key] = ref + 1
-        if private:
+        if private and r in self.explicit:
+            self._touch_own(r, private)
+        elif private:
             seg = self.segment[r]
             del self.seg_at[r]
             self._stale += 1
@@ -138,9 +190,13 @@ class KVBlocks:
             if isinstance(item, int):
                 if seg_at.get(item) == stamp:
                     kept.append(entry)
-                else:
+                    continue
+                orphan = self._orphans.pop(stamp, None)
+                if orphan is None:
                     self._stale -= 1
-                continue
+                    continue
+                entry = (stamp, orphan)  # a segment made explicit: a run from now on
+                item = orphan
             if stamp in stale_in:
                 self._live(stamp, item)
             if item:
@@ -164,6 +220,10 @@ class KVBlocks:
             stamp, item = lru[0]
             if isinstance(item, int):  # a segment: its tail goes first
                 if seg_at.get(item) != stamp:  # touched since: not in the queue any more
+                    orphan = self._orphans.pop(stamp, None)
+                    if orphan is not None:  # or made explicit: a run in its place
+                        lru[0] = (stamp, orphan)
+                        continue
                     lru.popleft()
                     self._stale -= 1
                     continue
@@ -205,14 +265,34 @@ class KVBlocks:
         return list(new)
 
     def register_private(self, r: int, n: int) -> None:
-        """``n`` more of the request's own blocks are full and hashed."""
-        if self.caching and n > 0:
+        """``n`` more of the request's own blocks are full and hashed (an explicit request's
+        under their own keys, except those whose key is still cached from before)."""
+        if not self.caching or n <= 0:
+            return
+        if r not in self.explicit:
             self.segment[r] = self.segment.get(r, 0) + n
+            return
+        i = self._next.get(r, 0)
+        self._next[r] = i + n
+        own = self._own.setdefault(r, [])
+        cached = self.cached
+        for j in range(i, i + n):
+            key = own_key(r, j)
+            if key not in cached:
+                cached[key] = 1
+                own.append(key)
+
+    def _take_own(self, r: int) -> list[int]:
+        """An explicit request's held own keys, forgotten as it stops running."""
+        self._next.pop(r, None)
+        return self._own.pop(r, [])
 
     def release(self, held: int, refs: list[int], r: int) -> None:
         """A finished or preempted request gives back ``held`` blocks: its unhashed ones to
         the front of the free queue, its segment then its shared ``refs`` (block order) to
         the back, tail first."""
+        if self._own and r in self._own:  # an explicit request: its own keys are the tail
+            refs = refs + self._take_own(r)
         seg = self.segment.get(r, 0)
         self.free += held - len(refs) - seg
         if seg:

@@ -87,9 +87,11 @@ class KVUnits(KVBlocks):
                 break
         seg = self.segment.get(r, 0)
         if not seg:
+            if self.explicit and n == total and r in self.explicit:
+                return n, self._own_hit(r, max_blocks - n)
             return n, 0
-        if n < total:  # unreachable segment (as KVBlocks.longest_hit)
-            self._drop_segment(r)
+        if n < total:  # unreachable segment: made explicit (as KVBlocks.longest_hit)
+            self._make_explicit(r)
             return n, 0
         return n, min(seg, max_blocks - n)
 
@@ -162,7 +164,9 @@ class KVUnits(KVBlocks):
                     cached[key] = ref + 1
             rk.append(k)
             rc.append(take)
-        if private:
+        if private and r in self.explicit:
+            self._touch_own(r, private)
+        elif private:
             seg = self.segment[r]
             del self.seg_at[r]
             self._stale += 1
@@ -222,6 +226,9 @@ class KVUnits(KVBlocks):
         with unit references)."""
         self.version += 1
         rk, rc = refs
+        if self._own and r in self._own:  # an explicit request: its own keys are the tail
+            own = self._take_own(r)
+            rk, rc = rk + own, rc + [1] * len(own)
         seg = self.segment.get(r, 0)
         self.free += held - sum(rc) - seg
         if seg:
@@ -298,6 +305,10 @@ class KVUnits(KVBlocks):
             stamp, item = lru[0]
             if isinstance(item, int):  # a segment: its tail goes first
                 if seg_at.get(item) != stamp:  # touched since: not in the queue any more
+                    orphan = self._orphans.pop(stamp, None)
+                    if orphan is not None:  # or made explicit: a run in its place
+                        lru[0] = (stamp, orphan)
+                        continue
                     lru.popleft()
                     self._stale -= 1
                     continue
