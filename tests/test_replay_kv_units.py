@@ -277,3 +277,56 @@ def test_a_replay_in_units_equals_the_same_replay_block_by_block(options):
     b = replay(k, request_set(blocks, hash_block_tokens=16), ReplayOptions(**options))
     assert a.summary["prefix_hit_rate"] > 0  # the prefixes are hit
     assert digest(a) == digest(b)
+
+
+def _corner_rows(seed: int, n: int) -> tuple[list[dict], list[dict]]:
+    """``n`` requests arriving four at a time, two prefix groups of 64-token entries (4
+    engine blocks each), short and long outputs: requests of one group compute a shared block
+    in the same step (the second copy is private), and a small pool preempts them, so that
+    some request's own blocks end up cached behind a chain broken by the eviction of another
+    request's block (KB6's corner). The same requests with the chain per 16-token block too."""
+    from kernel.replay.block_keys import block_keys
+
+    rng = np.random.default_rng(seed)
+    units, blocks = [], []
+    for i in range(n):
+        entries = int(rng.integers(1, 6))
+        prompt = 64 * entries + int(rng.integers(0, 64))
+        shared = int(rng.integers(1, entries + 1))
+        g = int(rng.integers(0, 2))
+        out = int(rng.integers(1, 8)) if rng.random() < 0.5 else int(rng.integers(40, 200))
+        hashes = ([1000 * g + j for j in range(shared)]
+                  + [10**6 + 1000 * i + j for j in range(entries - shared)])
+        row = {"request_id": f"q{i}", "arrival_ns": i // 4 * 2_000_000,
+               "prompt_tokens": prompt, "output_tokens": out, "prefix_hashes": hashes}
+        units.append(row)
+        blocks.append({**row, "prefix_hashes": block_keys(hashes, 64, 16, 4 * entries)})
+    return units, blocks
+
+
+@pytest.mark.parametrize("num_blocks", [32, 48, 64])
+def test_a_replay_past_a_broken_chain_in_units_equals_it_block_by_block(num_blocks, monkeypatch):
+    # KF1 through the engine: a lookup finds a preempted request's chain broken before its
+    # own blocks, which become explicit (their later blocks registered one by one, not as a
+    # segment count); in units and block by block the replay stays the same.
+    from kernel.replay import ReplayOptions, replay
+    from tests.replay_pin import digest
+    from tests.replay_support import kernel_for, request_set
+
+    made: list[int] = []
+    make = KVBlocks._make_explicit
+
+    def counted(self, r):  # type: ignore[no-untyped-def]
+        made.append(r)
+        make(self, r)
+
+    monkeypatch.setattr(KVBlocks, "_make_explicit", counted)
+    k = kernel_for("llama-3.1-8b-h100-tp1")
+    units, blocks = _corner_rows(13, 40)
+    options = ReplayOptions(num_blocks=num_blocks, max_num_seqs=8)
+    a = replay(k, request_set(units, hash_block_tokens=64), options)
+    reached = len(made)
+    b = replay(k, request_set(blocks, hash_block_tokens=16), options)
+    assert reached and len(made) == 2 * reached  # both replays reach the corner
+    assert a.summary["preemptions"] > 0
+    assert digest(a) == digest(b)
