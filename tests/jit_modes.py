@@ -1,9 +1,12 @@
 """A fixture that runs a test once with compiled loops and once without (decision JIT1): the
-call sites' numpy/builtin code must give the same bits as their compiled loops."""
+call sites' numpy/builtin code must give the same bits as their compiled loops; and a context
+manager that does the same inside a hypothesis test (where a function-scoped fixture cannot)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -23,3 +26,19 @@ def jit_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     assert jit.enabled() == (request.param == "compiled")
     yield request.param
     jit.reset()
+
+
+@contextmanager
+def jit_switched(on: bool) -> Iterator[None]:
+    """Compiled loops on or off inside the block (``BLIS_JIT``, read afresh), as before after."""
+    before = os.environ.get("BLIS_JIT")
+    os.environ["BLIS_JIT"] = "1" if on else "0"
+    jit.reset()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("BLIS_JIT", None)
+        else:
+            os.environ["BLIS_JIT"] = before
+        jit.reset()

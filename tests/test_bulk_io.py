@@ -18,6 +18,7 @@ from kernel.bulk.stream import PRICE_AHEAD, ROW_GROUP_ROWS
 from kernel.io.trace import TraceError
 
 from .bulk_pools import VARIANTS, pool
+from .jit_modes import jit_mode  # noqa: F401  (a fixture)
 from .test_bulk import random_trace
 
 
@@ -109,6 +110,7 @@ def _orders(df: pl.DataFrame, seed: int) -> dict[str, pl.DataFrame]:
             "late": late.sort("k").drop("k", "i")}
 
 
+@pytest.mark.usefixtures("jit_mode")  # (compiled scatter and numpy: SJ1)
 @pytest.mark.parametrize("seed", [1, 2])
 def test_any_row_order_prices_bit_for_bit_like_the_sorted_trace(tmp_path: Path,
                                                                 seed: int) -> None:
@@ -367,6 +369,7 @@ def _reasons(rej: pl.DataFrame) -> list[tuple[int, str, str]]:
                       rej["column"].to_list(), strict=True))
 
 
+@pytest.mark.usefixtures("jit_mode")  # (compiled scatter and numpy: SJ1)
 @pytest.mark.parametrize("seed", [3, 4])
 def test_every_grouping_path_prices_any_order_like_the_sorted_trace(tmp_path: Path,
                                                                     seed: int) -> None:
@@ -416,6 +419,7 @@ def test_every_grouping_path_prices_any_order_like_the_sorted_trace(tmp_path: Pa
     assert not list(tmp_path.glob(".blis-*"))
 
 
+@pytest.mark.usefixtures("jit_mode")  # (compiled scatter and numpy: SJ1)
 def test_partition_groups_rows_like_a_stable_sort() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
@@ -473,6 +477,7 @@ def test_partition_groups_rows_like_a_stable_sort() -> None:
     check()
 
 
+@pytest.mark.usefixtures("jit_mode")  # (compiled scatter and numpy: SJ1)
 def test_a_plan_the_rows_do_not_fit_is_replaced(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Statistics that do not cover the ids read (they never should): the chunks that do not
@@ -492,6 +497,7 @@ def test_a_plan_the_rows_do_not_fit_is_replaced(tmp_path: Path,
         assert pl.read_parquet(dst).equals(want)
 
 
+@pytest.mark.usefixtures("jit_mode")  # (compiled scatter and numpy: SJ1)
 def test_kept_and_produced_columns_follow_the_rows_through_every_grouping(
         tmp_path: Path) -> None:
     r = pool(**VARIANTS["pcp2-dcp4"])

@@ -21,10 +21,14 @@ from kernel.bulk.engine import Engine
 from kernel.bulk.options import Tuning
 
 from .bulk_pools import VARIANTS, pool
+from .jit_modes import jit_mode  # noqa: F401  (a fixture)
 from .test_bulk import random_trace
 from .test_bulk_io import _orders, _reasons, _with_bad_rows
 
 REPO = Path(__file__).resolve().parents[1]
+
+# every test with the compiled scatter and gather and with the numpy/Arrow ones (SJ1)
+pytestmark = pytest.mark.usefixtures("jit_mode")
 
 
 @pytest.fixture

@@ -29,12 +29,15 @@ equal bit for bit. Columns are kept narrow (int32 where the values fit) while th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..io.trace import Rows
+from ..model import jit
+from . import piece_loops
 
 __all__ = ["CELLS", "Partition", "Scattered", "fits", "gather_piece", "group_piece", "plan",
            "plan_from_ranges", "scatter"]
@@ -65,6 +68,7 @@ class Partition:
         if self.shift > 16:
             return False
         spans = np.diff(np.append(self.first_cell, CELLS)) << self.shift
+        spans[-1] = self.piece_span(self.n - 1)  # (the last piece ends at ``hi``)
         return bool(spans.max() <= 1 << 16)
 
     def first_ids(self) -> np.ndarray:
@@ -79,9 +83,11 @@ class Partition:
         return self.lo + (int(self.first_cell[k]) << self.shift)
 
     def piece_span(self, k: int) -> int:
-        """How many batch ids piece ``k`` can hold."""
-        end = int(self.first_cell[k + 1]) if k + 1 < self.n else CELLS
-        return (end - int(self.first_cell[k])) << self.shift
+        """How many batch ids piece ``k`` can hold (the last, up to ``hi``: a plan from
+        statistics covers no id beyond it, and ids are checked against it before a scatter)."""
+        if k + 1 < self.n:
+            return (int(self.first_cell[k + 1]) - int(self.first_cell[k])) << self.shift
+        return max(0, self.hi + 1 - self.piece_lo(k))
 
 
 def id_range(ids: np.ndarray) -> tuple[int, int]:
@@ -182,7 +188,10 @@ class Scattered:
 
 def scatter(rows: Rows, part: Partition, *, fresh: bool = False) -> Scattered:
     """The rows reordered by piece; ``fresh``: rows as validation left them (row numbers
-    increasing)."""
+    increasing). By compiled loops where they are on (decision SJ1), else by Arrow."""
+    loops = _compiled()
+    if loops is not None and not rows.extra:
+        return _scatter_compiled(rows, part, fresh, loops)
     key = part.piece_of_cell[part.cells(rows.batch_id)]
     # (Arrow's stable sort of small integers is a counting sort: ~half numpy's radix sort)
     order = pc.array_sort_indices(pa.array(key), memory_pool=_POOL).to_numpy().view(np.int64)
@@ -196,6 +205,50 @@ def scatter(rows: Rows, part: Partition, *, fresh: bool = False) -> Scattered:
     return Scattered(_take(rows, order, fresh, low), offsets, part)
 
 
+def _compiled() -> dict[str, Any] | None:
+    """The compiled loops of :mod:`kernel.bulk.piece_loops` by name, or None where compiled
+    loops are off."""
+    if jit.compiled(piece_loops.piece_keys) is None:
+        return None
+    return {name: jit.compiled(getattr(piece_loops, name)) for name in piece_loops.__all__}
+
+
+def _scatter_compiled(rows: Rows, part: Partition, fresh: bool,
+                      loops: dict[str, Any]) -> Scattered:
+    """:func:`scatter` in two compiled passes over the batch ids (count, place) and one over
+    each column, every narrow column kept narrow (no Arrow arrays, no int64 keys)."""
+    ids, lo, shift = rows.batch_id, part.lo, part.shift
+    if shift >= 47:  # (ids spanning more than half the int64 range: cells computed by numpy)
+        ids, lo, shift = part.cells(ids), 0, 0
+    n = len(rows)
+    # (each id's low 16 bits, when they are what the pieces hold, written in the same pass)
+    low = np.empty(n if part.local else 0, np.uint16)
+    keys, offsets = loops["piece_keys"](ids, lo, shift, part.piece_of_cell, part.n, low)
+    order = np.empty(n, np.int32 if n < 1 << 31 else np.int64)
+    loops["stable_order"](keys, offsets, order)
+    del keys
+
+    def take(v: np.ndarray) -> np.ndarray:
+        out = np.empty(n, v.dtype)
+        loops["take_into"](order, v, out)
+        return out
+
+    def maybe(v: np.ndarray | None) -> np.ndarray | None:
+        return None if v is None else take(v)
+
+    first = int(rows.row[0]) if n else 0
+    if fresh and n and int(rows.row[-1]) - first == n - 1:  # (fresh: increasing, first..last)
+        row = np.empty(n, rows.row.dtype)
+        loops["shifted_into"](order, first, row)
+    else:
+        row = take(rows.row)
+    # (no bad row: a read-only view of one False, no memory held)
+    bad = take(rows.bad) if rows.bad.any() else np.broadcast_to(np.False_, (n,))
+    out = Rows(row, take(low if part.local else rows.batch_id), take(rows.scheduled),
+               take(rows.computed), bad, maybe(rows.decode_threshold), maybe(rows.sm_budget))
+    return Scattered(out, offsets, part)
+
+
 def _take(rows: Rows, order: np.ndarray, fresh: bool, ids: np.ndarray | None) -> Rows:
     """``rows.take(order)``, cheaper for the usual chunk: the row numbers of a chunk just
     validated (``fresh``) that run on without a gap are ``order`` shifted, and a chunk
@@ -203,8 +256,8 @@ def _take(rows: Rows, order: np.ndarray, fresh: bool, ids: np.ndarray | None) ->
     if rows.extra:
         return rows.take(order)
     n = len(rows)
-    first = int(rows.row[0])
-    if fresh and int(rows.row[-1]) - first == n - 1:  # (fresh: increasing, so first..last)
+    first = int(rows.row[0]) if n else 0
+    if fresh and n and int(rows.row[-1]) - first == n - 1:  # (fresh: increasing, first..last)
         row = (order + first).astype(rows.row.dtype)
     else:
         row = rows.row[order]
@@ -231,7 +284,14 @@ def gather_piece(chunks: list[Scattered], k: int) -> Rows:
         return Rows.empty()
     rows = Rows.concat(parts, wide=True)
     if rows.batch_id.dtype == np.uint16:  # low bits of the ids
-        rows.batch_id = _ids(rows.batch_id, chunks[0].part.piece_lo(k))
+        first = chunks[0].part.piece_lo(k)
+        restore = jit.compiled(piece_loops.ids_from_low)
+        if restore is None:
+            rows.batch_id = _ids(rows.batch_id, first)
+        else:  # (one pass instead of numpy's three)
+            ids = np.empty(len(rows), np.int64)
+            restore(rows.batch_id, first, ids)
+            rows.batch_id = ids
     return rows
 
 

@@ -1,0 +1,72 @@
+"""The partition's per-row loops as plain Python, compiled by numba where it is on (decision SJ1).
+
+:mod:`kernel.bulk.partition` scatters each validated chunk to its pieces (a stable counting
+sort on the piece number) and gathers each piece from its chunks. With numpy and Arrow that
+is a sort of the keys, a search for each piece's start and one gather per column, each a
+separate pass over the chunk; compiled (:func:`kernel.model.jit.compiled`: nopython, the GIL
+released, so the pricing workers overlap) it is one counting pass and one placement pass,
+then one gather per column at C speed. Each function here is the specification of its
+compiled self: numba compiles these loops as written, once per combination of column types
+(uint16, int32, int64, ...). The numpy path in :mod:`kernel.bulk.partition` serves when
+compiled loops are off, and gives the same integers (the tests run both).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ids_from_low", "piece_keys", "shifted_into", "stable_order", "take_into"]
+
+
+def piece_keys(ids: np.ndarray, lo: int, shift: int, piece_of_cell: np.ndarray, n: int,
+               low: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's piece (``piece_of_cell[(id - lo) >> shift]``, the table's type) and where
+    each piece starts once the rows are ordered by piece (int64, ``n + 1``: the last is the
+    row count). ``lo <= id`` and ``(id - lo) >> shift`` within the table for every id.
+    ``low``: uint16, as long as ``ids`` (then each id's low 16 bits are written to it, in the
+    same pass) or empty."""
+    keys = np.empty(ids.size, piece_of_cell.dtype)
+    offsets = np.zeros(n + 1, np.int64)
+    with_low = low.size > 0
+    for i in range(ids.size):
+        k = piece_of_cell[(ids[i] - lo) >> shift]
+        keys[i] = k
+        offsets[k + 1] += 1
+        if with_low:
+            low[i] = ids[i] & 0xFFFF
+    for k in range(n):
+        offsets[k + 1] += offsets[k]
+    return keys, offsets
+
+
+def stable_order(keys: np.ndarray, offsets: np.ndarray, order: np.ndarray) -> None:
+    """``order``: the row positions sorted by key, stably (a counting sort's placement pass:
+    each row goes to the next free place of its piece, so rows keep input order within it)."""
+    pos = offsets[:-1].copy()
+    for i in range(keys.size):
+        k = keys[i]
+        j = pos[k]
+        pos[k] = j + 1
+        order[j] = i
+
+
+def shifted_into(order: np.ndarray, first: int, out: np.ndarray) -> None:
+    """``out[j] = order[j] + first`` (the row numbers of a chunk whose rows are numbered
+    ``first, first + 1, ...``, taken in ``order``)."""
+    for j in range(order.size):
+        out[j] = order[j] + first
+
+
+def take_into(order: np.ndarray, src: np.ndarray, out: np.ndarray) -> None:
+    """``out[j] = src[order[j]]``, cast to ``out``'s type as numpy's ``astype`` casts
+    (narrowing an integer keeps its low bits)."""
+    for j in range(order.size):
+        out[j] = src[order[j]]
+
+
+def ids_from_low(low: np.ndarray, first: int, out: np.ndarray) -> None:
+    """Batch ids (``out``, int64) from their low 16 bits (``low``, uint16) and their piece's
+    first id: each id's offset from ``first`` is below 2**16, so it is the difference of the
+    low bits modulo 2**16."""
+    for i in range(low.size):
+        out[i] = first + ((np.int64(low[i]) - first) & 0xFFFF)
