@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from ..io.trace import Rows
 from ..model import jit
-from . import piece_loops
+from . import row_loops
 
 __all__ = ["CELLS", "Partition", "Scattered", "fits", "gather_piece", "group_piece", "plan",
            "plan_from_ranges", "scatter"]
@@ -206,11 +206,11 @@ def scatter(rows: Rows, part: Partition, *, fresh: bool = False) -> Scattered:
 
 
 def _compiled() -> dict[str, Any] | None:
-    """The compiled loops of :mod:`kernel.bulk.piece_loops` by name, or None where compiled
+    """The compiled loops of :mod:`kernel.bulk.row_loops` by name, or None where compiled
     loops are off."""
-    if jit.compiled(piece_loops.piece_keys) is None:
+    if jit.compiled(row_loops.piece_keys) is None:
         return None
-    return {name: jit.compiled(getattr(piece_loops, name)) for name in piece_loops.__all__}
+    return {name: jit.compiled(getattr(row_loops, name)) for name in row_loops.__all__}
 
 
 def _scatter_compiled(rows: Rows, part: Partition, fresh: bool,
@@ -285,7 +285,7 @@ def gather_piece(chunks: list[Scattered], k: int) -> Rows:
     rows = Rows.concat(parts, wide=True)
     if rows.batch_id.dtype == np.uint16:  # low bits of the ids
         first = chunks[0].part.piece_lo(k)
-        restore = jit.compiled(piece_loops.ids_from_low)
+        restore = jit.compiled(row_loops.ids_from_low)
         if restore is None:
             rows.batch_id = _ids(rows.batch_id, first)
         else:  # (one pass instead of numpy's three)

@@ -46,7 +46,6 @@ __all__ = ["ROW_BYTES", "group_bounds", "spill_plan", "spill_units"]
 ROW_BYTES = 16  # bytes a held row is taken to cost (12 with the usual narrow columns, RO14)
 MAX_FILES = 256  # spill groups at most (open files)
 WRITE_AHEAD = 2  # scattered chunks waiting for the writer thread
-_POOL = pa.system_memory_pool()  # (read-back rows in the heap kernel.io.malloc governs)
 
 Unit = Callable[[], Priced]
 
@@ -182,8 +181,10 @@ class SpillFiles:
         if not self.index[g]:
             return []
         path = self.path(g)
-        with pa.OSFile(str(path), "r", memory_pool=_POOL) as f:
-            buf = f.read_buffer()  # (one read of the whole group)
+        # (mapped, not read: the slices are views of the page cache, no copy of the group
+        # into fresh heap pages; the mapping outlives the file's name until they are freed)
+        with pa.memory_map(str(path), "r") as f:
+            buf = f.read_buffer()
         path.unlink()
         a, b = int(self.bounds[g]), int(self.bounds[g + 1])
         out = []

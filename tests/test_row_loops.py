@@ -1,4 +1,4 @@
-"""The partition's scatter and gather by compiled loops (kernel/bulk/piece_loops.py, decision
+"""The partition's scatter and gather by compiled loops (kernel/bulk/row_loops.py, decision
 SJ1) against the numpy/Arrow path and against a stable argsort, on random chunks: empty, one
 piece, many pieces, every narrow column type, bad rows or none, row numbers with gaps."""
 
@@ -136,3 +136,42 @@ def test_the_last_piece_ends_at_the_largest_planned_id() -> None:
     s = part.scatter(Rows(np.arange(4), ids, ids % 7, ids % 5, np.zeros(4, bool)), plan)
     assert s.rows.batch_id.dtype == np.uint16
     assert sorted(s.absolute().batch_id.tolist()) == sorted(ids.tolist())
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.sampled_from([0, 1, 5, 200, 3_000]), span=st.sampled_from([1, 7, 300, 70_000]),
+       seed=st.integers(0, 10**6), lo=st.sampled_from([0, -5, 2**40]),
+       vtype=st.sampled_from([np.int64, np.int32, np.uint16, np.float64]))
+def test_the_compiled_batches_and_keyed_sums_equal_numpys(n: int, span: int, seed: int,
+                                                           lo: int, vtype: type) -> None:
+    """groups_in_range (a piece's batches where its rows lie), the per-batch integer sums and
+    maxima (numpy: ufunc.at) and the row-order float sums of the walk (np.add.at), both ways:
+    the same integers and the same floats bit for bit."""
+    from kernel.bulk import groups, walk
+
+    rng = np.random.default_rng(seed)
+    # (a few ids often: batches with many rows, in any order; some ids with none)
+    ids = lo + rng.choice(rng.integers(0, span, max(1, span // 3)), n).astype(np.int64)
+    v = (rng.random(n) * 1e6 - 3e5 if vtype is np.float64
+         else rng.integers(0, min(int(np.iinfo(vtype).max), 2**40), n, dtype=np.int64)
+         .astype(vtype))
+    got = {}
+    for on in (True, False):
+        with jit_switched(on):
+            g = groups.groups_in_range(ids, lo, span)
+            acc = np.zeros(g.n, np.float64 if vtype is np.float64 else np.int64)
+            walk._add_at(acc, g.inv, v)
+            ints = v.astype(np.int64) if vtype is not np.float64 else None
+            got[on] = (g.ids, g.inv, g.counts, acc,
+                       None if ints is None else g.sum(ints), None if ints is None else g.max(ints))
+    for a, b in zip(got[True], got[False], strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.dtype == b.dtype and np.array_equal(a, b)  # (floats: bit for bit)
+    ids_, inv, counts, acc = got[True][:4]
+    assert ids_.tolist() == sorted(set(ids.tolist()))  # an oracle of their own
+    assert np.array_equal(ids_[inv], ids) and counts.sum() == n
+    want = np.zeros(ids_.size, acc.dtype)
+    for i in range(n):  # (one row at a time, in row order)
+        want[inv[i]] += v[i]
+    assert np.array_equal(acc, want)
