@@ -279,10 +279,23 @@ def _take(rows: Rows, order: np.ndarray, fresh: bool, ids: np.ndarray | None) ->
 
 def gather_piece(chunks: list[Scattered], k: int) -> Rows:
     """Piece ``k``'s rows from every scattered chunk, in input order, as int64."""
-    parts = [c.piece(k) for c in chunks if c.offsets[k + 1] > c.offsets[k]]
-    if not parts:
+    cuts = [(c.rows, int(c.offsets[k]), int(c.offsets[k + 1])) for c in chunks
+            if c.offsets[k + 1] > c.offsets[k]]
+    if not cuts:
         return Rows.empty()
-    rows = Rows.concat(parts, wide=True)
+    if any(r.extra for r, _, _ in cuts) or len({r.batch_id.dtype for r, _, _ in cuts}) > 1:
+        rows = Rows.concat([r.slice(a, b) for r, a, b in cuts], wide=True)
+    else:  # (each column put end to end directly: no Rows per slice, ~300 of them at 10 M)
+        def cat(name: str, dtype: Any = np.int64) -> Any:
+            if getattr(cuts[0][0], name) is None:
+                return None
+            return np.concatenate([getattr(r, name)[a:b] for r, a, b in cuts], dtype=dtype)
+
+        n = sum(b - a for _, a, b in cuts)
+        no_bad = all(r.bad.strides == (0,) and not r.bad[:1].any() for r, _, _ in cuts)
+        rows = Rows(cat("row"), cat("batch_id", None), cat("scheduled"), cat("computed"),
+                    np.zeros(n, bool) if no_bad else cat("bad", bool),
+                    cat("decode_threshold"), cat("sm_budget"))
     if rows.batch_id.dtype == np.uint16:  # low bits of the ids
         first = chunks[0].part.piece_lo(k)
         restore = jit.compiled(row_loops.ids_from_low)
