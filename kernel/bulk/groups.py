@@ -30,8 +30,6 @@ from ..io.trace import (
     reject_table,
     row_values,
 )
-from ..model import jit
-from . import row_loops
 
 __all__ = ["Groups", "batch_checks", "group", "groups_from_starts", "groups_in_range",
            "groups_of_grouped", "regroup", "runs", "sums_fit"]
@@ -87,11 +85,7 @@ class Groups:
         if self.grouped:
             return ufunc.reduceat(v, self.starts)
         out = np.full(self.n, identity, np.int64)
-        keyed = jit.compiled(row_loops.keyed_add if ufunc is np.add else row_loops.keyed_max)
-        if keyed is None:
-            ufunc.at(out, self.inv, v)
-        else:  # (one compiled pass, without the GIL: ufunc.at holds it)
-            keyed(out, self.inv, v)
+        ufunc.at(out, self.inv, v)
         return out
 
 
@@ -122,10 +116,6 @@ def groups_from_starts(ids: np.ndarray, starts: np.ndarray) -> Groups:
 def groups_in_range(ids: np.ndarray, lo: int, span: int) -> Groups:
     """The batches of rows in any order whose ids lie in ``[lo, lo + span)`` (``span`` small:
     a histogram of that many entries), batches in id order; rows are not moved."""
-    compiled = jit.compiled(row_loops.batches_in_range)
-    if compiled is not None:  # (two passes over the ids instead of numpy's five)
-        inv, batch_ids, batch_rows = compiled(ids, lo, span)
-        return Groups(None, batch_ids, inv, grouped=False, counts_=batch_rows)
     key = ids - np.int64(lo)
     counts = np.bincount(key, minlength=span)
     present = np.flatnonzero(counts)

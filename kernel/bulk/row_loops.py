@@ -1,28 +1,22 @@
-"""Per-row loops of the partition and of the in-place walk as plain Python, compiled by numba
-where it is on (decision SJ1).
+"""The partition's per-row loops as plain Python, compiled by numba where it is on (decision SJ1).
 
 :mod:`kernel.bulk.partition` scatters each validated chunk to its pieces (a stable counting
 sort on the piece number) and gathers each piece from its chunks. With numpy and Arrow that
 is a sort of the keys, a search for each piece's start and one gather per column, each a
 separate pass over the chunk; compiled (:func:`kernel.model.jit.compiled`: nopython, the GIL
 released, so the pricing workers overlap) it is one counting pass and one placement pass,
-then one gather per column at C speed. A piece is then priced where it lies
-(:mod:`kernel.bulk.groups`): its batches found by a histogram of ``id - lo``, and each
-per-batch integer sum or maximum accumulated row by row (numpy's ``ufunc.at``, which holds
-the GIL), here one compiled pass each.
+then one gather per column at C speed.
 
 Each function here is the specification of its compiled self: numba compiles these loops as
-written, once per combination of argument types (uint16, int32, int64, ...). The numpy
-paths serve when compiled loops are off and give the same numbers, bit for bit (the tests
-run both).
+written, once per combination of argument types (uint16, int32, int64, ...). The numpy/Arrow
+path serves when compiled loops are off and gives the same integers (the tests run both).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["batches_in_range", "ids_from_low", "keyed_add", "keyed_max", "piece_keys",
-           "shifted_into", "stable_order", "take_into"]
+__all__ = ["ids_from_low", "piece_keys", "shifted_into", "stable_order", "take_into"]
 
 
 def piece_keys(ids: np.ndarray, lo: int, shift: int, piece_of_cell: np.ndarray, n: int,
@@ -78,42 +72,3 @@ def ids_from_low(low: np.ndarray, first: int, out: np.ndarray) -> None:
     for i in range(low.size):
         out[i] = first + ((np.int64(low[i]) - first) & 0xFFFF)
 
-
-def batches_in_range(ids: np.ndarray, lo: int,
-                     span: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The batches of rows in any order with ids in ``[lo, lo + span)``, in id order: each
-    row's dense batch index (int64), each batch's id and row count (int64)."""
-    counts = np.zeros(span, np.int64)
-    for i in range(ids.size):
-        counts[ids[i] - lo] += 1
-    dense = np.empty(span, np.int64)
-    nb = 0
-    for j in range(span):
-        dense[j] = nb
-        if counts[j]:
-            nb += 1
-    batch_ids = np.empty(nb, np.int64)
-    batch_rows = np.empty(nb, np.int64)
-    for j in range(span):
-        if counts[j]:
-            batch_ids[dense[j]] = lo + j
-            batch_rows[dense[j]] = counts[j]
-    inv = np.empty(ids.size, np.int64)
-    for i in range(ids.size):
-        inv[i] = dense[ids[i] - lo]
-    return inv, batch_ids, batch_rows
-
-
-def keyed_add(out: np.ndarray, idx: np.ndarray, v: np.ndarray) -> None:
-    """``out[idx[i]] += v[i]`` for every row in order (``np.add.at``: integers wrap as
-    numpy's do, floats accumulate one row at a time in row order, so bit for bit)."""
-    for i in range(idx.size):
-        out[idx[i]] += v[i]
-
-
-def keyed_max(out: np.ndarray, idx: np.ndarray, v: np.ndarray) -> None:
-    """``out[idx[i]] = max(out[idx[i]], v[i])`` for every row (``np.maximum.at``)."""
-    for i in range(idx.size):
-        k = idx[i]
-        if v[i] > out[k]:
-            out[k] = v[i]

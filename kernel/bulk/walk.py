@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..model import jit, laws, step
+from ..model import laws, step
 from ..model.types import MAX_DURATION_NS, RESOURCES
-from . import row_loops
 from .groups import Groups
 
 if TYPE_CHECKING:
@@ -149,17 +148,14 @@ class RowSums:
             elif acc.dtype.kind == "f":
                 acc += np.bincount(idx, weights=v, minlength=nb)
             else:
-                _add_at(acc, idx, v)
+                np.add.at(acc, idx, v)
         out.add_prefill(t)
         return out
 
     def add(self, t: RowTerms) -> RowSums:
         """Add ``t``'s rows (after every row added before); in place."""
         for name, idx, v in t.adds:
-            if v is None:
-                np.add.at(self.sums[name], idx, 1)
-            else:
-                _add_at(self.sums[name], idx, v)
+            np.add.at(self.sums[name], idx, 1 if v is None else v)
         self.add_prefill(t)
         return self
 
@@ -270,16 +266,6 @@ def row_terms(p: step._Prepared, inv: np.ndarray, scheduled: np.ndarray, compute
             adds.append((f"reads.{k}", dinv, np.asarray(per, np.float64)))
     prefill = (pinv, ps, pc_) if p.ctx_runs else (pinv[:0], ps[:0], pc_[:0])
     return RowTerms(adds, prefill)
-
-
-def _add_at(acc: np.ndarray, idx: np.ndarray, v: np.ndarray) -> None:
-    """``np.add.at(acc, idx, v)``: one row at a time in row order, by a compiled loop where
-    they are on (the same additions in the same order: bit for bit; without the GIL)."""
-    add = jit.compiled(row_loops.keyed_add)
-    if add is None:
-        np.add.at(acc, idx, v)
-    else:
-        add(acc, idx, v)
 
 
 def summarise_columns(r: ResolvedPool, g: Groups, scheduled: np.ndarray, computed: np.ndarray,
