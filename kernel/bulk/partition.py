@@ -9,7 +9,8 @@ whole batches side by side, batches in id order and each batch's rows in input o
 2. consecutive cells merged into pieces of about ``piece_rows`` rows (a lookup table
    cell → piece, small enough to stay in cache);
 3. each chunk's rows scattered to their pieces by a stable counting sort on the piece number
-   (Arrow's stable sort of 8/16-bit keys), chunk by chunk on the pool, each
+   (compiled loops where numba is on, :mod:`kernel.bulk.row_loops`, decision SJ1; else
+   Arrow's stable sort of 8/16-bit keys and takes), chunk by chunk on the pool, each
    chunk freed once scattered (reading a chunk's rows in order and writing ~100 streams is
    cache-friendly; gathering a piece from every chunk would not be);
 4. each piece, when priced, taken from the scattered chunks in input order

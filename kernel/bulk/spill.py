@@ -16,7 +16,7 @@ a quarter of ``memory_budget`` each. Then, in two passes over the rows, each lin
 
 Each batch keeps its rows in input order, so the prices are bit-for-bit those of the sorted
 trace. Memory holds two groups (about half ``memory_budget``) plus what pricing holds, at
-any trace size; the disk holds the validated rows once (~12 bytes a row). The files live in
+any trace size; the disk holds the validated rows once (~10 bytes a row). The files live in
 a scratch directory registered for removal on SIGINT/SIGTERM (``pipeline.safe_output``) and
 removed when the run ends, however it ends.
 """
