@@ -12,6 +12,9 @@ the MoE, sliding-window and P/D cases; its replay code is f75f2e3's), with this 
 into a checkout of that commit:
 
     PYTHONPATH=. python -m tests.replay_pin > tests/data/replay_pin.json
+
+Regenerated since, on purpose: `prefix_small_kv` when duplicate blocks of one hash became
+cached as vLLM caches them (decision KD1); no other case moved.
 """
 
 from __future__ import annotations

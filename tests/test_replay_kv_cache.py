@@ -11,6 +11,8 @@ agree on every hit and every free count.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -22,8 +24,11 @@ class RefPool:
     def __init__(self, n: int):
         self.queue = list(range(n))
         self.hash: dict[int, object] = {}
-        self.by_key: dict[object, int] = {}
+        # every block of a key, in registration order (vLLM's BlockHashToBlockMap: no
+        # de-duplication, a hit takes the first)
+        self.by_key: dict[object, list[int]] = {}
         self.ref = [0] * n
+        self.duplicates = 0  # full blocks whose key another block already has
 
     def free(self) -> int:
         return len(self.queue)
@@ -31,10 +36,10 @@ class RefPool:
     def lookup(self, keys: list[object], max_blocks: int) -> list[int]:
         out = []
         for key in keys[:max_blocks]:
-            b = self.by_key.get(key)
-            if b is None:
+            blocks = self.by_key.get(key)
+            if not blocks:
                 break
-            out.append(b)
+            out.append(blocks[0])
         return out
 
     def touch(self, blocks: list[int]) -> None:
@@ -47,15 +52,19 @@ class RefPool:
         got, self.queue = self.queue[:n], self.queue[n:]
         for b in got:
             key = self.hash.pop(b, None)
-            if key is not None:
-                del self.by_key[key]
+            if key is not None:  # evicted: it leaves its key's list
+                self.by_key[key].remove(b)
+                if not self.by_key[key]:
+                    del self.by_key[key]
             self.ref[b] = 1
         return got
 
     def register(self, b: int, key: object) -> None:
-        if key not in self.by_key:
-            self.by_key[key] = b
-            self.hash[b] = key
+        blocks = self.by_key.setdefault(key, [])
+        if blocks:
+            self.duplicates += 1
+        blocks.append(b)
+        self.hash[b] = key
 
     def release(self, blocks: list[int]) -> None:
         for b in reversed(blocks):
@@ -68,17 +77,21 @@ class RefPool:
 
 
 def assert_hashed_as_literal(cached: set[int], segment: dict[int, int], ref: RefPool,
-                             n_shared: list[int]) -> None:
-    """The pool's hashed blocks are the literal model's, block for block: its shared keys,
-    and per request its own blocks (a segment's leading count, or explicit own keys)."""
-    assert {k for k in cached if k >= 0} == {k for k in ref.by_key if isinstance(k, int)}
-    mine = {(r, i) for r, seg in segment.items() for i in range(seg)}
-    for k in cached:
+                             n_shared: list[int], dup_of: dict[int, int]) -> None:
+    """The pool's hashed blocks are the literal model's, block for block: how many blocks
+    each shared key has (itself and its duplicates), and per request its own blocks (a
+    segment's leading count, or explicit own keys and their duplicates)."""
+    per_key = Counter(dup_of.get(k, k) for k in cached)
+    assert {k: n for k, n in per_key.items() if k >= 0} == {
+        k: len(v) for k, v in ref.by_key.items() if isinstance(k, int)}
+    mine = Counter((r, i) for r, seg in segment.items() for i in range(seg))
+    for k, n in per_key.items():
         if k < 0:
             r, i = (-k >> 32) - 1, -k & 0xFFFFFFFF
             assert own_key(r, i) == k
-            mine.add((r, i))
-    assert mine == {(k[1], k[2] - n_shared[k[1]]) for k in ref.by_key if isinstance(k, tuple)}
+            mine[(r, i)] += n
+    assert mine == Counter({(k[1], k[2] - n_shared[k[1]]): len(v)
+                            for k, v in ref.by_key.items() if isinstance(k, tuple)})
 
 
 @st.composite
@@ -115,6 +128,22 @@ def scripts(draw):
            ("admit", 2, 1), ("release", 1, 1), ("release", 4, 1), ("admit", 1, 4),
            ("release", 1, 1), ("admit", 5, 3), ("admit", 1, 5), ("grow", 1, 1),
            ("release", 1, 1), ("release", 2, 1), ("release", 3, 1), ("admit", 2, 9)]))
+# two duplicates of key 0 queued around key 200 (decision KD1): once key 0's first block is
+# evicted a hit takes the older duplicate, and the next allocation evicts key 200, not the
+# other duplicate
+@example((8, [(0, 1, 1), (0, 1, 1), (0, 1, 1), (1, 0, 5), (0, 1, 2), (2, 1, 1)],
+          [("admit", 0, 1), ("admit", 1, 1), ("admit", 5, 1), ("admit", 2, 1),
+           ("release", 0, 1), ("release", 1, 1), ("release", 5, 1), ("release", 2, 1),
+           ("admit", 3, 5), ("admit", 4, 2)]))
+# a duplicate of key 1 evicted from the front part of its release's run, after key 1's
+# first block: key 1 is gone, so a lookup stops before it
+@example((6, [(0, 2, 2), (0, 2, 2), (0, 0, 0), (1, 0, 5), (0, 2, 3)],
+          [("admit", 0, 2), ("admit", 1, 2), ("release", 0, 1), ("release", 1, 1),
+           ("admit", 3, 5), ("release", 3, 1), ("admit", 4, 3)]))
+# the same with the duplicate alone in its run (evicted whole)
+@example((6, [(0, 1, 1), (0, 1, 1), (0, 0, 1), (1, 0, 6), (0, 1, 2)],
+          [("admit", 0, 1), ("admit", 1, 1), ("release", 0, 1), ("release", 1, 1),
+           ("admit", 3, 6), ("release", 3, 1), ("admit", 4, 2)]))
 def test_kv_blocks_agree_with_the_literal_block_pool(script):
     n_blocks, shapes, ops = script
     ref, kv = RefPool(n_blocks), KVBlocks(n_blocks, 16, True)
@@ -147,8 +176,7 @@ def test_kv_blocks_agree_with_the_literal_block_pool(script):
                 ref.register(blocks[j], keys_ref[j])
             ref_blocks[r] = blocks
             hit = sh + pv
-            kv.touch(shared[:sh], r, pv)
-            refs = list(shared[:sh])
+            refs = kv.touch(shared[:sh], r, pv)
             kv.allocate(cur - hit)
             refs.extend(kv.register(shared[hit:min(cur, n_shared)]))
             kv.register_private(r, cur - max(hit, n_shared))
@@ -172,7 +200,9 @@ def test_kv_blocks_agree_with_the_literal_block_pool(script):
             kv.release(held, refs, r)
             grown[r] = max(grown[r], held)  # a resumed request is at least this long
         assert kv.free == ref.free(), (op, r)
-        assert_hashed_as_literal(set(kv.cached), kv.segment, ref, [s[1] for s in shapes])
+        assert kv.duplicates == ref.duplicates, (op, r)
+        assert_hashed_as_literal(set(kv.cached), kv.segment, ref, [s[1] for s in shapes],
+                                 kv.dup_of)
 
 
 @settings(max_examples=200, deadline=None)
@@ -200,10 +230,11 @@ def test_kv_blocks_agree_when_stale_entries_are_compacted_at_every_touch(monkeyp
     compactions = []
 
     def touch_then_compact(self, keys, r, private):  # type: ignore[no-untyped-def]
-        touch(self, keys, r, private)
+        out = touch(self, keys, r, private)
         compactions.append(self._stale)
         self._compact()
         assert self._stale == 0 and not self._stale_in
+        return out
 
     monkeypatch.setattr(KVBlocks, "touch", touch_then_compact)
     test_kv_blocks_agree_with_the_literal_block_pool()
@@ -241,3 +272,36 @@ def test_release_queues_the_keys_whose_last_holder_leaves_tail_first(other, expe
     kv.release(len(other), list(other), 99)
     assert kv.free == 16
     assert _eviction_order(kv) == expected
+
+
+def test_a_second_block_of_a_key_is_cached_too_and_hit_once_the_first_is_evicted():
+    # Two requests fill the same two shared blocks in one step (neither could hit the
+    # other's). As in vLLM (BlockHashToBlockMap keeps both), the second's copies are cached
+    # under duplicate keys, freed hashed to the queue's back in release order, evicted in
+    # LRU order, and a hit takes a key's first block still cached.
+    kv, ref = KVBlocks(6, 16, True), RefPool(6)
+    first, second = ref.allocate(2), ref.allocate(2)
+    for blocks in (first, second):
+        for b, key in zip(blocks, [1, 2], strict=True):
+            ref.register(b, key)
+    kv.allocate(4)
+    assert kv.register([1, 2]) == [1, 2]
+    copies = kv.register([1, 2])
+    assert [kv.dup_of[d] for d in copies] == [1, 2] and kv.duplicates == ref.duplicates == 2
+    assert kv.longest_hit([1, 2], 2, 7) == (2, 0) and kv.touch([1, 2], 7, 0) == [1, 2]
+    kv.release(2, [1, 2], 7)
+    ref.release(first)  # the first holder and the hit's holder let go of the keys' blocks
+    ref.release(first)
+    kv.release(2, [1, 2], 0)
+    ref.release(second)
+    kv.release(2, copies, 1)
+    # the literal queue: never-used blocks, then each release's blocks tail first
+    assert ref.queue == [4, 5, first[1], first[0], second[1], second[0]]
+    assert kv.free == ref.free() == 6
+    kv.allocate(4)
+    ref.allocate(4)  # evicts the first blocks of keys 2 and 1
+    assert ref.lookup([1, 2], 2) == second and kv.longest_hit([1, 2], 2, 8) == (2, 0)
+    assert kv.evictable_among([1, 2], 8, 0) == 2
+    assert kv.touch([1, 2], 8, 0) == copies
+    assert kv.free == 0 and set(kv.cached) == set(copies)
+    assert kv.dups == {1: [copies[0]], 2: [copies[1]]}

@@ -55,11 +55,11 @@ def scripts(draw):
 
 @st.composite
 def corner_scripts(draw):
-    """Scripts that start in KB6's corner (decision KF1), then go on at random: request 1
-    registers its chain's first block as a copy (request 0 registered it first), grows into
-    its own blocks, requests 0 then 1 are preempted, and request 2 takes the free blocks up
-    to request 0's first block, evicting it: request 1's own blocks stay cached behind its
-    broken chain."""
+    """Scripts that started in KB6's corner (decision KF1) while a copy was unhashed, then go
+    on at random: request 1 registers its chain's first block as a copy (request 0
+    registered it first), grows into its own blocks, requests 0 then 1 are preempted, and
+    request 2 takes the free blocks up to request 0's first block, evicting it. With the
+    copy cached as a duplicate (KD1), request 1's chain stays whole."""
     n_blocks, groups, shapes, ops = draw(scripts())
     shared = draw(st.integers(1, sum(groups[0])))  # request 1's shared blocks
     own = draw(st.integers(1, 3))  # its own blocks before the preemption
@@ -125,9 +125,7 @@ def _drive(script) -> tuple[int, bool]:  # type: ignore[no-untyped-def]
             kv.register_units(chain, hit, min(cur, n_shared), refs)
             kv.register_private(r, cur - max(hit, n_shared))
             mine[r] = (cur, refs)
-            if hit:
-                old.touch(shared[:sh], r, pv)
-            old_refs[r] = list(shared[:sh])
+            old_refs[r] = old.touch(shared[:sh], r, pv) if hit else []
             old.allocate(cur - hit)
             old_refs[r] += old.register(shared[hit:min(cur, n_shared)])
             old.register_private(r, cur - max(hit, n_shared))
@@ -159,9 +157,12 @@ def _drive(script) -> tuple[int, bool]:  # type: ignore[no-untyped-def]
         assert kv.evictions == old.evictions and kv.free == old.free, (op, r)
         assert kv.segment == old.segment and kv._lru_count == old._lru_count, (op, r)
         assert kv.explicit == old.explicit, (op, r)
+        assert kv.duplicates == old.duplicates == ref.duplicates, (op, r)
+        assert kv.dup_of == old.dup_of and kv.dups == old.dups, (op, r)
         # and both are the literal model, block for block
         assert old.free == ref.free(), (op, r)
-        assert_hashed_as_literal(set(old.cached), old.segment, ref, [s[1] for s in shapes])
+        assert_hashed_as_literal(set(old.cached), old.segment, ref, [s[1] for s in shapes],
+                                 old.dup_of)
         steps += 1
     return steps, bool(old.explicit)
 
@@ -178,6 +179,25 @@ _EXAMPLES = [
     # request hitting it (the holder's next block explodes it)
     (16, [[4], [1], [1]], [(0, 4, 5), (0, 4, 5)],
      [("admit", 0, 1), ("grow", 0, 1), ("admit", 1, 3), ("grow", 0, 2)]),
+    # two duplicates of one block queued around another key (decision KD1): a hit takes the
+    # older once the first is evicted (the two examples of tests/test_replay_kv_cache.py)
+    (8, [[1], [1], [1]], [(0, 1, 1), (0, 1, 1), (0, 1, 1), (1, 0, 5), (0, 1, 2), (2, 1, 1)],
+     [("admit", 0, 1), ("admit", 1, 1), ("admit", 5, 1), ("admit", 2, 1), ("release", 0, 1),
+      ("release", 1, 1), ("release", 5, 1), ("release", 2, 1), ("admit", 3, 5),
+      ("admit", 4, 2)]),
+    # a duplicate evicted from the front part of its run after its key's first block
+    (6, [[1, 1], [1], [1]], [(0, 2, 2), (0, 2, 2), (0, 0, 1), (1, 0, 5), (0, 2, 3)],
+     [("admit", 0, 2), ("admit", 1, 2), ("release", 0, 1), ("release", 1, 1),
+      ("admit", 3, 5), ("release", 3, 1), ("admit", 4, 3)]),
+    # the same with the duplicate alone in its run (evicted whole)
+    (6, [[1], [1], [1]], [(0, 1, 1), (0, 1, 1), (0, 0, 1), (1, 0, 6), (0, 1, 2)],
+     [("admit", 0, 1), ("admit", 1, 1), ("release", 0, 1), ("release", 1, 1),
+      ("admit", 3, 6), ("release", 3, 1), ("admit", 4, 2)]),
+    # a 4-block unit whose last block another request fills too: the unit goes per block
+    # and the copy is a duplicate, hit after the unit's blocks are evicted
+    (10, [[4], [1], [1]], [(0, 4, 4), (0, 4, 4), (1, 0, 6), (0, 4, 5)],
+     [("admit", 0, 4), ("admit", 1, 4), ("release", 0, 1), ("release", 1, 1),
+      ("admit", 2, 6), ("release", 2, 1), ("admit", 3, 5)]),
 ]
 
 
@@ -190,7 +210,10 @@ def test_kv_units_agree_with_the_per_block_pool_and_the_literal_model(script):
 @settings(max_examples=300, deadline=None)
 @given(corner_scripts())
 def test_kv_units_agree_with_the_literal_model_past_a_broken_chain(script):
-    assert _drive(script)[1]  # the corner is reached: request 1's own blocks are explicit
+    # With duplicates cached (decision KD1) request 1's copy of the chain's first block is
+    # hashed and freed after its own blocks, so the chain cannot break before them: the
+    # scripts that reached KB6's corner (KF1) agree with the literal model without it.
+    assert not _drive(script)[1]
 
 
 @pytest.mark.parametrize("script", _EXAMPLES)
@@ -282,9 +305,9 @@ def test_a_replay_in_units_equals_the_same_replay_block_by_block(options):
 def _corner_rows(seed: int, n: int) -> tuple[list[dict], list[dict]]:
     """``n`` requests arriving four at a time, two prefix groups of 64-token entries (4
     engine blocks each), short and long outputs: requests of one group compute a shared block
-    in the same step (the second copy is private), and a small pool preempts them, so that
-    some request's own blocks end up cached behind a chain broken by the eviction of another
-    request's block (KB6's corner). The same requests with the chain per 16-token block too."""
+    in the same step (the second copy a duplicate, KD1), and a small pool preempts them: with
+    unhashed copies some request's own blocks ended up cached behind a chain broken by the
+    eviction of another request's block (KB6's corner). The same requests with the chain per 16-token block too."""
     from kernel.replay.block_keys import block_keys
 
     rng = np.random.default_rng(seed)
@@ -327,6 +350,9 @@ def test_a_replay_past_a_broken_chain_in_units_equals_it_block_by_block(num_bloc
     a = replay(k, request_set(units, hash_block_tokens=64), options)
     reached = len(made)
     b = replay(k, request_set(blocks, hash_block_tokens=16), options)
-    assert reached and len(made) == 2 * reached  # both replays reach the corner
-    assert a.summary["preemptions"] > 0
+    # With duplicates cached (KD1) no chain breaks before a request's own blocks: a
+    # request's chain blocks are freed with it, after its segment, and only its own copy
+    # of a key can be the last one cached, so the corner KF1 handles is not reached
+    assert not reached and not made
+    assert a.summary["preemptions"] > 0 and a.summary["prefix_hit_rate"] > 0
     assert digest(a) == digest(b)

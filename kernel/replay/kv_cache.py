@@ -30,11 +30,20 @@ A segment stays reachable only through the request's whole shared chain. When a 
 that chain broken (a shared block another request registered first, since evicted: vLLM's
 ``get_computed_blocks`` stops at the first miss), the segment's blocks keep their hashes and
 their place in the queue, as vLLM's do until ``_maybe_evict_cached_block`` takes them; a later
-recomputation of those blocks by the request leaves its new copies unhashed while the old ones
-are cached (one block per hash). That state is not a count any more, so the request's own
+recomputation of those blocks by the request caches its new copies as duplicates of the old
+ones. That state is not a count any more, so the request's own
 blocks become *explicit* from then on: per-block keys :func:`own_key` (negative, apart from
 the shared keys) in ``cached`` like shared ones, the segment's LRU entry turned into a run of
 them where it stands (decision KF1).
+
+A full block registered under a key that already has a cached block is cached too, as vLLM
+keeps every block of a hash (``block_pool.py: BlockHashToBlockMap``; decision KD1): under a
+*duplicate* key of its own (at or past 2**64), listed in ``dups[key]`` in registration order,
+freed hashed like any block and removed from the list when evicted. A lookup finds a key
+while any of its blocks is cached and a hit takes its first (the key itself, else its oldest
+duplicate), as ``get_one_block`` does. Since a request's chain blocks are all hashed and freed
+after its segment, no chain can now break before a cached segment (KF1's corner came from
+unhashed copies); KF1's handling stays for safety.
 
 The engine uses the subclass :class:`~kernel.replay.kv_units.KVUnits`, whose shared keys may
 stand for several blocks (one per hash-chain entry); this class is its per-block reference.
@@ -51,6 +60,9 @@ _SINK: deque[None] = deque(maxlen=0)
 _drain = _SINK.extend  # runs an iterator to its end in C, keeping nothing
 
 
+_DUP_BASE = 1 << 64  # duplicate keys: at or past 2**64, apart from shared and own keys
+
+
 def own_key(r: int, i: int) -> int:
     """The key of request ``r``'s ``i``-th block past its shared chain, once its own blocks
     are explicit: negative, so apart from every shared key (those are in [0, 2**64))."""
@@ -60,9 +72,9 @@ def own_key(r: int, i: int) -> int:
 class KVBlocks:
     """The block pool of one engine core (``num_blocks`` usable blocks of ``block_size``)."""
 
-    __slots__ = ("_lru_count", "_next", "_orphans", "_own", "_stale", "_stale_in", "_stamp",
-                 "block_size", "cached", "caching", "evictions", "explicit", "free", "lru",
-                 "num_blocks", "seg_at", "segment")
+    __slots__ = ("_dup_next", "_lru_count", "_next", "_orphans", "_own", "_stale", "_stale_in",
+                 "_stamp", "block_size", "cached", "caching", "dup_of", "dups", "duplicates",
+                 "evictions", "explicit", "free", "lru", "num_blocks", "seg_at", "segment")
 
     def __init__(self, num_blocks: int, block_size: int, caching: bool):
         if num_blocks <= 0 or block_size <= 0:
@@ -83,6 +95,14 @@ class KVBlocks:
         self._stale = 0  # LRU entries touched since (left in place until reached)
         self._lru_count = 0  # blocks in the LRU: a shared key counts 1, a segment its size
         self.evictions = 0
+        # A full block registered under a key already cached is cached too, as vLLM does
+        # (decision KD1), under a key of its own: dup_of maps it to the block's key, dups
+        # lists a key's duplicates in registration order (a hit takes the key's first block:
+        # the key itself if cached, else its oldest duplicate)
+        self.duplicates = 0  # such registrations, counted
+        self.dup_of: dict[int, int] = {}
+        self.dups: dict[int, list[int]] = {}
+        self._dup_next = _DUP_BASE
         self.explicit: set[int] = set()  # requests whose own blocks are own_key keys
         self._orphans: dict[int, list[int]] = {}  # segment entry stamp -> its keys now
         self._own: dict[int, list[int]] = {}  # explicit running request -> own keys it holds
@@ -97,7 +117,7 @@ class KVBlocks:
         if not self.caching:
             return 0, 0
         head = islice(keys, max_blocks) if max_blocks >= 0 else keys[:max_blocks]
-        n = len(list(takewhile(self.cached.__contains__, head)))
+        n = len(list(takewhile(self._known if self.dups else self.cached.__contains__, head)))
         seg = self.segment.get(r, 0)
         if not seg:
             if self.explicit and n == len(keys) and r in self.explicit:
@@ -110,10 +130,39 @@ class KVBlocks:
 
     def _own_hit(self, r: int, room: int) -> int:
         """Leading own blocks of an explicit request found cached (at most ``room``)."""
-        cached, i = self.cached, 0
-        while i < room and own_key(r, i) in cached:
+        known, i = self._known, 0
+        while i < room and known(own_key(r, i)):
             i += 1
         return i
+
+    def _known(self, key: int) -> bool:
+        """Some block is cached under ``key`` (itself or a duplicate)."""
+        return key in self.cached or key in self.dups
+
+    def _first(self, key: int) -> int:
+        """The key of ``key``'s first cached block (vLLM ``get_one_block``)."""
+        return key if key in self.cached else self.dups[key][0]
+
+    def _new_dup(self, key: int) -> int:
+        """A block registered under ``key`` while another is cached: its own key, held once."""
+        d = self._dup_next
+        self._dup_next = d + 1
+        self.dup_of[d] = key
+        self.dups.setdefault(key, []).append(d)
+        self.cached[d] = 1
+        self.duplicates += 1
+        return d
+
+    def _forget_dups(self, gone: list[int]) -> None:
+        """Evicted keys that were duplicates leave their key's list."""
+        dup_of, dups = self.dup_of, self.dups
+        for d in gone:
+            key = dup_of.pop(d, None)
+            if key is not None:
+                left = dups[key]
+                left.remove(d)
+                if not left:
+                    del dups[key]
 
     def _make_explicit(self, r: int) -> None:
         """A waiting request's segment (in the LRU) becomes its per-block own keys, hashed
@@ -132,6 +181,8 @@ class KVBlocks:
         only it can hold them)."""
         cached, stale_in = self.cached, self._stale_in
         own = [own_key(r, i) for i in range(private)]
+        if self.dups:
+            own = list(map(self._first, own))
         for key in own:
             stamp = -cached[key]
             stale_in[stamp] = stale_in.get(stamp, 0) + 1
@@ -145,13 +196,18 @@ class KVBlocks:
     def evictable_among(self, keys: list[int], r: int, private: int) -> int:
         """Blocks of a hit nobody holds (a hit on them consumes a free block)."""
         cached = self.cached
+        if self.dups:
+            keys = list(map(self._first, keys))
         # the keys at minus a stamp (in the queue): counted in C, no generator
         return sum(map((0).__gt__, map(cached.__getitem__, keys))) + private
 
-    def touch(self, keys: list[int], r: int, private: int) -> None:
-        """A request now holds these cached blocks (vLLM ``BlockPool.touch``). Their LRU
+    def touch(self, keys: list[int], r: int, private: int) -> list[int]:
+        """A request now holds these cached blocks (vLLM ``BlockPool.touch``); returns the
+        keys it holds (a key's first block: the key, or its oldest duplicate). Their LRU
         entries stay where they are, marked stale by the key's new count."""
         cached, stale_in = self.cached, self._stale_in
+        if self.dups:
+            keys = list(map(self._first, keys))
         for key in keys:
             ref = cached[key]
             if ref < 0:
@@ -176,6 +232,7 @@ class KVBlocks:
                 self.segment[r] = private
         if self._stale > 2 * self.num_blocks + 64:  # bound the memory of stale entries
             self._compact()
+        return keys
 
     def _live(self, stamp: int, run: list[int]) -> None:
         """Drop the keys of a run that were touched since it joined the LRU."""
@@ -242,27 +299,37 @@ class KVBlocks:
                 gone = item[m - n:]
                 del item[m - n:]
                 _drain(map(cached.__delitem__, gone))
+                if self.dup_of and not self.dup_of.keys().isdisjoint(gone):
+                    self._forget_dups(gone)
                 return
             _drain(map(cached.__delitem__, item))
+            if self.dup_of and not self.dup_of.keys().isdisjoint(item):
+                self._forget_dups(item)
             lru.popleft()
             n -= m
 
     def register(self, keys: list[int]) -> list[int]:
         """A request's just-filled shared blocks under ``keys``; returns the keys now cached
-        for it (a key already cached stays with its first owner: the request's copy is
-        private and is freed unhashed, as vLLM keeps one block per hash)."""
+        for it. A key that already has a block gets a duplicate key for this one: vLLM
+        caches every full block (``vllm/v1/core/block_pool.py: BlockHashToBlockMap``,
+        NOTE #1: no de-duplication; a hit takes the hash's first block), so the copy is
+        freed hashed, to the queue's back, like any other (decision KD1)."""
         if not self.caching:
             return []
         cached = self.cached
-        new = dict.fromkeys(keys, 1)  # a key twice in one request: the first stays
-        if cached.keys().isdisjoint(keys):  # a list is checked faster than a dict
-            cached.update(new)
-            # no key twice (chained hashes): the caller's fresh list is the answer
-            return keys if len(new) == len(keys) else list(new)
-        for key in [key for key in new if key in cached]:
-            del new[key]
-        cached.update(new)
-        return list(new)
+        if cached.keys().isdisjoint(keys) and (not self.dups or self.dups.keys().isdisjoint(keys)):
+            new = dict.fromkeys(keys, 1)
+            if len(new) == len(keys):  # no key twice (chained hashes): the usual case
+                cached.update(new)
+                return keys
+        out = []
+        for key in keys:
+            if key in cached or key in self.dups:
+                out.append(self._new_dup(key))
+            else:
+                cached[key] = 1
+                out.append(key)
+        return out
 
     def register_private(self, r: int, n: int) -> None:
         """``n`` more of the request's own blocks are full and hashed (an explicit request's
@@ -278,9 +345,11 @@ class KVBlocks:
         cached = self.cached
         for j in range(i, i + n):
             key = own_key(r, j)
-            if key not in cached:
+            if key not in cached and key not in self.dups:
                 cached[key] = 1
                 own.append(key)
+            else:  # a recomputed copy of a block still cached (KF1): a duplicate
+                own.append(self._new_dup(key))
 
     def _take_own(self, r: int) -> list[int]:
         """An explicit request's held own keys, forgotten as it stops running."""

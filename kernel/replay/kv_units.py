@@ -73,8 +73,9 @@ class KVUnits(KVBlocks):
             want = m if m <= limit - n else limit - n
             if k in exploded:
                 got = 0
+                dups = self.dups
                 for key in _blocks(k, 0, want):
-                    if key not in cached:
+                    if key not in cached and key not in dups:
                         break
                     got += 1
             elif k in cached:
@@ -107,7 +108,10 @@ class KVUnits(KVBlocks):
             take = m if m <= left else left
             left -= take
             if k in exploded:
-                out += sum(1 for key in _blocks(k, 0, take) if cached[key] < 0)
+                keys = _blocks(k, 0, take)
+                if self.dups:
+                    keys = list(map(self._first, keys))
+                out += sum(1 for key in keys if cached[key] < 0)
             elif cached[k] < 0:
                 out += take
         return out
@@ -147,8 +151,13 @@ class KVUnits(KVBlocks):
             left -= take
             if k not in exploded and take < size.get(k, 1):
                 self._explode(k)
+            per_block = False
             if k in exploded:
                 keys = _blocks(k, 0, take)
+                if self.dups:  # a block whose key lost its first copy: the oldest duplicate
+                    first = list(map(self._first, keys))
+                    per_block = first != keys
+                    keys = first
             else:
                 keys = [k]
             for key in keys:
@@ -162,8 +171,12 @@ class KVUnits(KVBlocks):
                     cached[key] = 1
                 else:
                     cached[key] = ref + 1
-            rk.append(k)
-            rc.append(take)
+            if per_block:
+                rk.extend(keys)
+                rc.extend([1] * len(keys))
+            else:
+                rk.append(k)
+                rc.append(take)
         if private and r in self.explicit:
             self._touch_own(r, private)
         elif private:
@@ -180,8 +193,9 @@ class KVUnits(KVBlocks):
 
     def register_units(self, chain: Chain, lo: int, hi: int, refs: Refs) -> None:
         """The chain's blocks ``[lo, hi)`` are full: the ones not cached yet join the cache
-        held by this request (appended to ``refs``); a block already cached stays with its
-        first owner (the request's copy is private and freed unhashed)."""
+        held by this request (appended to ``refs``); a block whose key is already cached is
+        cached too, under a duplicate key (:meth:`KVBlocks.register`, decision KD1): its
+        unit is made per block first."""
         if not self.caching or hi <= lo:
             return
         self.version += 1
@@ -208,18 +222,19 @@ class KVUnits(KVBlocks):
                         continue
                 else:
                     c = size.get(k, 1)
-                    if b <= c:  # all cached already (private copies)
-                        continue
                     if a == c and state == 1 and rk and rk[-1] == k:  # its own unit grows
                         size[k] = b
                         rc[-1] = b
                         continue
                 self._explode(k)
+            dups = self.dups
             for key in _blocks(k, a, b):
-                if key not in cached:
+                if key not in cached and key not in dups:
                     cached[key] = 1
                     rk.append(key)
-                    rc.append(1)
+                else:  # another block has this key: a duplicate (decision KD1)
+                    rk.append(self._new_dup(key))
+                rc.append(1)
 
     def release_units(self, held: int, refs: Refs, r: int) -> None:
         """A finished or preempted request gives back ``held`` blocks (:meth:`KVBlocks.release`
@@ -328,8 +343,12 @@ class KVUnits(KVBlocks):
                     gone = item[m - n:]
                     del item[m - n:]
                     _drain(map(cached.__delitem__, gone))
+                    if self.dup_of and not self.dup_of.keys().isdisjoint(gone):
+                        self._forget_dups(gone)
                     return
                 _drain(map(cached.__delitem__, item))
+                if self.dup_of and not self.dup_of.keys().isdisjoint(item):
+                    self._forget_dups(item)
                 lru.popleft()
                 n -= m
                 continue
@@ -342,6 +361,8 @@ class KVUnits(KVBlocks):
                 item.pop()
                 del cached[k]
                 size.pop(k, None)
+                if k in self.dup_of:
+                    self._forget_dups([k])
                 n -= c
             if not item:
                 lru.popleft()
