@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -236,8 +237,19 @@ def replay(k: Any, requests: Any, options: ReplayOptions | None = None, *,
         groups.extend([Group(cores)] if lockstep else [Group([c]) for c in cores])
     estimate = options.estimate
 
-    def price_ns(core: Core, s: np.ndarray, c: np.ndarray, p: np.ndarray) -> int:
-        return step_ns(price_step(kernels[core.pool_index], s, c, p), estimate)
+    if estimate in ("overlap", "no_overlap"):  # the field itself (decision EF3)
+        field = attrgetter(estimate)
+        if len(kernels) == 1:
+            k0 = kernels[0]
+
+            def price_ns(core: Core, s: np.ndarray, c: np.ndarray, p: np.ndarray) -> int:
+                return field(price_step(k0, s, c, p))  # type: ignore[no-any-return]
+        else:
+            def price_ns(core: Core, s: np.ndarray, c: np.ndarray, p: np.ndarray) -> int:
+                return field(price_step(kernels[core.pool_index], s, c, p))  # type: ignore[no-any-return]
+    else:
+        def price_ns(core: Core, s: np.ndarray, c: np.ndarray, p: np.ndarray) -> int:
+            return step_ns(price_step(kernels[core.pool_index], s, c, p), estimate)
 
     sim = Simulation(groups, price_ns, [make_router(options.router) for _ in kernels],
                      max_steps=options.max_steps, keep_steps=options.keep_steps)

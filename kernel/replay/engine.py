@@ -27,6 +27,7 @@ without waiting for its sampled token), so token counts are the synchronous ones
 
 from __future__ import annotations
 
+import gc
 import heapq
 from array import array
 from collections import deque
@@ -280,11 +281,32 @@ class Simulation:
         heapq.heappush(self.events, (end_ns, STEP_END, self.seq, gi))
 
     def run(self) -> None:
+        # The cyclic garbage collector is paused while the clock runs (decision EF2): every
+        # step makes a few dozen short-lived tuples and arrays, so collections ran every few
+        # steps and each walked the replay's live containers (per-step rows, hash chains);
+        # the loop makes no reference cycles, and whatever it leaves is collected afterwards.
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            self._run()
+        finally:
+            if paused:
+                gc.enable()
+
+    def _run(self) -> None:
         events = self.events
-        gindex = {id(g): i for i, g in enumerate(self.groups)}
+        groups = self.groups
+        gindex = {id(g): i for i, g in enumerate(groups)}
+        is_async = [g.cores[0].limits.async_scheduling for g in groups]
+        pop = heapq.heappop
+        step = self._step
         while events:
-            t, kind, _seq, x = heapq.heappop(events)
-            if kind == READY:
+            t, kind, _seq, x = pop(events)
+            if kind == STEP_END:  # the common event first
+                g = groups[x]
+                step(g, x, t, g.start if is_async[x] else t)
+            elif kind == READY:
                 r, pool = divmod(x, len(self.routes))
                 core = self.routes[pool](self.pool_cores[pool], r)
                 core.state.core[r] = core.index
@@ -297,11 +319,8 @@ class Simulation:
             elif kind == TIMER:
                 if self.on_timer is not None:
                     self.on_timer(x, t)
-            elif kind == KICK:
-                self._step(self.groups[x], x, t, t)
-            else:
-                g = self.groups[x]
-                self._step(g, x, t, g.start if g.cores[0].limits.async_scheduling else t)
+            else:  # KICK
+                step(groups[x], x, t, t)
 
     # -- one group step ------------------------------------------------------------------
     def _step(self, g: Group, gi: int, now: int, sched_time: int) -> None:
