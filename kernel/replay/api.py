@@ -243,10 +243,10 @@ def replay(k: Any, requests: Any, options: ReplayOptions | None = None, *,
             k0 = kernels[0]
 
             def price_ns(core: Core, s: np.ndarray, c: np.ndarray, p: np.ndarray) -> int:
-                return field(price_step(k0, s, c, p))  # type: ignore[no-any-return]
+                return field(price_step(k0, s, c, p))
         else:
             def price_ns(core: Core, s: np.ndarray, c: np.ndarray, p: np.ndarray) -> int:
-                return field(price_step(kernels[core.pool_index], s, c, p))  # type: ignore[no-any-return]
+                return field(price_step(kernels[core.pool_index], s, c, p))
     else:
         def price_ns(core: Core, s: np.ndarray, c: np.ndarray, p: np.ndarray) -> int:
             return step_ns(price_step(kernels[core.pool_index], s, c, p), estimate)
