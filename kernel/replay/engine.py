@@ -30,6 +30,7 @@ from __future__ import annotations
 import gc
 import heapq
 from array import array
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -120,10 +121,16 @@ class Core:
         self.steady = False
         self.next_computed = self.run_arr
         self.next_known = self.run_arr
-        # the waiting head last found blocked (_phase_b) and the pool's version then: while
-        # the version stays, _schedule knows it is still blocked without a lookup
+        # the waiting head last found blocked (_phase_b) and the free blocks it needed then
+        # (a lower bound), -1 once something could have lowered that need: an admission
+        # (touch), a preemption or the registration of a key of its chain (its hit's held
+        # blocks grew). While free blocks stay below it, _schedule knows it is still blocked
+        # without a lookup (decision EF4). ``blocked_keys``: its chain's unit keys
+        # (``blocked_set`` the same, built when a registration first checks them).
         self.blocked_head = -1
-        self.blocked_at = -1
+        self.blocked_need = 0
+        self.blocked_keys: list[int] = []
+        self.blocked_set: set[int] | None = None
 
     def load(self) -> int:
         """waiting + running (the DP load balancer's count), inbox included."""
@@ -330,6 +337,9 @@ class Simulation:
         cores = g.cores
         if len(cores) == 1:  # one core (a dense model's DP rank): the common case, lean
             c = cores[0]
+            if c.steady and not c.dirty and not c.zombies and \
+                    self._step_steady(g, gi, now, sched_time, c):
+                return
             plan = self._schedule(c, sched_time, now)
             if plan[0].size:
                 if c.zombies:
@@ -359,6 +369,88 @@ class Simulation:
         prices = [self.price_ns(c, p[1], p[2], p[3]) if p[0].size else 0
                   for c, p in zip(g.cores, plans, strict=True)]
         self._launch(g, gi, now, plans, prices, max(prices))
+
+    def _step_steady(self, g: Group, gi: int, now: int, sched_time: int, c: Core) -> bool:
+        """The most common step, in one piece (decision EF5): a lone core in steady decode
+        (see :attr:`Core.steady`) with nothing finished in the step in flight, no arrival to
+        poll and no admission to try. Does what :meth:`_schedule` (its steady branch and
+        :meth:`_steady_plan`), :meth:`_launch_one` and :meth:`_finish_step` do for it, without
+        their calls and branches; returns False, having changed nothing, when the step is not
+        such a one (the general path then runs)."""
+        L = c.limits
+        inbox = c.inbox
+        if inbox and inbox[0][0] <= sched_time:
+            return False
+        ra = c.run_arr
+        nk = ra.size
+        budget = L.max_num_batched_tokens - nk
+        if not nk or budget < 0:
+            return False
+        kv = c.kv
+        B = L.block_size
+        cr, kn = c.next_computed, c.next_known
+        rem = cr & (B - 1) if B & (B - 1) == 0 else cr % B  # (a power of 2: no division)
+        grow = (rem == 0).nonzero()[0]
+        ng = grow.size
+        free = kv.free - ng  # after this step's blocks
+        if free < 0:
+            return False
+        waiting = c.waiting
+        if waiting and budget > 0 and len(c.running) < L.max_num_seqs:
+            # Phase B would run: only a head known to be blocked still (see _schedule) skips
+            # it. (Allocation's evictions may drop its segment, never add one: checked before.)
+            head = waiting[0]
+            if not (c.blocked_head == head and c.blocked_need > free
+                    and head not in kv.segment):
+                return False
+        # -- the schedule: one token each, a block where one fills
+        s = c.state
+        if ng:
+            kv.allocate(ng)
+            s.held[ra[grow]] += 1
+        s.computed[ra] = kn
+        if L.prefix_caching:
+            self._offer(c, ra, kn, kn, True, rem)
+        # -- price and launch
+        one = _const(nk, 1)
+        step = self.price_ns(c, one, cr, c.run_prompt)
+        end = now + step
+        self.group_steps += 1
+        if self.max_steps is not None and self.group_steps > self.max_steps:
+            raise RuntimeError(f"the replay exceeded max_steps={self.max_steps} engine steps "
+                               f"(raise ReplayOptions.max_steps or check the load)")
+        b = self.batches
+        self.batches += 1
+        rows = self.rows
+        rows.step_buf.extend((
+            b, c.pool_index, c.index, self.group_steps, now, end, step, step, nk, nk,
+            len(c.running), len(waiting) + len(inbox), kv.num_blocks - kv.free,
+            kv.num_blocks))
+        # -- every request samples a token; the ones reaching their target finish
+        grown = kn + 1
+        s.known[ra] = grown
+        c.next_computed, c.next_known = kn, grown
+        done = ra[grown == c.run_target]
+        if done.size:
+            s.finished[done] = True
+            if L.async_scheduling:
+                c.zombies.extend(done.tolist())
+            else:
+                for r in done.tolist():
+                    c.running.remove(r)
+                    self._release(c, r)
+                    s.keys[r] = None
+                c.dirty = True
+            if self.on_finish is not None:
+                for r in done.tolist():
+                    self.on_finish(c, r, end)
+        rows.add(b, ra, one, cr, c.run_prompt, _const(nk, 0), _const(nk, 2), c.pool_index,
+                 ra, kn)
+        g.busy = True
+        g.start = now
+        self.seq += 1
+        heapq.heappush(self.events, (end, STEP_END, self.seq, gi))
+        return True
 
     def _launch(self, g: Group, gi: int, now: int, plans: list[Plan], prices: list[int],
                 step: int) -> None:
@@ -488,6 +580,7 @@ class Simulation:
         s = c.state
         c.running.remove(r)
         c.dirty = True
+        c.blocked_head = -1  # (the head changes too)
         self._release(c, r)
         s.lost[r] += s.computed[r]
         s.computed[r] = 0
@@ -596,12 +689,14 @@ class Simulation:
         # Phase B: waiting requests, FCFS, only if nothing was preempted.
         if admit and not preempted:
             head = waiting[0]
-            if c.blocked_head == head and c.blocked_at == kv.version and \
+            if c.blocked_head == head and c.blocked_need > kv.free and \
                     head not in kv.segment:
-                # Found blocked before and since then no release (free never grew) and no
-                # touch or registration (its hit's held blocks never grew): still blocked.
-                # (A request with a segment is looked up again: a lookup may make it
-                # explicit, KF1.)
+                # Found blocked before, needing ``blocked_need`` blocks (its blocks less its
+                # held hits), and since then no admission (touch) and no registration of a
+                # key of its chain: releases and evictions only leave its hits unheld or
+                # cut them, so it needs at least that many still, and they do not fit
+                # (decision EF4). (A request with a segment is looked up again: a lookup
+                # may make it explicit, KF1.)
                 admit = False
             else:
                 admitted = self._phase_b(c, budget, start)
@@ -721,7 +816,18 @@ class Simulation:
             mine = s.refs[r]
             if mine is None:
                 mine = s.refs[r] = ([], [])
-            c.kv.register_units(keys, reg, min(full, shared), mine)
+            hi = min(full, shared)
+            if c.blocked_head >= 0 and c.limits.prefix_caching and hi > reg:
+                # a key of the blocked head's chain cached (or held) anew may lengthen its hit
+                bk = c.blocked_set
+                if bk is None:
+                    bk = c.blocked_set = set(c.blocked_keys)
+                ends = keys[2]
+                i = bisect_right(ends, reg)  # the unit holding block ``reg``, then on to hi
+                j = bisect_left(ends, hi)  # the unit holding block ``hi - 1``
+                if not bk.isdisjoint(keys[0][i:j + 1]):
+                    c.blocked_head = -1
+            c.kv.register_units(keys, reg, hi, mine)
         c.kv.register_private(r, full - max(reg, shared))
 
     def _phase_a_scalar(self, c: Core, i: int, budget: int
@@ -779,6 +885,7 @@ class Simulation:
         rq: list[int] = []
         sc: list[int] = []
         ch: list[int] = []
+        c.blocked_head = -1  # an admission's touch may lower a later head's need: look again
         while waiting and budget > 0 and len(running) < L.max_num_seqs:
             r = waiting[0]
             num_tokens = int(s.known[r])
@@ -791,10 +898,14 @@ class Simulation:
                 hit = shared + private
             # evictable hits (0..hit of them) consume free blocks: counted only when the
             # answer depends on them
-            if full > kv.free and (full - hit > kv.free or full - hit + kv.evictable_units(
-                    keys, shared, private) > kv.free):
-                c.blocked_head, c.blocked_at = r, kv.version  # see _schedule
-                break  # head-of-line blocking: nothing behind it is admitted this step
+            if full > kv.free:
+                need = full - hit  # (a lower bound when it alone does not fit)
+                if need <= kv.free:
+                    need += kv.evictable_units(keys, shared, private)
+                if need > kv.free:
+                    c.blocked_head, c.blocked_need = r, need  # see _schedule
+                    c.blocked_keys, c.blocked_set = keys[0], None
+                    break  # head-of-line blocking: nothing behind it is admitted this step
             waiting.popleft()
             cr = hit * B
             remote = int(s.remote[r])
