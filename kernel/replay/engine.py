@@ -121,6 +121,12 @@ class Core:
         self.steady = False
         self.next_computed = self.run_arr
         self.next_known = self.run_arr
+        # _step_steady's last step: the indices (in ``fills_ra``) of the requests whose known
+        # token completed a block, for ``fills_of`` (that step's known tokens, which become
+        # the next step's computed ones): the next step's block growers, without a lookup
+        self.fills = self.run_arr
+        self.fills_of = self.run_arr
+        self.fills_ra = self.run_arr
         # the waiting head last found blocked (_phase_b) and the free blocks it needed then
         # (a lower bound), -1 once something could have lowered that need: an admission
         # (touch), a preemption or the registration of a key of its chain (its hit's held
@@ -389,8 +395,13 @@ class Simulation:
         kv = c.kv
         B = L.block_size
         cr, kn = c.next_computed, c.next_known
-        rem = cr & (B - 1) if B & (B - 1) == 0 else cr % B  # (a power of 2: no division)
-        grow = (rem == 0).nonzero()[0]
+        # A request needs a block when its computed tokens fill their last one: the requests
+        # whose known token filled a block in the step before, when that step was this
+        # path's over the same requests (it left their indices), else computed mod B == 0.
+        if c.fills_of is cr and c.fills_ra is ra:
+            grow = c.fills
+        else:
+            grow = ((cr & (B - 1) if B & (B - 1) == 0 else cr % B) == 0).nonzero()[0]
         ng = grow.size
         free = kv.free - ng  # after this step's blocks
         if free < 0:
@@ -407,10 +418,19 @@ class Simulation:
         s = c.state
         if ng:
             kv.allocate(ng)
-            s.held[ra[grow]] += 1
+            held = s.held
+            if ng < 8:  # a few: scalar updates cost less than a fancy-indexed one
+                for r in ra[grow].tolist():
+                    held[r] += 1
+            else:
+                held[ra[grow]] += 1
         s.computed[ra] = kn
-        if L.prefix_caching:
-            self._offer(c, ra, kn, kn, True, rem)
+        # the requests whose known token completes a block (computed mod B was B - 1): the
+        # next step's growers, and the blocks vLLM offers to the prefix cache now
+        fills = ((kn & (B - 1) if B & (B - 1) == 0 else kn % B) == 0).nonzero()[0]
+        c.fills, c.fills_of, c.fills_ra = fills, kn, ra
+        if fills.size and L.prefix_caching:
+            self._offer_fills(c, ra[fills].tolist(), (kn[fills] // B).tolist())
         # -- price and launch
         one = _const(nk, 1)
         step = self.price_ns(c, one, cr, c.run_prompt)
@@ -771,22 +791,8 @@ class Simulation:
             # vLLM's rule (full > registered) picks, one block each. A few a step: a Python
             # loop costs less than the rule's array calls.
             fills = (steady_rem == B - 1).nonzero()[0]
-            if not fills.size:
-                return
-            registered, n_shared = s.registered, s.n_shared
-            segment, explicit = c.kv.segment, c.kv.explicit
-            keyed = []  # (request, full, before) within its shared keys, or explicit
-            for r, f in zip(rq[fills].tolist(), (kn[fills] // B).tolist(), strict=True):
-                b = int(registered[r])
-                if f <= b:  # (never: the invariant above)
-                    continue
-                registered[r] = f
-                if b >= n_shared[r] and r not in explicit:  # its own segment grows
-                    segment[r] = segment.get(r, 0) + f - b
-                else:
-                    keyed.append((r, f, b))
-            for r, f, b in keyed:
-                self._register(c, r, f, b)
+            if fills.size:
+                self._offer_fills(c, rq[fills].tolist(), (kn[fills] // B).tolist())
             return
         # vLLM's rule, whatever the state
         full = (after if whole else np.minimum(after, kn)) // B
@@ -805,6 +811,25 @@ class Simulation:
                     keyed.append((r, f, b))
             for r, f, b in keyed:
                 self._register(c, r, f, b)
+
+    def _offer_fills(self, c: Core, reqs: list[int], fulls: list[int]) -> None:
+        """:meth:`_offer` for steady decode requests ``reqs`` whose known token completed
+        their block ``fulls - 1`` (each had offered all its full blocks before)."""
+        s = c.state
+        registered, n_shared = s.registered, s.n_shared
+        segment, explicit = c.kv.segment, c.kv.explicit
+        keyed = []  # (request, full, before) within its shared keys, or explicit
+        for r, f in zip(reqs, fulls, strict=True):
+            b = int(registered[r])
+            if f <= b:  # (never: the invariant above)
+                continue
+            registered[r] = f
+            if b >= n_shared[r] and r not in explicit:  # its own segment grows
+                segment[r] = segment.get(r, 0) + f - b
+            else:
+                keyed.append((r, f, b))
+        for r, f, b in keyed:
+            self._register(c, r, f, b)
 
     def _register(self, c: Core, r: int, full: int, reg: int) -> None:
         """The request's leading ``full`` blocks are full (``reg`` were before): offer the new
