@@ -27,7 +27,6 @@ without waiting for its sampled token), so token counts are the synchronous ones
 
 from __future__ import annotations
 
-import gc
 import heapq
 from array import array
 from bisect import bisect_left, bisect_right
@@ -294,20 +293,6 @@ class Simulation:
         heapq.heappush(self.events, (end_ns, STEP_END, self.seq, gi))
 
     def run(self) -> None:
-        # The cyclic garbage collector is paused while the clock runs (decision EF2): every
-        # step makes a few dozen short-lived tuples and arrays, so collections ran every few
-        # steps and each walked the replay's live containers (per-step rows, hash chains);
-        # the loop makes no reference cycles, and whatever it leaves is collected afterwards.
-        paused = gc.isenabled()
-        if paused:
-            gc.disable()
-        try:
-            self._run()
-        finally:
-            if paused:
-                gc.enable()
-
-    def _run(self) -> None:
         events = self.events
         groups = self.groups
         gindex = {id(g): i for i, g in enumerate(groups)}
@@ -343,8 +328,7 @@ class Simulation:
         cores = g.cores
         if len(cores) == 1:  # one core (a dense model's DP rank): the common case, lean
             c = cores[0]
-            if c.steady and not c.dirty and not c.zombies and \
-                    self._step_steady(g, gi, now, sched_time, c):
+            if c.steady and not c.dirty and self._step_steady(g, gi, now, sched_time, c):
                 return
             plan = self._schedule(c, sched_time, now)
             if plan[0].size:
@@ -378,23 +362,28 @@ class Simulation:
 
     def _step_steady(self, g: Group, gi: int, now: int, sched_time: int, c: Core) -> bool:
         """The most common step, in one piece (decision EF5): a lone core in steady decode
-        (see :attr:`Core.steady`) with nothing finished in the step in flight, no arrival to
-        poll and no admission to try. Does what :meth:`_schedule` (its steady branch and
-        :meth:`_steady_plan`), :meth:`_launch_one` and :meth:`_finish_step` do for it, without
-        their calls and branches; returns False, having changed nothing, when the step is not
-        such a one (the general path then runs)."""
+        (see :attr:`Core.steady`) with no arrival to poll and no admission to try (requests
+        finished in the step in flight, async, schedule nothing and leave after the
+        schedule). Does what :meth:`_schedule` (its steady branch and :meth:`_steady_plan`),
+        :meth:`_drop_zombies`, :meth:`_launch_one` and :meth:`_finish_step` do for it,
+        without their calls and branches; returns False, having changed nothing, when the
+        step is not such a one (the general path then runs)."""
         L = c.limits
         inbox = c.inbox
         if inbox and inbox[0][0] <= sched_time:
             return False
         ra = c.run_arr
+        cr, kn = c.next_computed, c.next_known
+        zombies = c.zombies
+        if zombies:
+            keep = ~c.state.finished[ra]
+            ra, cr, kn = ra[keep], cr[keep], kn[keep]
         nk = ra.size
         budget = L.max_num_batched_tokens - nk
         if not nk or budget < 0:
             return False
         kv = c.kv
         B = L.block_size
-        cr, kn = c.next_computed, c.next_known
         # A request needs a block when its computed tokens fill their last one: the requests
         # whose known token filled a block in the step before, when that step was this
         # path's over the same requests (it left their indices), else computed mod B == 0.
@@ -425,12 +414,16 @@ class Simulation:
             else:
                 held[ra[grow]] += 1
         s.computed[ra] = kn
+        if zombies:  # ``running`` is ``ra`` once they leave
+            c.run_arr, c.run_prompt, c.run_target = ra, s.prompt[ra], s.target[ra]
         # the requests whose known token completes a block (computed mod B was B - 1): the
         # next step's growers, and the blocks vLLM offers to the prefix cache now
         fills = ((kn & (B - 1) if B & (B - 1) == 0 else kn % B) == 0).nonzero()[0]
         c.fills, c.fills_of, c.fills_ra = fills, kn, ra
         if fills.size and L.prefix_caching:
             self._offer_fills(c, ra[fills].tolist(), (kn[fills] // B).tolist())
+        if zombies:
+            self._drop_zombies(c)
         # -- price and launch
         one = _const(nk, 1)
         step = self.price_ns(c, one, cr, c.run_prompt)
