@@ -126,6 +126,13 @@ class Core:
         self.fills = self.run_arr
         self.fills_of = self.run_arr
         self.fills_ra = self.run_arr
+        # _step_steady's last step: its requests and the fewest tokens any of them still
+        # lacked after it (any other step forgets them: _schedule)
+        self.done_ra: np.ndarray | None = None
+        self.done_in = 0
+        # (ones, zeros, trues) of the last fast step's size
+        self.consts: tuple[np.ndarray, np.ndarray, np.ndarray] = (
+            np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
         # the waiting head last found blocked (_phase_b) and the free blocks it needed then
         # (a lower bound), -1 once something could have lowered that need: an admission
         # (touch), a preemption or the registration of a key of its chain (its hit's held
@@ -239,6 +246,10 @@ _EMPTY = np.zeros(0, np.int64)
 _NO_REFS: Refs = ([], [])  # never written (release only reads)
 _NO_CHAIN: Chain = ([], [], [])
 _CONST: dict[tuple[int, int], np.ndarray] = {}
+_min = np.minimum.reduce  # (ndarray.min and .sum go through a Python-level wrapper)
+_sum = np.add.reduce
+_max = np.maximum.reduce
+_all = np.logical_and.reduce
 
 
 def _const(n: int, value: int) -> np.ndarray:
@@ -425,7 +436,10 @@ class Simulation:
         if zombies:
             self._drop_zombies(c)
         # -- price and launch
-        one = _const(nk, 1)
+        consts = c.consts
+        if consts[0].size != nk:
+            consts = c.consts = (_const(nk, 1), _const(nk, 0), _const(nk, 2))
+        one, zero, true = consts
         step = self.price_ns(c, one, cr, c.run_prompt)
         end = now + step
         self.group_steps += 1
@@ -443,7 +457,17 @@ class Simulation:
         grown = kn + 1
         s.known[ra] = grown
         c.next_computed, c.next_known = kn, grown
-        done = ra[grown == c.run_target]
+        # tokens each request still lacks fall by one a step: while the fewest (``done_in``,
+        # for ``done_ra``, the last fast step's requests) stays above 0, nobody finishes
+        left = c.done_in - 1 if c.done_ra is ra else -1
+        if left > 0:
+            c.done_in = left
+            done = _EMPTY
+        else:
+            rest = c.run_target - grown
+            left = int(_min(rest))
+            c.done_in, c.done_ra = left, ra
+            done = ra[rest == 0] if left == 0 else _EMPTY
         if done.size:
             s.finished[done] = True
             if L.async_scheduling:
@@ -457,8 +481,7 @@ class Simulation:
             if self.on_finish is not None:
                 for r in done.tolist():
                     self.on_finish(c, r, end)
-        rows.add(b, ra, one, cr, c.run_prompt, _const(nk, 0), _const(nk, 2), c.pool_index,
-                 ra, kn)
+        rows.add(b, ra, one, cr, c.run_prompt, zero, true, c.pool_index, ra, kn)
         g.busy = True
         g.start = now
         self.seq += 1
@@ -507,7 +530,7 @@ class Simulation:
         rows = self.rows
         rows.step_buf.extend((
             b, c.pool_index, c.index, self.group_steps, now, end, step, step, n,
-            n if sc is _CONST.get((n, 1)) else int(sc.sum()),
+            n if sc is _CONST.get((n, 1)) else int(_sum(sc)),
             len(c.running), len(c.waiting) + len(c.inbox), kv.num_blocks - kv.free,
             kv.num_blocks))
         emitted, who, who_known = self._finish_step(c, rq, after, kn, end)
@@ -610,6 +633,7 @@ class Simulation:
         F = L.fixed_blocks
         thr = L.long_prefill_token_threshold
         kv = c.kv
+        c.done_ra = None  # this step's tokens are not _step_steady's count
         inbox, waiting, running = c.inbox, c.waiting, c.running
         while inbox and inbox[0][0] <= sched_time:
             waiting.append(inbox.popleft()[1])
@@ -661,10 +685,10 @@ class Simulation:
             if partial:
                 want[s.finished[ra]] = 0  # finished in the step in flight (async)
             whole = not partial  # every running request gets all it knows (so samples)
-            if thr and int(want.max()) > thr:
+            if thr and int(_max(want)) > thr:
                 np.minimum(want, thr, out=want)
                 whole = False
-            asked = int(want.sum())
+            asked = int(_sum(want))
             if asked <= budget:
                 n = want
             else:
@@ -674,7 +698,7 @@ class Simulation:
             need = ((kn if whole else cr + n) + (B - 1)) // B + (F - s.held[ra])
             if partial:
                 need[n == 0] = 0
-            total = int(need.sum())
+            total = int(_sum(need))
             if total <= kv.free:
                 if total:
                     kv.allocate(total)
@@ -741,7 +765,7 @@ class Simulation:
         after = kn if whole else cp + sc
         s.computed[rq] = after
         pl = c.run_prompt if rq is c.run_arr else s.prompt[rq]
-        if steady_part is not None and (rq is steady_part or bool((after == kn).all())):
+        if steady_part is not None and (rq is steady_part or bool(_all(after == kn))):
             # Still steady: every request running after this step (the steady part, then
             # those admitted, in order) is scheduled whole. ``running`` will be ``rq`` once
             # this step's zombies leave; _finish_step records the arrays.
