@@ -373,16 +373,17 @@ class Simulation:
 
     def _step_steady(self, g: Group, gi: int, now: int, sched_time: int, c: Core) -> bool:
         """The most common step, in one piece (decision EF5): a lone core in steady decode
-        (see :attr:`Core.steady`) with no arrival to poll and no admission to try (requests
-        finished in the step in flight, async, schedule nothing and leave after the
-        schedule). Does what :meth:`_schedule` (its steady branch and :meth:`_steady_plan`),
+        (see :attr:`Core.steady`) with no admission to try (arrivals join ``waiting`` behind a
+        head known to be blocked, or none waits; requests finished in the step in flight,
+        async, schedule nothing and leave after the schedule). Does what :meth:`_schedule` (its steady branch and :meth:`_steady_plan`),
         :meth:`_drop_zombies`, :meth:`_launch_one` and :meth:`_finish_step` do for it,
-        without their calls and branches; returns False, having changed nothing, when the
-        step is not such a one (the general path then runs)."""
+        without their calls and branches; returns False when the step is not such a one,
+        having changed nothing but the arrivals' move to ``waiting`` (the general path then
+        runs, and does that first)."""
         L = c.limits
-        inbox = c.inbox
-        if inbox and inbox[0][0] <= sched_time:
-            return False
+        inbox, waiting = c.inbox, c.waiting
+        while inbox and inbox[0][0] <= sched_time:  # (what _schedule does first, too)
+            waiting.append(inbox.popleft()[1])
         ra = c.run_arr
         cr, kn = c.next_computed, c.next_known
         zombies = c.zombies
@@ -406,7 +407,6 @@ class Simulation:
         free = kv.free - ng  # after this step's blocks
         if free < 0:
             return False
-        waiting = c.waiting
         if waiting and budget > 0 and len(c.running) < L.max_num_seqs:
             # Phase B would run: only a head known to be blocked still (see _schedule) skips
             # it. (Allocation's evictions may drop its segment, never add one: checked before.)
