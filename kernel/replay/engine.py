@@ -141,6 +141,7 @@ class Core:
         # (``blocked_set`` the same, built when a registration first checks them).
         self.blocked_head = -1
         self.blocked_need = 0
+        self.blocked_ev = -1  # kv.evictions then, when duplicates were cached (else -1)
         self.blocked_keys: list[int] = []
         self.blocked_set: set[int] | None = None
 
@@ -411,9 +412,9 @@ class Simulation:
             # Phase B would run: only a head known to be blocked still (see _schedule) skips
             # it. (Allocation's evictions may drop its segment, never add one: checked before.)
             head = waiting[0]
-            if not (c.blocked_head == head and c.blocked_need > free
+            if not (c.blocked_head == head and c.blocked_ev < 0 and c.blocked_need > free
                     and head not in kv.segment):
-                return False
+                return False  # (with duplicates cached, this step's evictions count: EF4)
         # -- the schedule: one token each, a block where one fills
         s = c.state
         if ng:
@@ -726,14 +727,16 @@ class Simulation:
         # Phase B: waiting requests, FCFS, only if nothing was preempted.
         if admit and not preempted:
             head = waiting[0]
-            if c.blocked_head == head and c.blocked_need > kv.free and \
-                    head not in kv.segment:
+            if c.blocked_head == head and head not in kv.segment and (
+                    c.blocked_need > kv.free if c.blocked_ev < 0 else
+                    c.blocked_need - (kv.evictions - c.blocked_ev) > kv.free):
                 # Found blocked before, needing ``blocked_need`` blocks (its blocks less its
                 # held hits), and since then no admission (touch) and no registration of a
                 # key of its chain: releases and evictions only leave its hits unheld or
-                # cut them, so it needs at least that many still, and they do not fit
-                # (decision EF4). (A request with a segment is looked up again: a lookup
-                # may make it explicit, KF1.)
+                # cut them (but for an evicted first block whose held duplicate takes its
+                # place, KD1: one block less each), so it needs at least that many still,
+                # and they do not fit (decision EF4). (A request with a segment is looked
+                # up again: a lookup may make it explicit, KF1.)
                 admit = False
             else:
                 admitted = self._phase_b(c, budget, start)
@@ -946,6 +949,10 @@ class Simulation:
                     need += kv.evictable_units(keys, shared, private)
                 if need > kv.free:
                     c.blocked_head, c.blocked_need = r, need  # see _schedule
+                    # with duplicate blocks cached (KD1), an eviction of a key's first
+                    # block may leave a held duplicate first: its need may fall by one an
+                    # evicted block, so those are counted from here
+                    c.blocked_ev = kv.evictions if kv.dups else -1
                     c.blocked_keys, c.blocked_set = keys[0], None
                     break  # head-of-line blocking: nothing behind it is admitted this step
             waiting.popleft()
