@@ -270,43 +270,56 @@ class KVBlocks:
             self._evict(evict)
 
     def _evict(self, n: int) -> None:
-        cached, segment, seg_at, lru = self.cached, self.segment, self.seg_at, self.lru
+        """Take ``n`` cached blocks from the queue's front, entry by entry."""
         self.evictions += n
         self._lru_count -= n
+        lru = self.lru
         while n > 0:
             stamp, item = lru[0]
-            if isinstance(item, int):  # a segment: its tail goes first
-                if seg_at.get(item) != stamp:  # touched since: not in the queue any more
-                    orphan = self._orphans.pop(stamp, None)
-                    if orphan is not None:  # or made explicit: a run in its place
-                        lru[0] = (stamp, orphan)
-                        continue
-                    lru.popleft()
-                    self._stale -= 1
-                    continue
-                seg = segment[item]
-                if seg > n:  # the tail alone: the head stays at the front
-                    segment[item] = seg - n
-                    return
-                n -= seg
-                del segment[item], seg_at[item]
-                lru.popleft()
-                continue
-            if stamp in self._stale_in:
-                self._live(stamp, item)
-            m = len(item)
-            if m > n:  # the run's front part (its tail blocks) goes
-                gone = item[m - n:]
-                del item[m - n:]
-                _drain(map(cached.__delitem__, gone))
-                if self.dup_of and not self.dup_of.keys().isdisjoint(gone):
-                    self._forget_dups(gone)
-                return
-            _drain(map(cached.__delitem__, item))
-            if self.dup_of and not self.dup_of.keys().isdisjoint(item):
-                self._forget_dups(item)
-            lru.popleft()
-            n -= m
+            if isinstance(item, int):
+                n = self._evict_segment(stamp, item, n)
+            else:
+                n = self._evict_run(stamp, item, n)
+
+    def _evict_segment(self, stamp: int, r: int, n: int) -> int:
+        """Evict up to ``n`` blocks of the front entry, request ``r``'s segment (its tail
+        first); returns how many are still to evict."""
+        segment, seg_at = self.segment, self.seg_at
+        if seg_at.get(r) != stamp:  # touched since: not in the queue any more
+            orphan = self._orphans.pop(stamp, None)
+            if orphan is not None:  # or made explicit: a run in its place
+                self.lru[0] = (stamp, orphan)
+                return n
+            self.lru.popleft()
+            self._stale -= 1
+            return n
+        seg = segment[r]
+        if seg > n:  # the tail alone: the head stays at the front
+            segment[r] = seg - n
+            return 0
+        del segment[r], seg_at[r]
+        self.lru.popleft()
+        return n - seg
+
+    def _evict_run(self, stamp: int, item: list[int], n: int) -> int:
+        """Evict up to ``n`` blocks of the front entry, a run of keys (its end is the queue's
+        front); returns how many are still to evict."""
+        if stamp in self._stale_in:
+            self._live(stamp, item)
+        cached = self.cached
+        m = len(item)
+        if m > n:  # the run's front part (its tail blocks) goes
+            gone = item[m - n:]
+            del item[m - n:]
+            _drain(map(cached.__delitem__, gone))
+            if self.dup_of and not self.dup_of.keys().isdisjoint(gone):
+                self._forget_dups(gone)
+            return 0
+        _drain(map(cached.__delitem__, item))
+        if self.dup_of and not self.dup_of.keys().isdisjoint(item):
+            self._forget_dups(item)
+        self.lru.popleft()
+        return n - m
 
     def register(self, keys: list[int]) -> list[int]:
         """A request's just-filled shared blocks under ``keys``; returns the keys now cached

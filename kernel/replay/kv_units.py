@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from .kv_cache import KVBlocks, _drain
+from .kv_cache import KVBlocks
 
 __all__ = ["Chain", "KVUnits", "Refs"]
 
@@ -310,63 +310,29 @@ class KVUnits(KVBlocks):
                 return
         self._evict(evict)
 
-    def _evict(self, n: int) -> None:
-        """:meth:`KVBlocks._evict`, with runs holding units trimmed unit by unit."""
-        cached, segment, seg_at, lru = self.cached, self.segment, self.seg_at, self.lru
-        size, unit_runs = self.size, self.unit_runs
-        self.evictions += n
-        self._lru_count -= n
-        while n > 0:
-            stamp, item = lru[0]
-            if isinstance(item, int):  # a segment: its tail goes first
-                if seg_at.get(item) != stamp:  # touched since: not in the queue any more
-                    orphan = self._orphans.pop(stamp, None)
-                    if orphan is not None:  # or made explicit: a run in its place
-                        lru[0] = (stamp, orphan)
-                        continue
-                    lru.popleft()
-                    self._stale -= 1
-                    continue
-                seg = segment[item]
-                if seg > n:
-                    segment[item] = seg - n
-                    return
-                n -= seg
-                del segment[item], seg_at[item]
-                lru.popleft()
-                continue
-            if stamp in self._stale_in:
-                self._live(stamp, item)
-            if stamp not in unit_runs:  # single blocks: sliced off in C
-                m = len(item)
-                if m > n:
-                    gone = item[m - n:]
-                    del item[m - n:]
-                    _drain(map(cached.__delitem__, gone))
-                    if self.dup_of and not self.dup_of.keys().isdisjoint(gone):
-                        self._forget_dups(gone)
-                    return
-                _drain(map(cached.__delitem__, item))
-                if self.dup_of and not self.dup_of.keys().isdisjoint(item):
-                    self._forget_dups(item)
-                lru.popleft()
-                n -= m
-                continue
-            while item and n > 0:
-                k = item[-1]
-                c = size.get(k, 1)
-                if c > n:  # the unit's tail blocks go; its head stays at the front
-                    size[k] = c - n
-                    return
-                item.pop()
-                del cached[k]
-                size.pop(k, None)
-                if k in self.dup_of:
-                    self._forget_dups([k])
-                n -= c
-            if not item:
-                lru.popleft()
-                unit_runs.discard(stamp)
+    def _evict_run(self, stamp: int, item: list[int], n: int) -> int:
+        """:meth:`KVBlocks._evict_run`, a run holding units trimmed unit by unit."""
+        if stamp not in self.unit_runs:  # single blocks: sliced off in C
+            return super()._evict_run(stamp, item, n)
+        if stamp in self._stale_in:
+            self._live(stamp, item)
+        cached, size = self.cached, self.size
+        while item and n > 0:
+            k = item[-1]
+            c = size.get(k, 1)
+            if c > n:  # the unit's tail blocks go; its head stays at the front
+                size[k] = c - n
+                return 0
+            item.pop()
+            del cached[k]
+            size.pop(k, None)
+            if k in self.dup_of:
+                self._forget_dups([k])
+            n -= c
+        if not item:
+            self.lru.popleft()
+            self.unit_runs.discard(stamp)
+        return n
 
     def _compact(self) -> None:
         super()._compact()
