@@ -304,6 +304,36 @@ class Simulation:
         self.seq += 1
         heapq.heappush(self.events, (end_ns, STEP_END, self.seq, gi))
 
+    def _count_step(self) -> None:
+        """One more engine step (any group), refused past ``max_steps``."""
+        self.group_steps += 1
+        if self.max_steps is not None and self.group_steps > self.max_steps:
+            raise RuntimeError(f"the replay exceeded max_steps={self.max_steps} engine steps "
+                               f"(raise ReplayOptions.max_steps or check the load)")
+
+    def _running(self, g: Group, gi: int, now: int, end: int) -> None:
+        """The group's step runs from ``now`` to ``end``: busy until its end event."""
+        g.busy = True
+        g.start = now
+        self._push_end(end, gi)
+
+    def _finished(self, c: Core, done: np.ndarray, end: int) -> None:
+        """Requests that sampled their last token at ``end`` leave (async: as zombies, after
+        the next schedule), their blocks released."""
+        s = c.state
+        s.finished[done] = True
+        if c.limits.async_scheduling:
+            c.zombies.extend(done.tolist())
+        else:
+            for r in done.tolist():
+                c.running.remove(r)
+                self._release(c, r)
+                s.keys[r] = None
+            c.dirty = True
+        if self.on_finish is not None:
+            for r in done.tolist():
+                self.on_finish(c, r, end)
+
     def run(self) -> None:
         events = self.events
         groups = self.groups
@@ -443,10 +473,7 @@ class Simulation:
         one, zero, true = consts
         step = self.price_ns(c, one, cr, c.run_prompt)
         end = now + step
-        self.group_steps += 1
-        if self.max_steps is not None and self.group_steps > self.max_steps:
-            raise RuntimeError(f"the replay exceeded max_steps={self.max_steps} engine steps "
-                               f"(raise ReplayOptions.max_steps or check the load)")
+        self._count_step()
         b = self.batches
         self.batches += 1
         rows = self.rows
@@ -470,33 +497,16 @@ class Simulation:
             c.done_in, c.done_ra = left, ra
             done = ra[rest == 0] if left == 0 else _EMPTY
         if done.size:
-            s.finished[done] = True
-            if L.async_scheduling:
-                c.zombies.extend(done.tolist())
-            else:
-                for r in done.tolist():
-                    c.running.remove(r)
-                    self._release(c, r)
-                    s.keys[r] = None
-                c.dirty = True
-            if self.on_finish is not None:
-                for r in done.tolist():
-                    self.on_finish(c, r, end)
+            self._finished(c, done, end)
         rows.add(b, ra, one, cr, c.run_prompt, zero, true, c.pool_index, ra, kn)
-        g.busy = True
-        g.start = now
-        self.seq += 1
-        heapq.heappush(self.events, (end, STEP_END, self.seq, gi))
+        self._running(g, gi, now, end)
         return True
 
     def _launch(self, g: Group, gi: int, now: int, plans: list[Plan], prices: list[int],
                 step: int) -> None:
         """The group's step runs from ``now`` for ``step`` ns: record it, sample its tokens."""
         end = now + step
-        self.group_steps += 1
-        if self.max_steps is not None and self.group_steps > self.max_steps:
-            raise RuntimeError(f"the replay exceeded max_steps={self.max_steps} engine steps "
-                               f"(raise ReplayOptions.max_steps or check the load)")
+        self._count_step()
         for c, (rq, sc, cp, pl, ch, after, kn), price in zip(g.cores, plans, prices,
                                                              strict=True):
             if not rq.size:
@@ -510,9 +520,7 @@ class Simulation:
                 len(c.running), len(c.waiting) + len(c.inbox), c.kv.used(), c.kv.num_blocks))
             emitted, who, who_known = self._finish_step(c, rq, after, kn, end)
             self.rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index, who, who_known)
-        g.busy = True
-        g.start = now
-        self._push_end(end, gi)
+        self._running(g, gi, now, end)
 
     def _launch_one(self, g: Group, gi: int, now: int, c: Core, plan: Plan, step: int
                     ) -> None:
@@ -520,10 +528,7 @@ class Simulation:
         without its per-core lists."""
         rq, sc, cp, pl, ch, after, kn = plan
         end = now + step
-        self.group_steps += 1
-        if self.max_steps is not None and self.group_steps > self.max_steps:
-            raise RuntimeError(f"the replay exceeded max_steps={self.max_steps} engine steps "
-                               f"(raise ReplayOptions.max_steps or check the load)")
+        self._count_step()
         b = self.batches
         self.batches += 1
         n = rq.size
@@ -536,10 +541,7 @@ class Simulation:
             kv.num_blocks))
         emitted, who, who_known = self._finish_step(c, rq, after, kn, end)
         rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index, who, who_known)
-        g.busy = True
-        g.start = now
-        self.seq += 1
-        heapq.heappush(self.events, (end, STEP_END, self.seq, gi))
+        self._running(g, gi, now, end)
 
     def _drop_zombies(self, c: Core) -> None:
         if not c.zombies:
@@ -584,18 +586,7 @@ class Simulation:
         if c.steady:  # every request sampled: computed = its known before, known one more
             c.next_computed, c.next_known = known, grown
         if done.size:
-            s.finished[done] = True
-            if c.limits.async_scheduling:
-                c.zombies.extend(done.tolist())
-            else:
-                for r in done.tolist():
-                    c.running.remove(r)
-                    self._release(c, r)
-                    s.keys[r] = None
-                c.dirty = True
-            if self.on_finish is not None:
-                for r in done.tolist():
-                    self.on_finish(c, r, end)
+            self._finished(c, done, end)
         return emitted, who, who_known
 
     # -- the scheduler -------------------------------------------------------------------
