@@ -369,20 +369,24 @@ class KVBlocks:
         self._next.pop(r, None)
         return self._own.pop(r, [])
 
+    def _queue_segment(self, r: int) -> None:
+        """Request ``r``'s segment, if it has one, joins the queue's back as one entry (its
+        blocks are already counted free)."""
+        seg = self.segment.get(r, 0)
+        if seg:
+            self._stamp += 1
+            self.seg_at[r] = self._stamp
+            self.lru.append((self._stamp, r))
+            self._lru_count += seg
+
     def release(self, held: int, refs: list[int], r: int) -> None:
         """A finished or preempted request gives back ``held`` blocks: its unhashed ones to
         the front of the free queue, its segment then its shared ``refs`` (block order) to
         the back, tail first."""
         if self._own and r in self._own:  # an explicit request: its own keys are the tail
             refs = refs + self._take_own(r)
-        seg = self.segment.get(r, 0)
-        self.free += held - len(refs) - seg
-        if seg:
-            self._stamp += 1
-            self.seg_at[r] = self._stamp
-            self.lru.append((self._stamp, r))
-            self.free += seg
-            self._lru_count += seg
+        self.free += held - len(refs)
+        self._queue_segment(r)
         if not refs:
             return
         cached = self.cached

@@ -25,6 +25,7 @@ blocks (after an explosion, the per-block keys ``u .. u + c - 1``), ``(key, 1)``
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterator
 
 from .kv_cache import KVBlocks
 
@@ -41,6 +42,17 @@ Refs = tuple[list[int], list[int]]
 def _blocks(u: int, lo: int, hi: int) -> list[int]:
     """Per-block keys of blocks ``[lo, hi)`` of unit ``u``."""
     return [(u + j) & _MASK for j in range(lo, hi)]
+
+
+def _leading(chain: Chain, shared: int) -> Iterator[tuple[int, int]]:
+    """(unit, blocks taken from it) over a chain's leading ``shared`` blocks."""
+    left = shared
+    for k, m in zip(chain[0], chain[1], strict=True):
+        if left <= 0:
+            return
+        take = m if m <= left else left
+        left -= take
+        yield k, take
 
 
 class KVUnits(KVBlocks):
@@ -101,12 +113,7 @@ class KVUnits(KVBlocks):
         nobody holds."""
         cached, exploded = self.cached, self.exploded
         out = private
-        left = shared
-        for k, m in zip(chain[0], chain[1], strict=True):
-            if left <= 0:
-                break
-            take = m if m <= left else left
-            left -= take
+        for k, take in _leading(chain, shared):
             if k in exploded:
                 keys = _blocks(k, 0, take)
                 if self.dups:
@@ -143,12 +150,7 @@ class KVUnits(KVBlocks):
         cached, size, exploded, stale_in = self.cached, self.size, self.exploded, self._stale_in
         rk: list[int] = []
         rc: list[int] = []
-        left = shared
-        for k, m in zip(chain[0], chain[1], strict=True):
-            if left <= 0:
-                break
-            take = m if m <= left else left
-            left -= take
+        for k, take in _leading(chain, shared):
             if k not in exploded and take < size.get(k, 1):
                 self._explode(k)
             per_block = False
@@ -244,14 +246,8 @@ class KVUnits(KVBlocks):
         if self._own and r in self._own:  # an explicit request: its own keys are the tail
             own = self._take_own(r)
             rk, rc = rk + own, rc + [1] * len(own)
-        seg = self.segment.get(r, 0)
-        self.free += held - sum(rc) - seg
-        if seg:
-            self._stamp += 1
-            self.seg_at[r] = self._stamp
-            self.lru.append((self._stamp, r))
-            self.free += seg
-            self._lru_count += seg
+        self.free += held - sum(rc)
+        self._queue_segment(r)
         if not rk:
             return
         cached, exploded = self.cached, self.exploded
