@@ -344,14 +344,6 @@ def estimate(p: _Prepared, fast: FastPath, terms: tuple[Any, ...], kv_tokens: in
         best, neck = nn_best, nn_neck
     if host_s > best:
         neck = _HOST
-    ov = host_ns
-    if overlap > 0:
-        ns = overlap * 1e9
-        ov = ov + (int(ns) if ns < _TWO_63 else MAX_DURATION_NS)
-    if ov > MAX_DURATION_NS:
-        ov = MAX_DURATION_NS
-    if ov > no:
-        ov = no
     if per is not None:
         if per:
             per.clear()
@@ -359,14 +351,7 @@ def estimate(p: _Prepared, fast: FastPath, terms: tuple[Any, ...], kv_tokens: in
         per[_HBM] = d_hbm
         if host_s > 0:
             per[_HOST] = d_host
-    est = _new(StepEstimate)  # a frozen dataclass, filled without its __init__'s setattrs
-    fields = est.__dict__
-    fields["overlap"] = ov
-    fields["no_overlap"] = no
-    fields["bottleneck"] = neck
-    fields["per_resource"] = per
-    fields["calibrated"] = None
-    return est
+    return _estimate(host_ns, overlap, no, neck, per)
 
 
 def _duration(seconds: float) -> int:
@@ -468,6 +453,13 @@ def summarize(t: tuple[Any, ...], per: dict[Resource, int] | None) -> StepEstima
             per[_HOST] = d
     if no > MAX_DURATION_NS:
         no = MAX_DURATION_NS
+    return _estimate(host_ns, overlap_s, no, neck, per)
+
+
+def _estimate(host_ns: int, overlap_s: Any, no: int, neck: Resource,
+              per: dict[Resource, int] | None) -> StepEstimate:
+    """The estimate from its NoOverlap total: Overlap is the host stage plus the overlapped
+    seconds in ns (truncated, saturated), never above NoOverlap, as finish computes it."""
     ov = host_ns
     if overlap_s > 0:
         ns = overlap_s * 1e9
