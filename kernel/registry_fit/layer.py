@@ -53,6 +53,20 @@ def set_name(chip: str) -> str:
     return f"vllm-all-reduce-{chip}"
 
 
+def _fitted_entry(chip: str, cite: str, held: str
+                  ) -> Callable[[str, float, str, str], dict[str, Any]]:
+    """A builder of one coefficient fitted on ``chip`` from the operator table ``cite``
+    names, its rationale (``what``) ending with the fit's held-out score (``held``)."""
+
+    def entry(name: str, value: float, units: str, what: str) -> dict[str, Any]:
+        return {name: {"value": round(value, 4), "units": units, "method": "measured",
+                       "fitted": True, "scope": {"hardware": [chip]},
+                       "sources": [{"kind": "model", "cite": cite, "role": "primary"}],
+                       "rationale": what + held}}
+
+    return entry
+
+
 def _attention_entry(chip: str, table: OperatorTable, f: AttentionDecodeFit | AttentionPrefillFit,
                      rows: str) -> Callable[[str, float, str, str], dict[str, Any]]:
     """A builder of one fitted attention coefficient: measured on ``chip`` from ``table``'s
@@ -65,13 +79,7 @@ def _attention_entry(chip: str, table: OperatorTable, f: AttentionDecodeFit | At
     held = (f" Fitted jointly on {f.rows} rows of {f.shapes} head shapes; held out by shape: "
             f"{100 * f.mape:.1f}% MAPE ({100 * f.bias:+.1f}% bias).") + nearest
 
-    def entry(name: str, value: float, units: str, what: str) -> dict[str, Any]:
-        return {name: {"value": round(value, 4), "units": units, "method": "measured",
-                       "fitted": True, "scope": {"hardware": [chip]},
-                       "sources": [{"kind": "model", "cite": cite, "role": "primary"}],
-                       "rationale": what + held}}
-
-    return entry
+    return _fitted_entry(chip, cite, held)
 
 
 def attention_decode_set(chip: str, table: OperatorTable, f: AttentionDecodeFit
@@ -156,12 +164,7 @@ def _moe_fitted(chip: str, table: OperatorTable, f: MoeFit) -> list[dict[str, An
             f"experts, top k) at tp 1-32; held out by shape: {100 * f.mape:.1f}% MAPE "
             f"({100 * f.bias:+.1f}% bias).") + nearest
 
-    def entry(name: str, value: float, units: str, what: str) -> dict[str, Any]:
-        return {name: {"value": round(value, 4), "units": units, "method": "measured",
-                       "fitted": True, "scope": {"hardware": [chip]},
-                       "sources": [{"kind": "model", "cite": cite, "role": "primary"}],
-                       "rationale": what + held}}
-
+    entry = _fitted_entry(chip, cite, held)
     return [
         entry("moe_fused_floor", f.floor_us, "us_per_layer",
               f"Token-independent time of vLLM's fused MoE layer on {chip} (routing, launches)."),
