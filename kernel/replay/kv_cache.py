@@ -218,18 +218,8 @@ class KVBlocks:
                 cached[key] = 1
             else:
                 cached[key] = ref + 1
-        if private and r in self.explicit:
-            self._touch_own(r, private)
-        elif private:
-            seg = self.segment[r]
-            del self.seg_at[r]
-            self._stale += 1
-            self._lru_count -= seg
-            self.free -= private
-            if private < seg:  # never from the engine (a resumed request knows a token
-                # past its full blocks, so its whole segment is within the hit limit); if it
-                # happened, the blocks not hit would lose their hashes here
-                self.segment[r] = private
+        if private:
+            self._touch_private(r, private)
         if self._stale > 2 * self.num_blocks + 64:  # bound the memory of stale entries
             self._compact()
         return keys
@@ -368,6 +358,22 @@ class KVBlocks:
         """An explicit request's held own keys, forgotten as it stops running."""
         self._next.pop(r, None)
         return self._own.pop(r, [])
+
+    def _touch_private(self, r: int, private: int) -> None:
+        """Request ``r`` holds ``private`` of its own cached blocks again: its segment leaves
+        the queue (its LRU entry goes stale), or an explicit request's own keys are held."""
+        if r in self.explicit:
+            self._touch_own(r, private)
+            return
+        seg = self.segment[r]
+        del self.seg_at[r]
+        self._stale += 1
+        self._lru_count -= seg
+        self.free -= private
+        if private < seg:  # never from the engine (a resumed request knows a token
+            # past its full blocks, so its whole segment is within the hit limit); if it
+            # happened, the blocks not hit would lose their hashes here
+            self.segment[r] = private
 
     def _queue_segment(self, r: int) -> None:
         """Request ``r``'s segment, if it has one, joins the queue's back as one entry (its

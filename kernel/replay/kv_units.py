@@ -179,16 +179,8 @@ class KVUnits(KVBlocks):
             else:
                 rk.append(k)
                 rc.append(take)
-        if private and r in self.explicit:
-            self._touch_own(r, private)
-        elif private:
-            seg = self.segment[r]
-            del self.seg_at[r]
-            self._stale += 1
-            self._lru_count -= seg
-            self.free -= private
-            if private < seg:
-                self.segment[r] = private
+        if private:
+            self._touch_private(r, private)
         if self._stale > 2 * self.num_blocks + 64:
             self._compact()
         return rk, rc
