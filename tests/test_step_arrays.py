@@ -26,9 +26,10 @@ from kernel.calibration import Law, PhaseCorrection
 from kernel.facade.kernel import Kernel
 from kernel.model import jit, step, step_arrays, step_batch
 from kernel.model.calibration_law import TERMS
-from kernel.model.types import Batch, Resource, StepEstimate
+from kernel.model.types import Batch, Resource
 from tests.fixtures_pools import tiny_dense, tiny_moe_mla
 from tests.jit_modes import jit_mode  # noqa: F401 (the fixture: compiled loops, then none)
+from tests.step_support import same, shared
 
 # (jit_mode is function-scoped and fixed for all of a test's examples: the health check's
 # concern, state leaking between examples, does not arise)
@@ -65,21 +66,6 @@ def calibrated(name: str) -> Kernel:
 rows_st = st.lists(st.one_of(st.tuples(st.integers(0, 5000), st.integers(0, 300_000)),
                              st.tuples(st.integers(1, 4), st.integers(0, 300_000)),
                              st.tuples(st.integers(0, 2), st.integers(0, 2))), max_size=70)
-
-
-def shared(k: Kernel, b: Batch) -> StepEstimate:
-    r = k.resolved_pool
-    return step.finish(step.compose(r, step.summarise(r, b)), {})
-
-
-def same(a: StepEstimate, b: StepEstimate) -> None:
-    assert (a.overlap, a.no_overlap, a.bottleneck, a.calibrated) == (
-        b.overlap, b.no_overlap, b.bottleneck, b.calibrated)
-    if b.per_resource is None:
-        assert a.per_resource is None
-    else:
-        assert a.per_resource is not None
-        assert list(a.per_resource.items()) == list(b.per_resource.items())
 
 
 def inputs(rows: list[tuple[int, int]]) -> list[tuple[Any, Any]]:

@@ -29,10 +29,12 @@ from hypothesis import strategies as st
 import kernel
 from kernel import StepBatch
 from kernel.facade.kernel import Kernel
-from kernel.model import laws, step, step_arrays, step_fast
-from kernel.model.types import MAX_DURATION_NS, Batch, Resource, StepEstimate
+from kernel.model import laws, step_arrays, step_fast
+from kernel.model.types import MAX_DURATION_NS, Batch, Resource
 from tests.fixtures_pools import replace_coeffs, tiny_pcp
 from tests.jit_modes import jit_mode  # noqa: F401 (the fixture: compiled loops, then none)
+from tests.step_support import same_with_maps as same
+from tests.step_support import shared
 from tests.test_step_fast import pools
 
 SETTINGS = settings(max_examples=60, deadline=None,
@@ -44,18 +46,6 @@ NAMES = ["deepseek-v3-h200-fp8-sglang-tp8", "llama-3.1-8b-h100-tp1", "nemotron3-
 @cache
 def open_k(name: str) -> Kernel:
     return kernel.open(name)
-
-
-def shared(k: Kernel, b: Batch) -> StepEstimate:
-    r = k.resolved_pool
-    return step.finish(step.compose(r, step.summarise(r, b)), {})
-
-
-def same(a: StepEstimate, b: StepEstimate) -> None:
-    assert (a.overlap, a.no_overlap, a.bottleneck, a.calibrated) == (
-        b.overlap, b.no_overlap, b.bottleneck, b.calibrated)
-    assert a.per_resource is not None and b.per_resource is not None
-    assert list(a.per_resource.items()) == list(b.per_resource.items())
 
 
 # A computed count: small, around the 2**56 bound of the exact numpy sum, or near int64's top.
