@@ -506,6 +506,7 @@ def test_step_arrays_reads_jits_own_table(monkeypatch: pytest.MonkeyPatch) -> No
     """The table price reads is jit.compiled's, also after jit.reset() (else a reset would
     leave price on the compiled passes with BLIS_JIT=0, unseen: the prices are the same)."""
     table = step_arrays._compiled_get.__self__  # type: ignore[attr-defined]
+    assert step_arrays._compiled_get == jit.lookup
     if not hasattr(jit, "_done"):  # (jit keeps it elsewhere: price asks jit.compiled)
         assert table == {}
         return

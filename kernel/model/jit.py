@@ -18,10 +18,14 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["compiled", "enabled", "reset"]
+__all__ = ["compiled", "enabled", "lookup", "reset"]
 
 _state: dict[str, Any] = {}  # "numba": the module, or None when off or missing
 _done: dict[Callable[..., Any], Callable[..., Any] | None] = {}
+# ``lookup(fn, default)``: what :func:`compiled` gave for ``fn`` (None: off), or ``default`` if it
+# was never asked — one dict read, for call sites on a per-call hot path; the table is cleared
+# in place by :func:`reset`, so the bound method stays valid.
+lookup = _done.get
 
 
 def _numba() -> Any:
