@@ -58,16 +58,13 @@ def _leading(chain: Chain, shared: int) -> Iterator[tuple[int, int]]:
 class KVUnits(KVBlocks):
     """:class:`KVBlocks` whose shared keys may stand for several blocks (see the module)."""
 
-    __slots__ = ("exploded", "size", "unit_runs", "version")
+    __slots__ = ("exploded", "size", "unit_runs")
 
     def __init__(self, num_blocks: int, block_size: int, caching: bool):
         super().__init__(num_blocks, block_size, caching)
         self.size: dict[int, int] = {}  # unit key -> blocks present (absent: 1)
         self.exploded: set[int] = set()  # units kept per block from now on
         self.unit_runs: set[int] = set()  # stamps of LRU runs holding a unit of > 1 block
-        # bumped by every release, touch and registration: while it stays, free blocks only
-        # fell and no block became held, so an admission found blocked stays blocked
-        self.version = 0
 
     # -- lookups ---------------------------------------------------------------------------
     def hit_units(self, chain: Chain, max_blocks: int, r: int) -> tuple[int, int]:
@@ -146,7 +143,6 @@ class KVUnits(KVBlocks):
     def touch_units(self, chain: Chain, shared: int, r: int, private: int) -> Refs:
         """The request now holds the chain's leading ``shared`` blocks and ``private``
         segment blocks (vLLM ``BlockPool.touch``); returns its references."""
-        self.version += 1
         cached, size, exploded, stale_in = self.cached, self.size, self.exploded, self._stale_in
         rk: list[int] = []
         rc: list[int] = []
@@ -192,7 +188,6 @@ class KVUnits(KVBlocks):
         unit is made per block first."""
         if not self.caching or hi <= lo:
             return
-        self.version += 1
         keys, _sizes, ends = chain
         cached, size, exploded = self.cached, self.size, self.exploded
         rk, rc = refs
@@ -233,7 +228,6 @@ class KVUnits(KVBlocks):
     def release_units(self, held: int, refs: Refs, r: int) -> None:
         """A finished or preempted request gives back ``held`` blocks (:meth:`KVBlocks.release`
         with unit references)."""
-        self.version += 1
         rk, rc = refs
         if self._own and r in self._own:  # an explicit request: its own keys are the tail
             own = self._take_own(r)
