@@ -197,34 +197,10 @@ def replay(k: Any, requests: Any, options: ReplayOptions | None = None, *,
     think = _ints(table, "think_ns", -1)
     ids = (table.column("request_id").to_pylist() if "request_id" in table.column_names
            else [str(i) for i in range(n)])
-    sessions = (table.column("session_id").to_pylist() if "session_id" in table.column_names
-                else [None] * n)
     hashes = (table.column("prefix_hashes").to_pylist()
               if "prefix_hashes" in table.column_names and hash_tokens else None)
-
-    reason: list[str | None] = [None] * n
-    for i in range(n):  # checks per request (pure Python over n, once)
-        reason[i] = _reject_reason(int(prompt[i]), int(output[i]), int(arrival[i]),
-                                   int(think[i]), [p[0] for p in pools], pd)
-
-    # Closed loop: a request with think_ns follows the previous request of its session.
-    follower: dict[int, int] = {}
-    last_of: dict[Any, int] = {}
-    first_rows: list[int] = []
-    for i in range(n):
-        sid = sessions[i]
-        if arrival[i] < 0 and think[i] >= 0:
-            prev = last_of.get(sid) if sid is not None else None
-            if prev is None:
-                if reason[i] is None:
-                    reason[i] = (f"think_ns set but no earlier request of session {sid!r} "
-                                 f"to follow")
-            else:
-                follower[prev] = i
-        elif reason[i] is None or arrival[i] >= 0:
-            first_rows.append(i)
-        if sid is not None:
-            last_of[sid] = i
+    reason, follower, first_rows = _arrivals(table, arrival, prompt, output, think,
+                                             [p[0] for p in pools], pd)
 
     if pd:  # the prefill pool samples one token; the decode pool gets the prompt's KV
         states = [RunState(prompt.tolist(), np.ones(n, np.int64).tolist(), hashes,
@@ -331,6 +307,59 @@ def _reject_reason(p: int, o: int, arrival: int, think: int, limits: list[Engine
     if arrival < 0 and think < 0:
         return "no arrival_ns and no think_ns: the request never arrives"
     return None
+
+
+def _arrivals(table: pa.Table, arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
+              think: np.ndarray, limits: list[EngineLimits], pd: bool
+              ) -> tuple[list[str | None], dict[int, int], list[int]]:
+    """Each request's reject reason (None: it runs); closed loop: the request that follows
+    each one in its session (a request with ``think_ns`` and no arrival follows the previous
+    request of its session); the rows arriving on their own, in row order."""
+    reason = _reject_reasons(prompt, output, arrival, think, limits, pd)
+    prev = _previous_of_session(table)
+    follows = np.flatnonzero((arrival < 0) & (think >= 0))
+    led = prev[follows] >= 0
+    follower = dict(zip(prev[follows[led]].tolist(), follows[led].tolist(), strict=True))
+    for i in follows[~led].tolist():
+        if reason[i] is None:
+            sid = (table.column("session_id")[i].as_py() if "session_id" in table.column_names
+                   else None)
+            reason[i] = f"think_ns set but no earlier request of session {sid!r} to follow"
+    # (a row neither following nor arriving has a reason: it never arrives)
+    return reason, follower, np.flatnonzero(arrival >= 0).tolist()
+
+
+def _reject_reasons(prompt: np.ndarray, output: np.ndarray, arrival: np.ndarray,
+                    think: np.ndarray, limits: list[EngineLimits], pd: bool
+                    ) -> list[str | None]:
+    """:func:`_reject_reason` of every request, asked only of those a vectorised test
+    cannot clear: both lengths positive, their sum within every core's model length and KV
+    blocks (``ceil(x / B) + fixed <= blocks`` is ``x <= (blocks - fixed) * B``), and an
+    arrival or a think time."""
+    room = min(min((lim.num_blocks - lim.fixed_blocks) * lim.block_size,
+                   lim.max_model_len or 1 << 62) for lim in limits)
+    room = min(room, (1 << 62) - 1)  # (the sum below stays inside int64 where it is read)
+    clear = ((prompt > 0) & (output > 0) & (prompt <= room) & (output <= room)
+             & (prompt + output <= room) & ((arrival >= 0) | (think >= 0)))
+    reason: list[str | None] = [None] * prompt.size
+    for i in np.flatnonzero(~clear).tolist():
+        reason[i] = _reject_reason(int(prompt[i]), int(output[i]), int(arrival[i]),
+                                   int(think[i]), limits, pd)
+    return reason
+
+
+def _previous_of_session(table: pa.Table) -> np.ndarray:
+    """Per row, the row before it with the same ``session_id`` (-1: none, or no session)."""
+    if "session_id" not in table.column_names:
+        return np.full(table.num_rows, -1, np.int64)
+    codes = table.column("session_id").dictionary_encode().combine_chunks().indices
+    code = np.asarray(codes.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
+    order = np.argsort(code, kind="stable")  # each session's rows together, in row order
+    sorted_code = code[order]
+    same = (sorted_code[1:] == sorted_code[:-1]) & (sorted_code[1:] >= 0)
+    prev = np.full(table.num_rows, -1, np.int64)
+    prev[order[1:][same]] = order[:-1][same]
+    return prev
 
 
 def _pool_name(k: Kernel) -> str:

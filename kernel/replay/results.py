@@ -50,30 +50,34 @@ class ReplayResult:
         return src
 
 
-def _group_percentile(values: np.ndarray, groups: np.ndarray, n_groups: int,
-                      qs: tuple[float, ...]) -> list[np.ndarray]:
-    """Per-group percentiles (linear interpolation, numpy's default) without a Python loop.
-    Groups with no value get -1."""
+def run_percentiles(values: np.ndarray, counts: np.ndarray,
+                    qs: tuple[float, ...]) -> list[np.ndarray]:
+    """Percentiles of each run of ``values`` (``counts[g]`` values for group g, the groups'
+    runs one after another), without a Python loop: for a run sorted as v of n values, the
+    q-th is v[lo] + (v[hi] - v[lo]) * frac with pos = q * (n - 1), lo = floor(pos), hi =
+    min(lo + 1, n - 1), frac = pos - lo (linear interpolation, numpy's default method). Groups
+    with no value get -1."""
+    n_groups = counts.size
     outs = [np.full(n_groups, -1.0) for _ in qs]
     if values.size == 0:
         return outs
     integral = np.issubdtype(values.dtype, np.integer)
     iv = values if integral else values.astype(np.int64)
     if ((integral or np.array_equal(iv, values)) and iv.min() >= 0 and iv.max() < 1 << 40
-            and groups.max() < 1 << 22):  # one int64 sort of (group, value) keys: faster
-        key = (groups.astype(np.int64, copy=False) << 40) | iv
+            and n_groups <= 1 << 23):  # one int64 sort of (group, value) keys: faster
+        key = np.repeat(np.arange(n_groups, dtype=np.int64) << 40, counts)
+        key |= iv
         key.sort()
 
         def at(i: np.ndarray) -> np.ndarray:  # the sorted values, read where needed only
             return (key[i] & ((1 << 40) - 1)).astype(np.float64)
     else:
-        order = np.lexsort((values, groups))
+        order = np.lexsort((values, np.repeat(np.arange(n_groups), counts)))
         v = values[order]
 
         def at(i: np.ndarray) -> np.ndarray:
             return v[i]
-    counts = np.bincount(groups, minlength=n_groups)
-    present = np.flatnonzero(counts)  # groups in order: their runs follow one another
+    present = np.flatnonzero(counts)
     counts = counts[present]
     starts = np.cumsum(counts) - counts
     for q, out in zip(qs, outs, strict=True):
@@ -86,11 +90,62 @@ def _group_percentile(values: np.ndarray, groups: np.ndarray, n_groups: int,
     return outs
 
 
+def _group_percentile(values: np.ndarray, groups: np.ndarray, n_groups: int,
+                      qs: tuple[float, ...]) -> list[np.ndarray]:
+    """:func:`run_percentiles` of values in any order, ``groups`` naming each one's group."""
+    order = np.argsort(groups, kind="stable")
+    return run_percentiles(values[order], np.bincount(groups, minlength=n_groups), qs)
+
+
+def token_times(req: np.ndarray, known: np.ndarray, batch_end: np.ndarray, prompt: np.ndarray,
+                otok: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per request, the tokens it received and the times its first and last reached the
+    client (-1 without one); and every inter-token latency, request by request in token order
+    (``emitted - 1`` for each request with a token).
+
+    Per token in the order sampled: ``req`` its request, ``known`` the tokens the request knew
+    before it (its prompt plus the token's ordinal), ``batch_end`` the end of the step that
+    sampled it. The token of ordinal j reaches the client (j + 1) output-token overheads
+    ``otok`` after that end, so a latency is the difference of two steps' ends plus one
+    overhead. ``known`` is used as scratch.
+
+    Without a sort: a token lands at its place in the (request, ordinal) layout, the order a
+    stable sort by request of the time-ordered tokens gives."""
+    n = prompt.size
+    emitted = np.bincount(req, minlength=n).astype(np.int64, copy=False)
+    if emitted.size != n:
+        raise AssertionError(f"a token of request {emitted.size - 1} of {n}")
+    offset = np.cumsum(emitted) - emitted
+    scratch = np.take(prompt, req)
+    ordinal = np.subtract(known, scratch, out=known)
+    if req.size and ordinal.min() < 0:
+        raise AssertionError("a request sampled a token before its prompt was computed")
+    # (mode="clip": the indices are in range (checked above); with the default mode, numpy
+    # buffers ``out`` and the take costs several times more)
+    at = np.add(np.take(offset, req, out=scratch, mode="clip"), ordinal, out=scratch)
+    ends = np.empty(req.size, np.int64)  # each token's step end, in (request, ordinal) order
+    ends[at] = batch_end
+    del scratch, at
+    has = emitted > 0
+    first = np.full(n, -1, np.int64)
+    last = np.full(n, -1, np.int64)
+    first[has] = ends[offset[has]] + otok
+    last[has] = ends[offset[has] + emitted[has] - 1] + emitted[has] * otok
+    gaps = np.subtract(ends[1:], ends[:-1], out=ordinal[:-1])
+    same = np.ones(gaps.size, bool)  # a gap between two tokens of one request
+    same[offset[has][1:] - 1] = False
+    itl = gaps[same]
+    itl += otok
+    return emitted, first, last, itl
+
+
 def _stats(x: np.ndarray, prefix: str) -> dict[str, float | None]:
+    """Mean, p50, p90, p99 of ``x``, which is reordered (the partition works in place)."""
     if x.size == 0:
         return {f"{prefix}_{k}": None for k in ("mean", "p50", "p90", "p99")}
-    ps = np.percentile(x, (50, 90, 99))  # one partition for the three
-    return {f"{prefix}_mean": float(np.mean(x)),
+    mean = float(np.mean(x))
+    ps = np.percentile(x, (50, 90, 99), overwrite_input=True)  # one partition, in place
+    return {f"{prefix}_mean": mean,
             **{f"{prefix}_p{q}": float(p) for q, p in zip((50, 90, 99), ps, strict=True)}}
 
 
@@ -105,39 +160,12 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
     keep = sim.rows.keep
     steps = sim.rows.steps
 
-    # Token times without a sort: the token a request samples when it knows ``known`` tokens
-    # is its (known - prompt)-th, so each lands at its place in a (request, ordinal) layout,
-    # the order a stable sort by request of the time-ordered tokens gives.
     tok_req, tok_known, tok_batch = sim.rows.tokens()  # fresh arrays: changed in place
-    emitted_n = np.bincount(tok_req, minlength=n).astype(np.int64, copy=False)
-    if emitted_n.size != n:
-        raise AssertionError(f"a token of request {emitted_n.size - 1} of {n}")
-    offset = np.cumsum(emitted_n) - emitted_n
-    scratch = np.take(np.asarray(state.prompt, np.int64), tok_req)
-    ordinal = np.subtract(tok_known, scratch, out=tok_known)
-    if tok_req.size and ordinal.min() < 0:
-        raise AssertionError("a request sampled a token before its prompt was computed")
-    # (mode="clip": the indices are in range (checked above); with the default mode, numpy
-    # buffers ``out`` and the take costs several times more)
-    at = np.add(np.take(offset, tok_req, out=scratch, mode="clip"), ordinal,
-                out=scratch)  # its place
-    ordinal += 1
-    ordinal *= otok
-    ordinal += steps["end"][tok_batch]  # the token's visible time
-    visible = np.empty(tok_req.size, np.int64)
-    visible[at] = ordinal
-    del ordinal, tok_known, tok_batch, tok_req, scratch, at
-    has = emitted_n > 0
-    first_token = np.full(n, -1, np.int64)
-    last_token = np.full(n, -1, np.int64)
-    first_token[has] = visible[offset[has]]
-    last_token[has] = visible[offset[has] + emitted_n[has] - 1]
-    same = np.ones(visible.size, bool)  # a token after another of the same request
-    same[offset[has]] = False
-    itl = (visible[1:] - visible[:-1])[same[1:]]
-    del same, visible
-    itl_req = np.repeat(np.arange(n, dtype=np.int64), np.maximum(emitted_n - 1, 0))
-    itl_p50, itl_p99 = _group_percentile(itl, itl_req, n, (0.5, 0.99))
+    emitted_n, first_token, last_token, itl = token_times(
+        tok_req, tok_known, steps["end"][tok_batch],
+        np.asarray(state.prompt, np.int64), otok)
+    del tok_req, tok_known, tok_batch
+    itl_p50, itl_p99 = run_percentiles(itl, np.maximum(emitted_n - 1, 0), (0.5, 0.99))
 
     admitted = states[0].admitted
 
@@ -275,7 +303,8 @@ def _seconds(slo: dict[str, float] | None) -> dict[str, float]:
 
 def summarise(requests: pa.Table, engine_steps: pa.Table, itl_ns: np.ndarray,
               slo: dict[str, float] | None = None) -> dict[str, Any]:
-    """Throughput, latency distributions, queueing, KV occupancy, preemptions, goodput."""
+    """Throughput, latency distributions, queueing, KV occupancy, preemptions, goodput.
+    ``itl_ns``: every inter-token latency (reordered here: the caller's scratch)."""
     limits = _seconds(slo)
     status = np.asarray(requests.column("status").to_pylist())
     done = status == "finished"
