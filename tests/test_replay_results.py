@@ -67,10 +67,10 @@ def test_run_percentiles_are_the_plain_ones(data, counts, values, kind):
 
 
 def tokens_of(draw_counts: list[int], prompts: list[int], rng: random.Random,
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[int]]]:
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[list[int]]]:
     """A random sampled order of every request's tokens (each request's in its own order),
-    cut into steps with nondecreasing ends: (request, known before, step end) per token, and
-    each request's step ends in token order."""
+    cut into steps with nondecreasing ends: (request, known before, step) per token, the
+    steps' ends, and each request's step ends in token order."""
     left = list(draw_counts)
     sampled = []
     while any(left):
@@ -78,19 +78,19 @@ def tokens_of(draw_counts: list[int], prompts: list[int], rng: random.Random,
         sampled.append(r)
         left[r] -= 1
     seen = [0] * len(draw_counts)
-    req, known, end = [], [], []
+    req, known, batch = [], [], []
+    step_end = [rng.randrange(0, 1000)]
     per: list[list[int]] = [[] for _ in draw_counts]
-    t = rng.randrange(0, 1000)
     for r in sampled:
         if rng.random() < 0.6:  # a new step
-            t += rng.choice([0, 1, 7, rng.randrange(0, 10**6)])
+            step_end.append(step_end[-1] + rng.choice([0, 1, 7, rng.randrange(0, 10**6)]))
         req.append(r)
         known.append(prompts[r] + seen[r])
         seen[r] += 1
-        end.append(t)
-        per[r].append(t)
-    return (np.asarray(req, np.int64), np.asarray(known, np.int64), np.asarray(end, np.int64),
-            per)
+        batch.append(len(step_end) - 1)
+        per[r].append(step_end[-1])
+    return (np.asarray(req, np.int64), np.asarray(known, np.int64),
+            np.asarray(batch, np.int64), np.asarray(step_end, np.int64), per)
 
 
 @settings(max_examples=200, deadline=None)
@@ -99,9 +99,9 @@ def tokens_of(draw_counts: list[int], prompts: list[int], rng: random.Random,
 def test_token_times_are_the_plain_ones(reqs, otok, rng):
     counts = [c for c, _ in reqs]
     prompts = [p for _, p in reqs]
-    req, known, end, per = tokens_of(counts, prompts, rng)
-    emitted, first, last, itl = token_times(req, known, end, np.asarray(prompts, np.int64),
-                                            otok)
+    req, known, batch, step_end, per = tokens_of(counts, prompts, rng)
+    emitted, first, last, itl = token_times(req, known, batch, step_end,
+                                            np.asarray(prompts, np.int64), otok)
     visible = [[e + (j + 1) * otok for j, e in enumerate(ends)] for ends in per]
     assert emitted.tolist() == counts
     assert first.tolist() == [v[0] if v else -1 for v in visible]
@@ -109,9 +109,12 @@ def test_token_times_are_the_plain_ones(reqs, otok, rng):
     assert itl.tolist() == [b - a for v in visible for a, b in zip(v, v[1:], strict=False)]
 
 
-def test_a_token_before_its_prompt_is_refused():
+def test_a_token_before_its_prompt_or_of_no_step_is_refused():
     with pytest.raises(AssertionError, match="before its prompt"):
-        token_times(np.array([0, 0]), np.array([4, 5]), np.array([10, 20]),
+        token_times(np.array([0, 0]), np.array([4, 5]), np.array([0, 1]), np.array([10, 20]),
+                    np.array([5]), 1)
+    with pytest.raises(AssertionError, match="not recorded"):
+        token_times(np.array([0, 0]), np.array([5, 6]), np.array([0, 2]), np.array([10, 20]),
                     np.array([5]), 1)
 
 

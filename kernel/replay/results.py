@@ -61,25 +61,25 @@ def run_percentiles(values: np.ndarray, counts: np.ndarray,
     outs = [np.full(n_groups, -1.0) for _ in qs]
     if values.size == 0:
         return outs
+    present = np.flatnonzero(counts)
+    counts = counts[present]
+    starts = np.cumsum(counts) - counts
     integral = np.issubdtype(values.dtype, np.integer)
     iv = values if integral else values.astype(np.int64)
     if ((integral or np.array_equal(iv, values)) and iv.min() >= 0 and iv.max() < 1 << 40
             and n_groups <= 1 << 23):  # one int64 sort of (group, value) keys: faster
-        key = np.repeat(np.arange(n_groups, dtype=np.int64) << 40, counts)
+        key = np.repeat(present << 40, counts)
         key |= iv
         key.sort()
 
         def at(i: np.ndarray) -> np.ndarray:  # the sorted values, read where needed only
             return (key[i] & ((1 << 40) - 1)).astype(np.float64)
     else:
-        order = np.lexsort((values, np.repeat(np.arange(n_groups), counts)))
+        order = np.lexsort((values, np.repeat(present, counts)))
         v = values[order]
 
         def at(i: np.ndarray) -> np.ndarray:
             return v[i]
-    present = np.flatnonzero(counts)
-    counts = counts[present]
-    starts = np.cumsum(counts) - counts
     for q, out in zip(qs, outs, strict=True):
         pos = q * (counts - 1)
         lo = np.floor(pos).astype(np.int64)
@@ -97,17 +97,19 @@ def _group_percentile(values: np.ndarray, groups: np.ndarray, n_groups: int,
     return run_percentiles(values[order], np.bincount(groups, minlength=n_groups), qs)
 
 
-def token_times(req: np.ndarray, known: np.ndarray, batch_end: np.ndarray, prompt: np.ndarray,
-                otok: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def token_times(req: np.ndarray, known: np.ndarray, batch: np.ndarray, step_end: np.ndarray,
+                prompt: np.ndarray, otok: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per request, the tokens it received and the times its first and last reached the
     client (-1 without one); and every inter-token latency, request by request in token order
     (``emitted - 1`` for each request with a token).
 
     Per token in the order sampled: ``req`` its request, ``known`` the tokens the request knew
-    before it (its prompt plus the token's ordinal), ``batch_end`` the end of the step that
-    sampled it. The token of ordinal j reaches the client (j + 1) output-token overheads
-    ``otok`` after that end, so a latency is the difference of two steps' ends plus one
-    overhead. ``known`` is used as scratch.
+    before it (its prompt plus the token's ordinal), ``batch`` the step that sampled it (a row
+    of ``step_end``). The token of ordinal j reaches the client (j + 1) output-token overheads
+    ``otok`` after that step's end, so a latency is the difference of two steps' ends plus one
+    overhead. The three token arrays (int64) are used as scratch: each array of the tokens'
+    size made afresh costs page faults, up to tens of ms each on a loaded machine.
 
     Without a sort: a token lands at its place in the (request, ordinal) layout, the order a
     stable sort by request of the time-ordered tokens gives."""
@@ -115,17 +117,19 @@ def token_times(req: np.ndarray, known: np.ndarray, batch_end: np.ndarray, promp
     emitted = np.bincount(req, minlength=n).astype(np.int64, copy=False)
     if emitted.size != n:
         raise AssertionError(f"a token of request {emitted.size - 1} of {n}")
+    if req.size and not (batch.min() >= 0 and batch.max() < step_end.size):
+        raise AssertionError("a token of a step that was not recorded")
     offset = np.cumsum(emitted) - emitted
-    scratch = np.take(prompt, req)
-    ordinal = np.subtract(known, scratch, out=known)
+    at = np.take(prompt, req)
+    ordinal = np.subtract(known, at, out=known)
     if req.size and ordinal.min() < 0:
         raise AssertionError("a request sampled a token before its prompt was computed")
     # (mode="clip": the indices are in range (checked above); with the default mode, numpy
     # buffers ``out`` and the take costs several times more)
-    at = np.add(np.take(offset, req, out=scratch, mode="clip"), ordinal, out=scratch)
-    ends = np.empty(req.size, np.int64)  # each token's step end, in (request, ordinal) order
-    ends[at] = batch_end
-    del scratch, at
+    np.add(np.take(offset, req, out=at, mode="clip"), ordinal, out=at)  # each token's place
+    ends = batch  # each token's step end in (request, ordinal) order, in batch's memory
+    ends[at] = np.take(step_end, batch, out=req, mode="clip")
+    del at
     has = emitted > 0
     first = np.full(n, -1, np.int64)
     last = np.full(n, -1, np.int64)
@@ -162,8 +166,7 @@ def build_result(kernels: list[Kernel], options: ReplayOptions, table: pa.Table,
 
     tok_req, tok_known, tok_batch = sim.rows.tokens()  # fresh arrays: changed in place
     emitted_n, first_token, last_token, itl = token_times(
-        tok_req, tok_known, steps["end"][tok_batch],
-        np.asarray(state.prompt, np.int64), otok)
+        tok_req, tok_known, tok_batch, steps["end"], np.asarray(state.prompt, np.int64), otok)
     del tok_req, tok_known, tok_batch
     itl_p50, itl_p99 = run_percentiles(itl, np.maximum(emitted_n - 1, 0), (0.5, 0.99))
 
