@@ -11,7 +11,10 @@ does it (decision LF2). ``BLIS_KEEP_MALLOC=1`` vetoes it. Linux with glibc only.
 left as it is and Arrow's buffers go to jemalloc (else mimalloc). On the 2-core machine a sorted
 trace's peak RSS then stays within 7% from 1M to 30M batches (0.64 / 0.66 / 0.68 GiB, against
 0.66 / 0.76 / 0.81 GiB tuned), for 4-15% more CPU (sorted 10M +5%, request-major 10M +4%,
-shuffled 1M +15%). ``speed`` (the default) is what :func:`tune` describes below.
+shuffled 1M +15%). Measured again in one sitting (AL2): 0.61 / 0.67 / 0.70 GiB (1.14x) against
+0.61 / 0.71 / 0.79 GiB tuned (1.30x), +7-9% CPU at 10M and 30M. The tuned heap's growth is
+fragmentation, not data; no trim, threshold or pool tried fixed it at an acceptable cost (AL3).
+``speed`` (the default) is what :func:`tune` describes below.
 
 Measured on the 2-core machine, a sorted 1M-batch trace (decision RO12): ~50k page faults
 with every setting applied before numpy starts its threads, 60-140k when applied later, 90-200k
