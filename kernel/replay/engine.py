@@ -120,6 +120,11 @@ class Core:
         self.steady = False
         self.next_computed = self.run_arr
         self.next_known = self.run_arr
+        # While steady, ``run_arr`` may be followed in ``running`` by the *tail*: requests
+        # not (yet) in steady decode (a prefill being chunked, one admitted behind it), which
+        # Phase A handles one at a time, as scalars, after the steady part (decision RS1).
+        # ``running`` is ``run_arr`` then ``tail`` (both with the step in flight's zombies).
+        self.tail: list[int] = []
         # _step_steady's last step: the indices (in ``fills_ra``) of the requests whose known
         # token completed a block, for ``fills_of`` (that step's known tokens, which become
         # the next step's computed ones): the next step's block growers, without a lookup
@@ -370,7 +375,8 @@ class Simulation:
         cores = g.cores
         if len(cores) == 1:  # one core (a dense model's DP rank): the common case, lean
             c = cores[0]
-            if c.steady and not c.dirty and self._step_steady(g, gi, now, sched_time, c):
+            if (c.steady and not c.dirty and not c.tail
+                    and self._step_steady(g, gi, now, sched_time, c)):
                 return
             plan = self._schedule(c, sched_time, now)
             if plan[0].size:
@@ -463,7 +469,7 @@ class Simulation:
         fills = ((kn & (B - 1) if B & (B - 1) == 0 else kn % B) == 0).nonzero()[0]
         c.fills, c.fills_of, c.fills_ra = fills, kn, ra
         if fills.size and L.prefix_caching:
-            self._offer_fills(c, ra[fills].tolist(), (kn[fills] // B).tolist())
+            self._offer_blocks(c, ra[fills].tolist(), (kn[fills] // B).tolist())
         if zombies:
             self._drop_zombies(c)
         # -- price and launch
@@ -583,8 +589,12 @@ class Simulation:
             grown = who_known + 1
             s.known[who] = grown
             done = who[grown == s.target[who]]
-        if c.steady:  # every request sampled: computed = its known before, known one more
-            c.next_computed, c.next_known = known, grown
+        if c.steady:  # the steady part (leading rows) sampled: computed = its known before,
+            m = c.run_arr.size  # known one more
+            if m == rq.size:
+                c.next_computed, c.next_known = known, grown
+            else:  # (a tail follows: every steady row sampled, so ``who`` starts with them)
+                c.next_computed, c.next_known = known[:m], grown[:m]
         if done.size:
             self._finished(c, done, end)
         return emitted, who, who_known
@@ -639,36 +649,27 @@ class Simulation:
         # Steady decode (see Core.steady): the part Phase A scheduled (every running request
         # but those finished in the step in flight, in order) and its computed tokens mod B
         steady_part = steady_rem = None
-        steady = c.steady and not c.dirty
+        tail_rest: list[int] = []  # tail requests the budget did not reach (they stay)
+        everyone = False  # Phase A scheduled every running request, in order
+        if c.steady and not c.dirty and running:
+            a = self._phase_a_steady(c, budget)
+            if a is not None:
+                steady_part, steady_cr, steady_kn, steady_rem, tail_part, tail_rest, budget = a
+                parts.append((steady_part, _const(steady_part.size, 1), None))
+                if tail_part is not None:
+                    parts.append(tail_part)
+                else:
+                    fast = (steady_cr, steady_kn, True)
+                everyone = True  # (the budget may have left out the tail's last ones)
+            elif c.tail:  # ``run_arr`` is not all of ``running``: the general path rebuilds
+                c.dirty = True
         c.steady = False
-        if running:
+        if running and steady_part is None:
             if c.dirty:
                 c.run_arr = ra = np.array(running, np.int64)
                 c.run_prompt = s.prompt[ra]
                 c.run_target = s.target[ra]
                 c.dirty = False
-            ra = c.run_arr
-            if steady:
-                # Each request schedules its one known token (whole, so it samples); it needs
-                # a block exactly when its computed tokens fill their last one. Requests that
-                # finished in the step in flight (async) schedule nothing.
-                cr, kn = c.next_computed, c.next_known
-                part = ra
-                if c.zombies:
-                    keep = ~s.finished[ra]
-                    part, cr, kn = ra[keep], cr[keep], kn[keep]
-                nk = part.size
-                rem = cr & (B - 1) if B & (B - 1) == 0 else cr % B  # (a power of 2: no division)
-                grow = (rem == 0).nonzero()[0]
-                if 0 < nk <= budget and grow.size <= kv.free:
-                    if grow.size:
-                        kv.allocate(grow.size)
-                        s.held[part[grow]] += 1
-                    parts.append((part, _const(nk, 1), None))
-                    fast = (cr, kn, True)
-                    steady_part, steady_rem = part, rem
-                    budget -= nk
-        if running and steady_part is None:
             ra = c.run_arr
             cr = s.computed[ra]
             kn = s.known[ra]
@@ -701,6 +702,7 @@ class Simulation:
                 else:
                     parts.append((ra, n, None))
                     fast = (cr, kn, whole)
+                everyone = asked <= budget
                 budget -= min(asked, budget)
             else:  # some request cannot grow: the scalar loop with preemption from there
                 cum = np.cumsum(need)
@@ -735,8 +737,9 @@ class Simulation:
                     parts.append(admitted)
                 else:
                     admit = False  # the head is blocked (the usual step of a full pool)
-        if steady_part is not None and steady_rem is not None and not admit:  # all of it
-            return self._steady_plan(c, steady_part, cr, kn, steady_rem)
+        if steady_part is not None and fast is not None and not admit:  # all of it
+            return self._steady_plan(c, steady_part, steady_cr, steady_kn, steady_rem,
+                                     tail_rest)
         parts = [p for p in parts if p[0].size]
         if not parts:
             return _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY
@@ -759,29 +762,118 @@ class Simulation:
         after = kn if whole else cp + sc
         s.computed[rq] = after
         pl = c.run_prompt if rq is c.run_arr else s.prompt[rq]
-        if steady_part is not None and (rq is steady_part or bool(_all(after == kn))):
-            # Still steady: every request running after this step (the steady part, then
-            # those admitted, in order) is scheduled whole. ``running`` will be ``rq`` once
-            # this step's zombies leave; _finish_step records the arrays.
-            if rq is not c.run_arr:
-                c.run_arr, c.run_prompt = rq, pl
-                c.run_target = s.target[rq]
-            c.dirty = False
-            c.steady = True
-        elif rq is c.run_arr and whole:  # Phase A alone scheduled every request whole
-            c.steady = True
+        if everyone and not preempted:
+            self._settle(c, rq, pl, after, kn, whole, tail_rest)
         if L.prefix_caching:
-            self._offer(c, rq, after, kn, whole, steady_rem if rq is steady_part else None)
+            if steady_part is None or rq is steady_part:
+                self._offer(c, rq, after, kn, whole, steady_rem)
+            else:  # the steady part by its remainders, the rest (a few) one at a time
+                self._offer(c, steady_part, steady_kn, steady_kn, True, steady_rem)
+                ns = steady_part.size  # (a schedule never passes the known tokens: after)
+                self._offer_blocks(c, rq[ns:].tolist(), (after[ns:] // B).tolist())
         return rq, sc, cp, pl, ch, after, kn
 
+    def _settle(self, c: Core, rq: np.ndarray, pl: np.ndarray, after: np.ndarray,
+                kn: np.ndarray, whole: bool, tail_rest: list[int]) -> None:
+        """After a schedule that reached every running request in order (no preemption, no
+        request left out by the budget but the tail's last ones, ``tail_rest``): the core is
+        steady from now on, its steady part the leading requests scheduled whole (each
+        samples, so it ends the step in steady decode), the rest its tail. ``running`` will
+        be ``rq`` then ``tail_rest`` once this step's zombies leave; _finish_step records the
+        steady part's arrays."""
+        m = rq.size
+        if not whole:
+            got = after == kn
+            if not _all(got):
+                m = int(got.argmin())  # the first request not scheduled whole
+        if m == rq.size:
+            tail = tail_rest
+            if rq is not c.run_arr:
+                c.run_arr, c.run_prompt, c.run_target = rq, pl, c.state.target[rq]
+        else:
+            tail = rq[m:].tolist() + tail_rest
+            ra = rq[:m]
+            c.run_arr, c.run_prompt, c.run_target = ra, pl[:m], c.state.target[ra]
+        c.tail = tail
+        c.dirty = False
+        c.steady = True
+
+    def _phase_a_steady(self, c: Core, budget: int) -> tuple[
+            np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+            tuple[np.ndarray, np.ndarray, None] | None, list[int], int] | None:
+        """Phase A of a steady core (see :attr:`Core.steady`): each steady request its one
+        known token (whole, so it samples), a block where its computed tokens fill their
+        last one; then the tail's requests in order, each the rest of its known tokens capped
+        by the threshold and the budget left (vLLM ``Scheduler.schedule``'s running loop).
+        Returns (steady part, its computed and known tokens, their remainders mod B, the
+        tail's (requests, tokens, None) or None, the tail requests the budget left out, the
+        budget left), having allocated their blocks; or None, having changed nothing, when
+        the budget does not cover the steady part or the blocks do not fit (the general
+        Phase A then preempts), or nothing would be scheduled. Requests that finished in the
+        step in flight (async) schedule nothing."""
+        s = c.state
+        L = c.limits
+        B = L.block_size
+        kv = c.kv
+        part, cr, kn = c.run_arr, c.next_computed, c.next_known
+        if c.zombies:
+            keep = ~s.finished[part]
+            part, cr, kn = part[keep], cr[keep], kn[keep]
+        nk = part.size
+        if nk > budget:
+            return None
+        rem = cr & (B - 1) if B & (B - 1) == 0 else cr % B  # (a power of 2: no division)
+        grow = (rem == 0).nonzero()[0]
+        blocks = grow.size
+        budget -= nk
+        tail_part = None
+        rest: list[int] = []
+        if c.tail:
+            # a few requests: Python scalars cost less than the array rule's calls
+            F, thr = L.fixed_blocks, L.long_prefill_token_threshold
+            computed, known, held, finished = s.computed, s.known, s.held, s.finished
+            rq: list[int] = []
+            sc: list[int] = []
+            needs: list[int] = []
+            for i, r in enumerate(c.tail):
+                if budget <= 0:
+                    rest = [x for x in c.tail[i:] if not finished[x]]
+                    break
+                if finished[r]:
+                    continue
+                cp = int(computed[r])
+                n = int(known[r]) - cp
+                if thr and n > thr:
+                    n = thr
+                if n > budget:
+                    n = budget
+                rq.append(r)
+                sc.append(n)
+                needs.append((cp + n + B - 1) // B + F - int(held[r]))
+                budget -= n
+            blocks += sum(needs)
+            if rq:
+                tail_part = (np.array(rq, np.int64), np.array(sc, np.int64), None)
+        if blocks > kv.free or not (nk or tail_part):
+            return None
+        if blocks:
+            kv.allocate(blocks)
+            if grow.size:
+                s.held[part[grow]] += 1
+            if tail_part is not None:
+                s.held[tail_part[0]] += needs
+        return part, cr, kn, rem, tail_part, rest, budget
+
     def _steady_plan(self, c: Core, rq: np.ndarray, cr: np.ndarray, kn: np.ndarray,
-                     rem: np.ndarray) -> Plan:
+                     rem: np.ndarray, tail: list[int]) -> Plan:
         """The plan of a step that is the steady decode part alone (what the general
-        combination in :meth:`_schedule` gives for it, without its branches)."""
+        combination in :meth:`_schedule` gives for it, without its branches); ``tail``: the
+        tail requests the budget left out (they stay the tail)."""
         s = c.state
         s.computed[rq] = kn
         if rq is not c.run_arr:  # the step in flight's zombies leave after this schedule
             c.run_arr, c.run_prompt, c.run_target = rq, s.prompt[rq], s.target[rq]
+        c.tail = tail
         c.dirty = False
         c.steady = True
         if c.limits.prefix_caching:
@@ -803,36 +895,24 @@ class Simulation:
             # loop costs less than the rule's array calls.
             fills = (steady_rem == B - 1).nonzero()[0]
             if fills.size:
-                self._offer_fills(c, rq[fills].tolist(), (kn[fills] // B).tolist())
+                self._offer_blocks(c, rq[fills].tolist(), (kn[fills] // B).tolist())
             return
         # vLLM's rule, whatever the state
         full = (after if whole else np.minimum(after, kn)) // B
-        reg = s.registered[rq]
-        grow = (full > reg).nonzero()[0]
+        grow = (full > s.registered[rq]).nonzero()[0]
         if grow.size:
-            rg, fg, before = rq[grow], full[grow], reg[grow]
-            s.registered[rg] = fg
-            segment, explicit = c.kv.segment, c.kv.explicit
-            keyed = []  # (request, full, before) within its shared keys, or explicit
-            for r, f, b, shared in zip(rg.tolist(), fg.tolist(), before.tolist(),
-                                       s.n_shared[rg].tolist(), strict=True):
-                if b >= shared and r not in explicit:  # its own segment grows
-                    segment[r] = segment.get(r, 0) + f - b
-                else:
-                    keyed.append((r, f, b))
-            for r, f, b in keyed:
-                self._register(c, r, f, b)
+            self._offer_blocks(c, rq[grow].tolist(), full[grow].tolist())
 
-    def _offer_fills(self, c: Core, reqs: list[int], fulls: list[int]) -> None:
-        """:meth:`_offer` for steady decode requests ``reqs`` whose known token completed
-        their block ``fulls - 1`` (each had offered all its full blocks before)."""
+    def _offer_blocks(self, c: Core, reqs: list[int], fulls: list[int]) -> None:
+        """:meth:`_offer` for requests ``reqs`` whose leading ``fulls`` blocks are now full:
+        those past the ones each registered join the cache (in request order)."""
         s = c.state
         registered, n_shared = s.registered, s.n_shared
         segment, explicit = c.kv.segment, c.kv.explicit
         keyed = []  # (request, full, before) within its shared keys, or explicit
         for r, f in zip(reqs, fulls, strict=True):
             b = int(registered[r])
-            if f <= b:  # (never: the invariant above)
+            if f <= b:
                 continue
             registered[r] = f
             if b >= n_shared[r] and r not in explicit:  # its own segment grows
