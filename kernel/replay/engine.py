@@ -125,12 +125,14 @@ class Core:
         # Phase A handles one at a time, as scalars, after the steady part (decision RS1).
         # ``running`` is ``run_arr`` then ``tail`` (both with the step in flight's zombies).
         self.tail: list[int] = []
-        # _step_steady's last step: the indices (in ``fills_ra``) of the requests whose known
-        # token completed a block, for ``fills_of`` (that step's known tokens, which become
-        # the next step's computed ones): the next step's block growers, without a lookup
-        self.fills = self.run_arr
-        self.fills_of = self.run_arr
-        self.fills_ra = self.run_arr
+        # _step_steady's *wheel* (decision RS2): its requests by their known tokens mod B
+        # when it was built (``run_arr`` order within a bucket; requests finished since are
+        # skipped). Each steady step adds one token to every request, so the requests whose
+        # known token completes a block this step are bucket ``wheel_at``, which moves back
+        # one bucket a step, and the next step's block growers are the bucket after it: no
+        # array pass over the running requests. Any schedule by _schedule forgets it.
+        self.wheel: list[list[int]] | None = None
+        self.wheel_at = 0
         # _step_steady's last step: its requests and the fewest tokens any of them still
         # lacked after it (any other step forgets them: _schedule)
         self.done_ra: np.ndarray | None = None
@@ -375,8 +377,7 @@ class Simulation:
         cores = g.cores
         if len(cores) == 1:  # one core (a dense model's DP rank): the common case, lean
             c = cores[0]
-            if (c.steady and not c.dirty and not c.tail
-                    and self._step_steady(g, gi, now, sched_time, c)):
+            if c.steady and not c.dirty and self._step_steady(g, gi, now, sched_time, c):
                 return
             plan = self._schedule(c, sched_time, now)
             if plan[0].size:
@@ -433,15 +434,25 @@ class Simulation:
             return False
         kv = c.kv
         B = L.block_size
-        # A request needs a block when its computed tokens fill their last one: the requests
-        # whose known token filled a block in the step before, when that step was this
-        # path's over the same requests (it left their indices), else computed mod B == 0.
-        if c.fills_of is cr and c.fills_ra is ra:
-            grow = c.fills
-        else:
-            grow = ((cr & (B - 1) if B & (B - 1) == 0 else cr % B) == 0).nonzero()[0]
-        ng = grow.size
-        free = kv.free - ng  # after this step's blocks
+        s = c.state
+        finished = s.finished
+        wheel = c.wheel
+        if wheel is None:
+            wheel = c.wheel = self._wheel(ra, kn, B)
+            c.wheel_at = 0
+        at = c.wheel_at
+        # A request needs a block when its computed tokens fill their last one: those whose
+        # known token completed a block in the step before (the bucket after this step's)
+        grow = [r for r in wheel[at + 1 if at + 1 < B else 0] if not finished[r]]
+        blocks = len(grow)
+        tail = None
+        if c.tail:  # then the tail's requests, one at a time (see Core.tail)
+            tail = self._tail_schedule(c, budget)
+            if tail is None:
+                return False
+            budget = tail[5]
+            blocks += sum(tail[4])
+        free = kv.free - blocks  # after this step's blocks
         if free < 0:
             return False
         if waiting and budget > 0 and len(c.running) < L.max_num_seqs:
@@ -452,24 +463,31 @@ class Simulation:
                     and head not in kv.segment):
                 return False  # (with duplicates cached, this step's evictions count: EF4)
         # -- the schedule: one token each, a block where one fills
-        s = c.state
-        if ng:
-            kv.allocate(ng)
-            held = s.held
-            if ng < 8:  # a few: scalar updates cost less than a fancy-indexed one
-                for r in ra[grow].tolist():
-                    held[r] += 1
-            else:
-                held[ra[grow]] += 1
+        held = s.held
+        if blocks:
+            kv.allocate(blocks)
+            for r in grow:
+                held[r] += 1
         s.computed[ra] = kn
+        if tail is not None:
+            computed = s.computed
+            for r, n, cp, need in zip(tail[0], tail[1], tail[2], tail[4], strict=True):
+                held[r] += need
+                computed[r] = cp + n
         if zombies:  # ``running`` is ``ra`` once they leave
             c.run_arr, c.run_prompt, c.run_target = ra, s.prompt[ra], s.target[ra]
         # the requests whose known token completes a block (computed mod B was B - 1): the
-        # next step's growers, and the blocks vLLM offers to the prefix cache now
-        fills = ((kn & (B - 1) if B & (B - 1) == 0 else kn % B) == 0).nonzero()[0]
-        c.fills, c.fills_of, c.fills_ra = fills, kn, ra
-        if fills.size and L.prefix_caching:
-            self._offer_blocks(c, ra[fills].tolist(), (kn[fills] // B).tolist())
+        # blocks vLLM offers to the prefix cache now (finished ones leave their bucket)
+        fills = wheel[at]
+        if fills:
+            fills = wheel[at] = [r for r in fills if not finished[r]]
+            if fills and L.prefix_caching:
+                known = s.known  # (this step's known tokens: updated below)
+                self._offer_blocks(c, fills, [int(known[r]) // B for r in fills])
+        if tail is not None and L.prefix_caching:  # (after the steady part's, in batch order)
+            self._offer_blocks(c, tail[0], [(cp + n) // B for n, cp in zip(tail[1], tail[2],
+                                                                          strict=True)])
+        c.wheel_at = at - 1 if at else B - 1
         if zombies:
             self._drop_zombies(c)
         # -- price and launch
@@ -477,14 +495,21 @@ class Simulation:
         if consts[0].size != nk:
             consts = c.consts = (_const(nk, 1), _const(nk, 0), _const(nk, 2))
         one, zero, true = consts
-        step = self.price_ns(c, one, cr, c.run_prompt)
+        rq, sc, cp_, pl = ra, one, cr, c.run_prompt
+        if tail is not None and tail[0]:  # the tail's rows after the steady part's
+            rq = np.concatenate((ra, tail[0]))
+            sc = np.concatenate((one, tail[1]))
+            cp_ = np.concatenate((cr, tail[2]))
+            pl = np.concatenate((pl, s.prompt[tail[0]]))
+        step = self.price_ns(c, sc, cp_, pl)
         end = now + step
         self._count_step()
         b = self.batches
         self.batches += 1
         rows = self.rows
         rows.step_buf.extend((
-            b, c.pool_index, c.index, self.group_steps, now, end, step, step, nk, nk,
+            b, c.pool_index, c.index, self.group_steps, now, end, step, step, rq.size,
+            nk if sc is one else nk + sum(tail[1]),  # type: ignore[index]
             len(c.running), len(waiting) + len(inbox), kv.num_blocks - kv.free,
             kv.num_blocks))
         # -- every request samples a token; the ones reaching their target finish
@@ -502,11 +527,75 @@ class Simulation:
             left = int(_min(rest))
             c.done_in, c.done_ra = left, ra
             done = ra[rest == 0] if left == 0 else _EMPTY
+        if tail is None:
+            rows.add(b, ra, one, cr, pl, zero, true, c.pool_index, ra, kn)
+        else:
+            emitted, who, who_known, done = self._tail_sampled(c, tail, ra, kn, grown, done)
+            if rq is not ra:
+                rows.add(b, rq, sc, cp_, pl, _const(rq.size, 0), emitted, c.pool_index, who,
+                         who_known)
+            else:
+                rows.add(b, ra, one, cr, pl, zero, true, c.pool_index, ra, kn)
         if done.size:
             self._finished(c, done, end)
-        rows.add(b, ra, one, cr, c.run_prompt, zero, true, c.pool_index, ra, kn)
         self._running(g, gi, now, end)
         return True
+
+    def _tail_sampled(self, c: Core, tail: tuple[list[int], ...], ra: np.ndarray,
+                      kn: np.ndarray, grown: np.ndarray, done: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """_step_steady's end with a tail: the tail's requests scheduled whole sample a token
+        too (after the steady part's, ``ra`` whose known tokens were ``kn``, now ``grown``,
+        ``done`` finishing); the leading ones join the steady part (each now in steady decode,
+        as _settle has it), the wheel included; the rest stay the tail. Returns the rows'
+        emitted flags, the requests that sampled, their known tokens before, and those
+        finishing, in batch order."""
+        s = c.state
+        known, target = s.known, s.target
+        trq, tsc, tcp, tkn = tail[0], tail[1], tail[2], tail[3]
+        got = [cp + n == k for n, cp, k in zip(tsc, tcp, tkn, strict=True)]
+        who = [r for r, g in zip(trq, got, strict=True) if g]
+        who_known = [k for k, g in zip(tkn, got, strict=True) if g]
+        for r, k in zip(who, who_known, strict=True):
+            known[r] = k + 1
+        ends = [r for r, k in zip(who, who_known, strict=True) if k + 1 == target[r]]
+        if ends:
+            done = np.concatenate((done, ends)) if done.size else np.array(ends, np.int64)
+        j = got.index(False) if False in got else len(got)  # the leading ones sampled
+        c.tail = trq[j:]
+        if j:
+            self._join_steady(c, trq[:j], tkn[:j])
+        if not trq:
+            return _const(ra.size, 2), ra, kn, done
+        emitted = np.concatenate((_const(ra.size, 2), got))
+        return (emitted, np.concatenate((ra, who)) if who else ra,
+                np.concatenate((kn, who_known)) if who else kn, done)
+
+    def _join_steady(self, c: Core, reqs: list[int], before: list[int]) -> None:
+        """Tail requests ``reqs`` that sampled a token (knowing ``before`` tokens before it)
+        join the end of the steady part, in its arrays and in the wheel."""
+        s = c.state
+        B = c.limits.block_size
+        add = np.array(reqs, np.int64)
+        kb = np.array(before, np.int64)
+        c.run_arr = np.concatenate((c.run_arr, add))
+        c.run_prompt = np.concatenate((c.run_prompt, s.prompt[add]))
+        c.run_target = np.concatenate((c.run_target, s.target[add]))
+        c.next_computed = np.concatenate((c.next_computed, kb))
+        c.next_known = np.concatenate((c.next_known, kb + 1))
+        at, wheel = c.wheel_at, c.wheel
+        if wheel is not None:  # each in the bucket of its next known tokens (see Core.wheel)
+            for r, k in zip(reqs, before, strict=True):
+                wheel[(k + 1 + at) % B].append(r)
+
+    @staticmethod
+    def _wheel(ra: np.ndarray, kn: np.ndarray, B: int) -> list[list[int]]:
+        """:attr:`Core.wheel` built from the steady requests ``ra`` and their known tokens."""
+        wheel: list[list[int]] = [[] for _ in range(B)]
+        for r, k in zip(ra.tolist(), (kn & (B - 1) if B & (B - 1) == 0 else kn % B).tolist(),
+                        strict=True):
+            wheel[k].append(r)
+        return wheel
 
     def _launch(self, g: Group, gi: int, now: int, plans: list[Plan], prices: list[int],
                 step: int) -> None:
@@ -636,6 +725,7 @@ class Simulation:
         thr = L.long_prefill_token_threshold
         kv = c.kv
         c.done_ra = None  # this step's tokens are not _step_steady's count
+        c.wheel = None  # nor its requests
         inbox, waiting, running = c.inbox, c.waiting, c.running
         while inbox and inbox[0][0] <= sched_time:
             waiting.append(inbox.popleft()[1])
@@ -649,18 +739,17 @@ class Simulation:
         # Steady decode (see Core.steady): the part Phase A scheduled (every running request
         # but those finished in the step in flight, in order) and its computed tokens mod B
         steady_part = steady_rem = None
-        tail_rest: list[int] = []  # tail requests the budget did not reach (they stay)
         everyone = False  # Phase A scheduled every running request, in order
         if c.steady and not c.dirty and running:
             a = self._phase_a_steady(c, budget)
             if a is not None:
-                steady_part, steady_cr, steady_kn, steady_rem, tail_part, tail_rest, budget = a
+                steady_part, steady_cr, steady_kn, steady_rem, tail_part, budget = a
                 parts.append((steady_part, _const(steady_part.size, 1), None))
                 if tail_part is not None:
                     parts.append(tail_part)
                 else:
                     fast = (steady_cr, steady_kn, True)
-                everyone = True  # (the budget may have left out the tail's last ones)
+                everyone = True
             elif c.tail:  # ``run_arr`` is not all of ``running``: the general path rebuilds
                 c.dirty = True
         c.steady = False
@@ -702,7 +791,9 @@ class Simulation:
                 else:
                     parts.append((ra, n, None))
                     fast = (cr, kn, whole)
-                everyone = asked <= budget
+                # (a cut keeps the requests it leaves out, and those finished in the step in
+                # flight, as rows of 0 tokens: decision RS3)
+                everyone = asked <= budget or bool(_all(n))
                 budget -= min(asked, budget)
             else:  # some request cannot grow: the scalar loop with preemption from there
                 cum = np.cumsum(need)
@@ -738,8 +829,7 @@ class Simulation:
                 else:
                     admit = False  # the head is blocked (the usual step of a full pool)
         if steady_part is not None and fast is not None and not admit:  # all of it
-            return self._steady_plan(c, steady_part, steady_cr, steady_kn, steady_rem,
-                                     tail_rest)
+            return self._steady_plan(c, steady_part, steady_cr, steady_kn, steady_rem)
         parts = [p for p in parts if p[0].size]
         if not parts:
             return _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY
@@ -763,7 +853,7 @@ class Simulation:
         s.computed[rq] = after
         pl = c.run_prompt if rq is c.run_arr else s.prompt[rq]
         if everyone and not preempted:
-            self._settle(c, rq, pl, after, kn, whole, tail_rest)
+            self._settle(c, rq, pl, after, kn, whole)
         if L.prefix_caching:
             if steady_part is None or rq is steady_part:
                 self._offer(c, rq, after, kn, whole, steady_rem)
@@ -774,24 +864,23 @@ class Simulation:
         return rq, sc, cp, pl, ch, after, kn
 
     def _settle(self, c: Core, rq: np.ndarray, pl: np.ndarray, after: np.ndarray,
-                kn: np.ndarray, whole: bool, tail_rest: list[int]) -> None:
-        """After a schedule that reached every running request in order (no preemption, no
-        request left out by the budget but the tail's last ones, ``tail_rest``): the core is
-        steady from now on, its steady part the leading requests scheduled whole (each
-        samples, so it ends the step in steady decode), the rest its tail. ``running`` will
-        be ``rq`` then ``tail_rest`` once this step's zombies leave; _finish_step records the
-        steady part's arrays."""
+                kn: np.ndarray, whole: bool) -> None:
+        """After a schedule that gave tokens to every running request in order (no
+        preemption, nobody left out by the budget): the core is steady from now on, its
+        steady part the leading requests scheduled whole (each samples, so it ends the step
+        in steady decode), the rest its tail. ``running`` will be ``rq`` once this step's
+        zombies leave; _finish_step records the steady part's arrays."""
         m = rq.size
         if not whole:
             got = after == kn
             if not _all(got):
                 m = int(got.argmin())  # the first request not scheduled whole
         if m == rq.size:
-            tail = tail_rest
+            tail = []
             if rq is not c.run_arr:
                 c.run_arr, c.run_prompt, c.run_target = rq, pl, c.state.target[rq]
         else:
-            tail = rq[m:].tolist() + tail_rest
+            tail = rq[m:].tolist()
             ra = rq[:m]
             c.run_arr, c.run_prompt, c.run_target = ra, pl[:m], c.state.target[ra]
         c.tail = tail
@@ -800,17 +889,17 @@ class Simulation:
 
     def _phase_a_steady(self, c: Core, budget: int) -> tuple[
             np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-            tuple[np.ndarray, np.ndarray, None] | None, list[int], int] | None:
+            tuple[np.ndarray, np.ndarray, None] | None, int] | None:
         """Phase A of a steady core (see :attr:`Core.steady`): each steady request its one
         known token (whole, so it samples), a block where its computed tokens fill their
         last one; then the tail's requests in order, each the rest of its known tokens capped
         by the threshold and the budget left (vLLM ``Scheduler.schedule``'s running loop).
         Returns (steady part, its computed and known tokens, their remainders mod B, the
-        tail's (requests, tokens, None) or None, the tail requests the budget left out, the
-        budget left), having allocated their blocks; or None, having changed nothing, when
-        the budget does not cover the steady part or the blocks do not fit (the general
-        Phase A then preempts), or nothing would be scheduled. Requests that finished in the
-        step in flight (async) schedule nothing."""
+        tail's (requests, tokens, None) or None, the budget left), having allocated their
+        blocks; or None, having changed nothing, when the budget does not cover the steady
+        part, the tail's schedule is not this path's (:meth:`_tail_schedule`), the blocks do
+        not fit (the general Phase A then preempts), or nothing would be scheduled. Requests
+        that finished in the step in flight (async) schedule nothing."""
         s = c.state
         L = c.limits
         B = L.block_size
@@ -827,33 +916,14 @@ class Simulation:
         blocks = grow.size
         budget -= nk
         tail_part = None
-        rest: list[int] = []
         if c.tail:
-            # a few requests: Python scalars cost less than the array rule's calls
-            F, thr = L.fixed_blocks, L.long_prefill_token_threshold
-            computed, known, held, finished = s.computed, s.known, s.held, s.finished
-            rq: list[int] = []
-            sc: list[int] = []
-            needs: list[int] = []
-            for i, r in enumerate(c.tail):
-                if budget <= 0:
-                    rest = [x for x in c.tail[i:] if not finished[x]]
-                    break
-                if finished[r]:
-                    continue
-                cp = int(computed[r])
-                n = int(known[r]) - cp
-                if thr and n > thr:
-                    n = thr
-                if n > budget:
-                    n = budget
-                rq.append(r)
-                sc.append(n)
-                needs.append((cp + n + B - 1) // B + F - int(held[r]))
-                budget -= n
+            tail = self._tail_schedule(c, budget)
+            if tail is None:
+                return None
+            trq, tsc, _cps, _kns, needs, budget = tail
             blocks += sum(needs)
-            if rq:
-                tail_part = (np.array(rq, np.int64), np.array(sc, np.int64), None)
+            if trq:
+                tail_part = (np.array(trq, np.int64), np.array(tsc, np.int64), None)
         if blocks > kv.free or not (nk or tail_part):
             return None
         if blocks:
@@ -862,18 +932,62 @@ class Simulation:
                 s.held[part[grow]] += 1
             if tail_part is not None:
                 s.held[tail_part[0]] += needs
-        return part, cr, kn, rem, tail_part, rest, budget
+        return part, cr, kn, rem, tail_part, budget
+
+    def _tail_schedule(self, c: Core, budget: int) -> tuple[
+            list[int], list[int], list[int], list[int], list[int], int] | None:
+        """Phase A over a steady core's tail (:attr:`Core.tail`), changing nothing: each
+        request the rest of its known tokens capped by the threshold and the budget left, in
+        order, as vLLM's running loop does. Returns (requests, tokens, computed and known
+        tokens before, blocks each needs, the budget left). A few requests: Python scalars
+        cost less than the array rule's calls.
+
+        None when the budget runs out before a running request that is not finished, or
+        cuts one while requests finished in the step in flight wait to leave: the general
+        Phase A then keeps those requests as rows of 0 tokens (decision RS3), which this
+        path does not reproduce."""
+        s = c.state
+        L = c.limits
+        B, F, thr = L.block_size, L.fixed_blocks, L.long_prefill_token_threshold
+        computed, known, held, finished = s.computed, s.known, s.held, s.finished
+        rq: list[int] = []
+        sc: list[int] = []
+        cps: list[int] = []
+        kns: list[int] = []
+        needs: list[int] = []
+        cut = False
+        for r in c.tail:
+            if finished[r]:  # (finished in the step in flight: leaves after the schedule)
+                continue
+            if budget <= 0:
+                return None
+            cp = int(computed[r])
+            k = int(known[r])
+            n = k - cp
+            if thr and n > thr:
+                n = thr
+            if n > budget:
+                n = budget
+                cut = True
+            rq.append(r)
+            sc.append(n)
+            cps.append(cp)
+            kns.append(k)
+            needs.append((cp + n + B - 1) // B + F - int(held[r]))
+            budget -= n
+        if cut and c.zombies:
+            return None
+        return rq, sc, cps, kns, needs, budget
 
     def _steady_plan(self, c: Core, rq: np.ndarray, cr: np.ndarray, kn: np.ndarray,
-                     rem: np.ndarray, tail: list[int]) -> Plan:
+                     rem: np.ndarray) -> Plan:
         """The plan of a step that is the steady decode part alone (what the general
-        combination in :meth:`_schedule` gives for it, without its branches); ``tail``: the
-        tail requests the budget left out (they stay the tail)."""
+        combination in :meth:`_schedule` gives for it, without its branches)."""
         s = c.state
         s.computed[rq] = kn
         if rq is not c.run_arr:  # the step in flight's zombies leave after this schedule
             c.run_arr, c.run_prompt, c.run_target = rq, s.prompt[rq], s.target[rq]
-        c.tail = tail
+        c.tail = []  # (a tail's requests all finished in the step in flight)
         c.dirty = False
         c.steady = True
         if c.limits.prefix_caching:
