@@ -410,23 +410,27 @@ class Simulation:
         self._launch(g, gi, now, plans, prices, max(prices))
 
     def _step_steady(self, g: Group, gi: int, now: int, sched_time: int, c: Core) -> bool:
-        """The most common step, in one piece (decision EF5): a lone core in steady decode
-        (see :attr:`Core.steady`) with no admission to try (arrivals join ``waiting`` behind a
-        head known to be blocked, or none waits; requests finished in the step in flight,
-        async, schedule nothing and leave after the schedule). Does what :meth:`_schedule` (its steady branch and :meth:`_steady_plan`),
+        """The most common step, in one piece (decisions EF5, RS2): a lone core in steady
+        decode (see :attr:`Core.steady`): its steady part one token each, its tail (if any)
+        and the admissions Phase B makes one request at a time, as scalars; requests
+        finished in the step in flight (async) schedule nothing and leave after the
+        schedule. Does what :meth:`_schedule` (its steady branch and :meth:`_steady_plan`),
         :meth:`_drop_zombies`, :meth:`_launch_one` and :meth:`_finish_step` do for it,
-        without their calls and branches; returns False when the step is not such a one,
-        having changed nothing but the arrivals' move to ``waiting`` (the general path then
-        runs, and does that first)."""
+        without their calls and array passes; returns False when the step is not such a one
+        (the steady part does not fit the budget, the tail's schedule is not this path's,
+        the blocks do not fit), having changed nothing but the arrivals' move to
+        ``waiting`` (the general path then runs, and does that first)."""
         L = c.limits
         inbox, waiting = c.inbox, c.waiting
         while inbox and inbox[0][0] <= sched_time:  # (what _schedule does first, too)
             waiting.append(inbox.popleft()[1])
         ra = c.run_arr
         cr, kn = c.next_computed, c.next_known
+        s = c.state
+        finished = s.finished
         zombies = c.zombies
         if zombies:
-            keep = ~c.state.finished[ra]
+            keep = ~finished[ra]
             ra, cr, kn = ra[keep], cr[keep], kn[keep]
         nk = ra.size
         budget = L.max_num_batched_tokens - nk
@@ -434,8 +438,6 @@ class Simulation:
             return False
         kv = c.kv
         B = L.block_size
-        s = c.state
-        finished = s.finished
         wheel = c.wheel
         if wheel is None:
             wheel = c.wheel = self._wheel(ra, kn, B)
@@ -445,36 +447,38 @@ class Simulation:
         # known token completed a block in the step before (the bucket after this step's)
         grow = [r for r in wheel[at + 1 if at + 1 < B else 0] if not finished[r]]
         blocks = len(grow)
-        tail = None
-        if c.tail:  # then the tail's requests, one at a time (see Core.tail)
+        x = None  # the rows after the steady part: (requests, tokens, computed, known, hits)
+        if c.tail:  # the tail's requests, one at a time (see Core.tail)
             tail = self._tail_schedule(c, budget)
             if tail is None:
                 return False
+            x = (tail[0], tail[1], tail[2], tail[3], [0] * len(tail[0]))
             budget = tail[5]
             blocks += sum(tail[4])
-        free = kv.free - blocks  # after this step's blocks
-        if free < 0:
+        if blocks > kv.free:
             return False
-        if waiting and budget > 0 and len(c.running) < L.max_num_seqs:
-            # Phase B would run: only a head known to be blocked still (see _schedule) skips
-            # it. (Allocation's evictions may drop its segment, never add one: checked before.)
-            head = waiting[0]
-            if not (c.blocked_head == head and c.blocked_ev < 0 and c.blocked_need > free
-                    and head not in kv.segment):
-                return False  # (with duplicates cached, this step's evictions count: EF4)
-        # -- the schedule: one token each, a block where one fills
+        # -- the schedule: one token each, a block where one fills; the tail's blocks
         held = s.held
         if blocks:
             kv.allocate(blocks)
             for r in grow:
                 held[r] += 1
+            if x is not None:
+                for r, need in zip(x[0], tail[4], strict=True):
+                    held[r] += need
+        # Phase B as _schedule runs it (after Phase A's blocks, before this step's offers)
+        if (waiting and budget > 0 and len(c.running) < L.max_num_seqs
+                and not self._head_blocked(c)):
+            admitted = self._phase_b(c, budget, now)
+            if admitted[0].size:
+                x = self._with_admitted(c, x, admitted)
+                c.dirty = False  # (``running`` is the steady part, the tail, then these)
         s.computed[ra] = kn
-        if tail is not None:
+        if x is not None:
             computed = s.computed
-            for r, n, cp, need in zip(tail[0], tail[1], tail[2], tail[4], strict=True):
-                held[r] += need
+            for r, n, cp in zip(x[0], x[1], x[2], strict=True):
                 computed[r] = cp + n
-        if zombies:  # ``running`` is ``ra`` once they leave
+        if zombies:  # ``running`` is ``ra`` (and the tail) once they leave
             c.run_arr, c.run_prompt, c.run_target = ra, s.prompt[ra], s.target[ra]
         # the requests whose known token completes a block (computed mod B was B - 1): the
         # blocks vLLM offers to the prefix cache now (finished ones leave their bucket)
@@ -484,9 +488,9 @@ class Simulation:
             if fills and L.prefix_caching:
                 known = s.known  # (this step's known tokens: updated below)
                 self._offer_blocks(c, fills, [int(known[r]) // B for r in fills])
-        if tail is not None and L.prefix_caching:  # (after the steady part's, in batch order)
-            self._offer_blocks(c, tail[0], [(cp + n) // B for n, cp in zip(tail[1], tail[2],
-                                                                          strict=True)])
+        if x is not None and L.prefix_caching:  # (after the steady part's, in batch order)
+            self._offer_blocks(c, x[0], [(cp + n) // B for n, cp in zip(x[1], x[2],
+                                                                       strict=True)])
         c.wheel_at = at - 1 if at else B - 1
         if zombies:
             self._drop_zombies(c)
@@ -495,12 +499,13 @@ class Simulation:
         if consts[0].size != nk:
             consts = c.consts = (_const(nk, 1), _const(nk, 0), _const(nk, 2))
         one, zero, true = consts
-        rq, sc, cp_, pl = ra, one, cr, c.run_prompt
-        if tail is not None and tail[0]:  # the tail's rows after the steady part's
-            rq = np.concatenate((ra, tail[0]))
-            sc = np.concatenate((one, tail[1]))
-            cp_ = np.concatenate((cr, tail[2]))
-            pl = np.concatenate((pl, s.prompt[tail[0]]))
+        rq, sc, cp_, pl, ch = ra, one, cr, c.run_prompt, zero
+        if x is not None and x[0]:  # the tail's rows after the steady part's
+            rq = np.concatenate((ra, x[0]))
+            sc = np.concatenate((one, x[1]))
+            cp_ = np.concatenate((cr, x[2]))
+            pl = np.concatenate((pl, s.prompt[x[0]]))
+            ch = np.concatenate((zero, x[4])) if any(x[4]) else _const(rq.size, 0)
         step = self.price_ns(c, sc, cp_, pl)
         end = now + step
         self._count_step()
@@ -509,7 +514,7 @@ class Simulation:
         rows = self.rows
         rows.step_buf.extend((
             b, c.pool_index, c.index, self.group_steps, now, end, step, step, rq.size,
-            nk if sc is one else nk + sum(tail[1]),  # type: ignore[index]
+            nk if sc is one else nk + sum(x[1]),  # type: ignore[index]
             len(c.running), len(waiting) + len(inbox), kv.num_blocks - kv.free,
             kv.num_blocks))
         # -- every request samples a token; the ones reaching their target finish
@@ -527,46 +532,71 @@ class Simulation:
             left = int(_min(rest))
             c.done_in, c.done_ra = left, ra
             done = ra[rest == 0] if left == 0 else _EMPTY
-        if tail is None:
+        if x is None or not x[0]:
+            if x is not None:
+                c.tail = []  # (its requests all finished in the step in flight)
             rows.add(b, ra, one, cr, pl, zero, true, c.pool_index, ra, kn)
         else:
-            emitted, who, who_known, done = self._tail_sampled(c, tail, ra, kn, grown, done)
-            if rq is not ra:
-                rows.add(b, rq, sc, cp_, pl, _const(rq.size, 0), emitted, c.pool_index, who,
-                         who_known)
-            else:
-                rows.add(b, ra, one, cr, pl, zero, true, c.pool_index, ra, kn)
+            emitted, who, who_known, done = self._tail_sampled(c, x, ra, kn, done)
+            rows.add(b, rq, sc, cp_, pl, ch, emitted, c.pool_index, who, who_known)
         if done.size:
             self._finished(c, done, end)
         self._running(g, gi, now, end)
         return True
 
-    def _tail_sampled(self, c: Core, tail: tuple[list[int], ...], ra: np.ndarray,
-                      kn: np.ndarray, grown: np.ndarray, done: np.ndarray
+    def _head_blocked(self, c: Core) -> bool:
+        """The waiting head is known to be still blocked, without a lookup (decision EF4):
+        found blocked before (_phase_b), needing ``blocked_need`` blocks (its blocks less its
+        held hits), and since then no admission (touch) and no registration of a key of its
+        chain: releases and evictions only leave its hits unheld or cut them (but for an
+        evicted first block whose held duplicate takes its place, KD1: one block less each),
+        so it needs at least that many still, and they do not fit. (A request with a segment
+        is looked up again: a lookup may make it explicit, KF1.)"""
+        kv = c.kv
+        head = c.waiting[0]
+        return c.blocked_head == head and head not in kv.segment and (
+            c.blocked_need > kv.free if c.blocked_ev < 0 else
+            c.blocked_need - (kv.evictions - c.blocked_ev) > kv.free)
+
+    @staticmethod
+    def _with_admitted(c: Core, x: tuple[list[int], ...] | None,
+                       admitted: tuple[np.ndarray, np.ndarray, np.ndarray]
+                       ) -> tuple[list[int], ...]:
+        """The rows after the steady part (see _step_steady) with Phase B's admissions after
+        the tail's: their computed tokens (their hits) and known tokens as _phase_b left."""
+        s = c.state
+        computed, known = s.computed, s.known
+        ar, asc, ach = admitted[0].tolist(), admitted[1].tolist(), admitted[2].tolist()
+        add = (ar, asc, [int(computed[r]) for r in ar], [int(known[r]) for r in ar], ach)
+        if x is None:
+            return add
+        return tuple(a + b for a, b in zip(x, add, strict=True))
+
+    def _tail_sampled(self, c: Core, x: tuple[list[int], ...], ra: np.ndarray,
+                      kn: np.ndarray, done: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """_step_steady's end with a tail: the tail's requests scheduled whole sample a token
-        too (after the steady part's, ``ra`` whose known tokens were ``kn``, now ``grown``,
-        ``done`` finishing); the leading ones join the steady part (each now in steady decode,
-        as _settle has it), the wheel included; the rest stay the tail. Returns the rows'
-        emitted flags, the requests that sampled, their known tokens before, and those
-        finishing, in batch order."""
+        """_step_steady's end for the rows after the steady part ``x`` (requests, tokens,
+        computed and known tokens before): those scheduled whole sample a token too (after
+        the steady part's, ``ra`` whose known tokens were ``kn``, ``done`` finishing); the
+        leading ones join the steady part (each now in steady decode, as _settle has it),
+        the wheel included; the rest are the tail. Returns the rows' emitted flags, the
+        requests that sampled, their known tokens before, and those finishing, in batch
+        order."""
         s = c.state
         known, target = s.known, s.target
-        trq, tsc, tcp, tkn = tail[0], tail[1], tail[2], tail[3]
-        got = [cp + n == k for n, cp, k in zip(tsc, tcp, tkn, strict=True)]
-        who = [r for r, g in zip(trq, got, strict=True) if g]
-        who_known = [k for k, g in zip(tkn, got, strict=True) if g]
+        xr, xk = x[0], x[3]
+        got = [cp + n == k for n, cp, k in zip(x[1], x[2], xk, strict=True)]
+        who = [r for r, g in zip(xr, got, strict=True) if g]
+        who_known = [k for k, g in zip(xk, got, strict=True) if g]
         for r, k in zip(who, who_known, strict=True):
             known[r] = k + 1
         ends = [r for r, k in zip(who, who_known, strict=True) if k + 1 == target[r]]
         if ends:
             done = np.concatenate((done, ends)) if done.size else np.array(ends, np.int64)
         j = got.index(False) if False in got else len(got)  # the leading ones sampled
-        c.tail = trq[j:]
+        c.tail = xr[j:]
         if j:
-            self._join_steady(c, trq[:j], tkn[:j])
-        if not trq:
-            return _const(ra.size, 2), ra, kn, done
+            self._join_steady(c, xr[:j], xk[:j])
         emitted = np.concatenate((_const(ra.size, 2), got))
         return (emitted, np.concatenate((ra, who)) if who else ra,
                 np.concatenate((kn, who_known)) if who else kn, done)
@@ -810,17 +840,7 @@ class Simulation:
         admit = waiting and budget > 0 and len(running) < L.max_num_seqs
         # Phase B: waiting requests, FCFS, only if nothing was preempted.
         if admit and not preempted:
-            head = waiting[0]
-            if c.blocked_head == head and head not in kv.segment and (
-                    c.blocked_need > kv.free if c.blocked_ev < 0 else
-                    c.blocked_need - (kv.evictions - c.blocked_ev) > kv.free):
-                # Found blocked before, needing ``blocked_need`` blocks (its blocks less its
-                # held hits), and since then no admission (touch) and no registration of a
-                # key of its chain: releases and evictions only leave its hits unheld or
-                # cut them (but for an evicted first block whose held duplicate takes its
-                # place, KD1: one block less each), so it needs at least that many still,
-                # and they do not fit (decision EF4). (A request with a segment is looked
-                # up again: a lookup may make it explicit, KF1.)
+            if self._head_blocked(c):
                 admit = False
             else:
                 admitted = self._phase_b(c, budget, start)
