@@ -537,7 +537,7 @@ class Simulation:
                 c.tail = []  # (its requests all finished in the step in flight)
             rows.add(b, ra, one, cr, pl, zero, true, c.pool_index, ra, kn)
         else:
-            emitted, who, who_known, done = self._tail_sampled(c, x, ra, kn, done)
+            emitted, who, who_known, done = self._tail_sampled(c, x, rq, pl, kn, true, done)
             rows.add(b, rq, sc, cp_, pl, ch, emitted, c.pool_index, who, who_known)
         if done.size:
             self._finished(c, done, end)
@@ -572,14 +572,15 @@ class Simulation:
             return add
         return tuple(a + b for a, b in zip(x, add, strict=True))
 
-    def _tail_sampled(self, c: Core, x: tuple[list[int], ...], ra: np.ndarray,
-                      kn: np.ndarray, done: np.ndarray
+    def _tail_sampled(self, c: Core, x: tuple[list[int], ...], rq: np.ndarray, pl: np.ndarray,
+                      kn: np.ndarray, true: np.ndarray, done: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """_step_steady's end for the rows after the steady part ``x`` (requests, tokens,
+        """_step_steady's end for the rows after the steady part, ``x`` (requests, tokens,
         computed and known tokens before): those scheduled whole sample a token too (after
-        the steady part's, ``ra`` whose known tokens were ``kn``, ``done`` finishing); the
-        leading ones join the steady part (each now in steady decode, as _settle has it),
-        the wheel included; the rest are the tail. Returns the rows' emitted flags, the
+        the steady part's, whose known tokens were ``kn``; ``true`` its emitted flags;
+        ``done`` those of it finishing). The leading ones that sampled join the steady part
+        (each is now in steady decode, as _settle has it); the rest are the tail. ``rq`` and
+        ``pl``: the step's requests and prompt lengths. Returns the rows' emitted flags, the
         requests that sampled, their known tokens before, and those finishing, in batch
         order."""
         s = c.state
@@ -588,35 +589,29 @@ class Simulation:
         got = [cp + n == k for n, cp, k in zip(x[1], x[2], xk, strict=True)]
         who = [r for r, g in zip(xr, got, strict=True) if g]
         who_known = [k for k, g in zip(xk, got, strict=True) if g]
+        emitted = np.concatenate((true, got))
+        if not who:
+            c.tail = xr
+            return emitted, rq[:kn.size], kn, done
         for r, k in zip(who, who_known, strict=True):
             known[r] = k + 1
         ends = [r for r, k in zip(who, who_known, strict=True) if k + 1 == target[r]]
         if ends:
             done = np.concatenate((done, ends)) if done.size else np.array(ends, np.int64)
+        who_arr = np.concatenate((rq[:kn.size], who))
+        wk = np.concatenate((kn, who_known))
         j = got.index(False) if False in got else len(got)  # the leading ones sampled
         c.tail = xr[j:]
-        if j:
-            self._join_steady(c, xr[:j], xk[:j])
-        emitted = np.concatenate((_const(ra.size, 2), got))
-        return (emitted, np.concatenate((ra, who)) if who else ra,
-                np.concatenate((kn, who_known)) if who else kn, done)
-
-    def _join_steady(self, c: Core, reqs: list[int], before: list[int]) -> None:
-        """Tail requests ``reqs`` that sampled a token (knowing ``before`` tokens before it)
-        join the end of the steady part, in its arrays and in the wheel."""
-        s = c.state
-        B = c.limits.block_size
-        add = np.array(reqs, np.int64)
-        kb = np.array(before, np.int64)
-        c.run_arr = np.concatenate((c.run_arr, add))
-        c.run_prompt = np.concatenate((c.run_prompt, s.prompt[add]))
-        c.run_target = np.concatenate((c.run_target, s.target[add]))
-        c.next_computed = np.concatenate((c.next_computed, kb))
-        c.next_known = np.concatenate((c.next_known, kb + 1))
-        at, wheel = c.wheel_at, c.wheel
-        if wheel is not None:  # each in the bucket of its next known tokens (see Core.wheel)
-            for r, k in zip(reqs, before, strict=True):
-                wheel[(k + 1 + at) % B].append(r)
+        if j:  # they join the steady part: its arrays are the step's leading rows
+            m = kn.size + j
+            c.run_arr, c.run_prompt, c.run_target = rq[:m], pl[:m], target[rq[:m]]
+            c.next_computed, c.next_known = wk[:m], wk[:m] + 1
+            B = c.limits.block_size
+            at, wheel = c.wheel_at, c.wheel
+            if wheel is not None:  # each in the bucket of its next known tokens (Core.wheel)
+                for r, k in zip(xr[:j], xk[:j], strict=True):
+                    wheel[(k + 1 + at) % B].append(r)
+        return emitted, who_arr, wk, done
 
     @staticmethod
     def _wheel(ra: np.ndarray, kn: np.ndarray, B: int) -> list[list[int]]:
