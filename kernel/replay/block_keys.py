@@ -45,6 +45,21 @@ def block_keys(hashes: Sequence[int] | None, hash_tokens: int | None, block_size
     return (h[first] * np.uint64(_MIX) + j.astype(np.uint64)).tolist()
 
 
+def _entry_keys(hashes: Sequence[int], units: int, q: int) -> list[int]:
+    """The unit keys of a chain's first ``units`` entries, ``q`` blocks each: entry e's
+    hash × MIX + e·q, mod 2**64. A few entries in Python (numpy's per-call overhead costs
+    more); a long chain in uint64 arithmetic, which wraps as the mask does (a hash outside
+    [0, 2**64) cannot be held there: Python then)."""
+    if units > 16:
+        try:
+            h = np.array(hashes[:units], np.uint64)
+        except OverflowError:
+            pass
+        else:
+            return (h * np.uint64(_MIX) + np.arange(0, units * q, q, dtype=np.uint64)).tolist()
+    return [(int(x) * _MIX + e * q) & _MASK for e, x in enumerate(hashes[:units])]
+
+
 def block_units(hashes: Sequence[int] | None, hash_tokens: int | None, block_size: int,
                 n_blocks: int) -> tuple[list[int], list[int], list[int]]:
     """The blocks :func:`block_keys` names, as (unit keys, unit sizes in blocks, cumulative
@@ -61,11 +76,10 @@ def block_units(hashes: Sequence[int] | None, hash_tokens: int | None, block_siz
     if hash_tokens % block_size == 0:  # q whole blocks per entry: the last unit may be cut
         q = hash_tokens // block_size
         units = -(-upto // q)
-        # in Python: a request's few entries cost less than numpy's per-call overhead
-        keys = [(int(x) * _MIX + e * q) & _MASK for e, x in enumerate(hashes[:units])]
+        keys = _entry_keys(hashes, units, q)
         sizes = [q] * units
         sizes[-1] = upto - (units - 1) * q
-        return keys, sizes, [min((e + 1) * q, upto) for e in range(units)]
+        return keys, sizes, [*range(q, units * q, q), upto]
     h = np.asarray(hashes, np.uint64)
     j = np.arange(upto, dtype=np.int64)
     first = -(-(j + 1) * block_size // hash_tokens) - 1  # the first entry covering block j

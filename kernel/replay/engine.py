@@ -486,8 +486,8 @@ class Simulation:
         if fills:
             fills = wheel[at] = [r for r in fills if not finished[r]]
             if fills and L.prefix_caching:
-                known = s.known  # (this step's known tokens: updated below)
-                self._offer_blocks(c, fills, [int(known[r]) // B for r in fills])
+                known = s.known.item  # (this step's known tokens: updated below)
+                self._offer_blocks(c, fills, [known(r) // B for r in fills])
         if x is not None and L.prefix_caching:  # (after the steady part's, in batch order)
             self._offer_blocks(c, x[0], [(cp + n) // B for n, cp in zip(x[1], x[2],
                                                                        strict=True)])
@@ -964,7 +964,8 @@ class Simulation:
         s = c.state
         L = c.limits
         B, F, thr = L.block_size, L.fixed_blocks, L.long_prefill_token_threshold
-        computed, known, held, finished = s.computed, s.known, s.held, s.finished
+        computed, known, held = s.computed.item, s.known.item, s.held.item
+        finished = s.finished
         rq: list[int] = []
         sc: list[int] = []
         cps: list[int] = []
@@ -976,8 +977,8 @@ class Simulation:
                 continue
             if budget <= 0:
                 return None
-            cp = int(computed[r])
-            k = int(known[r])
+            cp = computed(r)
+            k = known(r)
             n = k - cp
             if thr and n > thr:
                 n = thr
@@ -988,7 +989,7 @@ class Simulation:
             sc.append(n)
             cps.append(cp)
             kns.append(k)
-            needs.append((cp + n + B - 1) // B + F - int(held[r]))
+            needs.append((cp + n + B - 1) // B + F - held(r))
             budget -= n
         if cut and c.zombies:
             return None
@@ -1036,15 +1037,16 @@ class Simulation:
         """:meth:`_offer` for requests ``reqs`` whose leading ``fulls`` blocks are now full:
         those past the ones each registered join the cache (in request order)."""
         s = c.state
-        registered, n_shared = s.registered, s.n_shared
+        registered = s.registered
+        reg_of, shared_of = registered.item, s.n_shared.item  # (ints, without numpy scalars)
         segment, explicit = c.kv.segment, c.kv.explicit
         keyed = []  # (request, full, before) within its shared keys, or explicit
         for r, f in zip(reqs, fulls, strict=True):
-            b = int(registered[r])
+            b = reg_of(r)
             if f <= b:
                 continue
             registered[r] = f
-            if b >= n_shared[r] and r not in explicit:  # its own segment grows
+            if b >= shared_of(r) and r not in explicit:  # its own segment grows
                 segment[r] = segment.get(r, 0) + f - b
             else:
                 keyed.append((r, f, b))
