@@ -250,6 +250,9 @@ class Rows:
 # (requests, scheduled, computed before, prompt_len, cached tokens, computed after, known)
 Plan = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
              np.ndarray]
+# a step's rows after its steady part, as scalars: (requests, tokens, computed and known
+# tokens before, prefix-hit tokens)
+Extra = tuple[list[int], list[int], list[int], list[int], list[int]]
 _EMPTY = np.zeros(0, np.int64)
 _NO_REFS: Refs = ([], [])  # never written (release only reads)
 _NO_CHAIN: Chain = ([], [], [])
@@ -447,14 +450,15 @@ class Simulation:
         # known token completed a block in the step before (the bucket after this step's)
         grow = [r for r in wheel[at + 1 if at + 1 < B else 0] if not finished[r]]
         blocks = len(grow)
-        x = None  # the rows after the steady part: (requests, tokens, computed, known, hits)
+        x: Extra | None = None  # the rows after the steady part
+        needs: list[int] = []  # the tail's blocks
         if c.tail:  # the tail's requests, one at a time (see Core.tail)
             tail = self._tail_schedule(c, budget)
             if tail is None:
                 return False
             x = (tail[0], tail[1], tail[2], tail[3], [0] * len(tail[0]))
-            budget = tail[5]
-            blocks += sum(tail[4])
+            needs, budget = tail[4], tail[5]
+            blocks += sum(needs)
         if blocks > kv.free:
             return False
         # -- the schedule: one token each, a block where one fills; the tail's blocks
@@ -464,7 +468,7 @@ class Simulation:
             for r in grow:
                 held[r] += 1
             if x is not None:
-                for r, need in zip(x[0], tail[4], strict=True):
+                for r, need in zip(x[0], needs, strict=True):
                     held[r] += need
         # Phase B as _schedule runs it (after Phase A's blocks, before this step's offers)
         if (waiting and budget > 0 and len(c.running) < L.max_num_seqs
@@ -514,7 +518,7 @@ class Simulation:
         rows = self.rows
         rows.step_buf.extend((
             b, c.pool_index, c.index, self.group_steps, now, end, step, step, rq.size,
-            nk if sc is one else nk + sum(x[1]),  # type: ignore[index]
+            nk if x is None else nk + sum(x[1]),
             len(c.running), len(waiting) + len(inbox), kv.num_blocks - kv.free,
             kv.num_blocks))
         # -- every request samples a token; the ones reaching their target finish
@@ -559,20 +563,19 @@ class Simulation:
             c.blocked_need - (kv.evictions - c.blocked_ev) > kv.free)
 
     @staticmethod
-    def _with_admitted(c: Core, x: tuple[list[int], ...] | None,
-                       admitted: tuple[np.ndarray, np.ndarray, np.ndarray]
-                       ) -> tuple[list[int], ...]:
+    def _with_admitted(c: Core, x: Extra | None,
+                       admitted: tuple[np.ndarray, np.ndarray, np.ndarray]) -> Extra:
         """The rows after the steady part (see _step_steady) with Phase B's admissions after
         the tail's: their computed tokens (their hits) and known tokens as _phase_b left."""
         s = c.state
         computed, known = s.computed, s.known
         ar, asc, ach = admitted[0].tolist(), admitted[1].tolist(), admitted[2].tolist()
-        add = (ar, asc, [int(computed[r]) for r in ar], [int(known[r]) for r in ar], ach)
+        cps, kns = [computed.item(r) for r in ar], [known.item(r) for r in ar]
         if x is None:
-            return add
-        return tuple(a + b for a, b in zip(x, add, strict=True))
+            return ar, asc, cps, kns, ach
+        return x[0] + ar, x[1] + asc, x[2] + cps, x[3] + kns, x[4] + ach
 
-    def _tail_sampled(self, c: Core, x: tuple[list[int], ...], rq: np.ndarray, pl: np.ndarray,
+    def _tail_sampled(self, c: Core, x: Extra, rq: np.ndarray, pl: np.ndarray,
                       kn: np.ndarray, true: np.ndarray, done: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """_step_steady's end for the rows after the steady part, ``x`` (requests, tokens,
@@ -698,6 +701,8 @@ class Simulation:
             emitted = after == known
             who = rq[emitted]
             if not who.size:
+                if c.steady:  # (no steady row: the step was its tail alone)
+                    c.next_computed = c.next_known = _EMPTY
                 return emitted, who, who
             who_known = known[emitted]
             grown = who_known + 1
@@ -765,6 +770,7 @@ class Simulation:
         # but those finished in the step in flight, in order) and its computed tokens mod B
         steady_part = steady_rem = None
         everyone = False  # Phase A scheduled every running request, in order
+        a = None
         if c.steady and not c.dirty and running:
             a = self._phase_a_steady(c, budget)
             if a is not None:
@@ -843,8 +849,8 @@ class Simulation:
                     parts.append(admitted)
                 else:
                     admit = False  # the head is blocked (the usual step of a full pool)
-        if steady_part is not None and fast is not None and not admit:  # all of it
-            return self._steady_plan(c, steady_part, steady_cr, steady_kn, steady_rem)
+        if a is not None and fast is not None and not admit:  # the steady part alone
+            return self._steady_plan(c, a[0], a[1], a[2], a[3])
         parts = [p for p in parts if p[0].size]
         if not parts:
             return _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY
