@@ -1,4 +1,4 @@
-"""The scheduler's shortcuts give what its general path gives (decisions EF4, EF5, RS1-RS3).
+"""The scheduler's shortcuts give what its general path gives (decisions EF4, EF5, RS3-RS5).
 
 ``Simulation._step_steady`` (a steady core's step in one piece: its decodes, its tail and
 Phase B's admissions, with the fill wheel), ``_schedule``'s tail route (a steady core's tail

@@ -256,6 +256,21 @@ def test_block_units_are_the_block_keys_in_runs(hashes, hash_tokens, block_size,
         assert sizes == [1] * len(keys)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=17, max_size=90),
+       st.sampled_from([16, 32, 128]), st.integers(1, 3000))
+def test_long_chains_take_the_same_unit_keys(hashes, block_size, n_blocks):
+    # A chain of more than 16 entries, each a whole number of blocks, has its unit keys
+    # computed in uint64 arithmetic (block_keys._entry_keys): they must still expand to the
+    # blocks' own keys, the last unit cut at the request's blocks.
+    from kernel.replay.block_keys import block_keys
+
+    keys, sizes, ends = block_units(hashes, 512, block_size, n_blocks)
+    flat = [(k + j) % 2**64 for k, m in zip(keys, sizes, strict=True) for j in range(m)]
+    assert flat == block_keys(hashes, 512, block_size, n_blocks)
+    assert ends == list(accumulate(sizes)) and all(m > 0 for m in sizes)
+
+
 def _shared_prefix_rows(seed: int, n: int) -> tuple[list[dict], list[dict]]:
     """``n`` open-loop requests whose prompts share prefixes named by a chain of 64-token
     entries (4 engine blocks each), and the same requests with the chain expanded to one

@@ -122,10 +122,10 @@ class Core:
         self.next_known = self.run_arr
         # While steady, ``run_arr`` may be followed in ``running`` by the *tail*: requests
         # not (yet) in steady decode (a prefill being chunked, one admitted behind it), which
-        # Phase A handles one at a time, as scalars, after the steady part (decision RS1).
+        # Phase A handles one at a time, as scalars, after the steady part (decision RS3).
         # ``running`` is ``run_arr`` then ``tail`` (both with the step in flight's zombies).
         self.tail: list[int] = []
-        # _step_steady's *wheel* (decision RS2): its requests by their known tokens mod B
+        # _step_steady's *wheel* (decision RS4): its requests by their known tokens mod B
         # when it was built (``run_arr`` order within a bucket; requests finished since are
         # skipped). Each steady step adds one token to every request, so the requests whose
         # known token completes a block this step are bucket ``wheel_at``, which moves back
@@ -413,7 +413,7 @@ class Simulation:
         self._launch(g, gi, now, plans, prices, max(prices))
 
     def _step_steady(self, g: Group, gi: int, now: int, sched_time: int, c: Core) -> bool:
-        """The most common step, in one piece (decisions EF5, RS2): a lone core in steady
+        """The most common step, in one piece (decisions EF5, RS4): a lone core in steady
         decode (see :attr:`Core.steady`): its steady part one token each, its tail (if any)
         and the admissions Phase B makes one request at a time, as scalars; requests
         finished in the step in flight (async) schedule nothing and leave after the
@@ -823,7 +823,7 @@ class Simulation:
                     parts.append((ra, n, None))
                     fast = (cr, kn, whole)
                 # (a cut keeps the requests it leaves out, and those finished in the step in
-                # flight, as rows of 0 tokens: decision RS3)
+                # flight, as rows of 0 tokens: decision RS5)
                 everyone = asked <= budget or bool(_all(n))
                 budget -= min(asked, budget)
             else:  # some request cannot grow: the scalar loop with preemption from there
@@ -965,7 +965,7 @@ class Simulation:
 
         None when the budget runs out before a running request that is not finished, or
         cuts one while requests finished in the step in flight wait to leave: the general
-        Phase A then keeps those requests as rows of 0 tokens (decision RS3), which this
+        Phase A then keeps those requests as rows of 0 tokens (decision RS5), which this
         path does not reproduce."""
         s = c.state
         L = c.limits
