@@ -71,6 +71,8 @@ def test_replay_invariants(workloads_):
     sched: dict[str, int] = {}
     for s in steps:
         sched[s["request_id"]] = sched.get(s["request_id"], 0) + s["scheduled"]
+        # vLLM never puts a request in a batch for 0 tokens (decision RS8)
+        assert s["scheduled"] > 0, s
     for r in req:
         # tokens computed = prompt + output - 1 + recomputed after preemption, where the
         # tokens a prefix hit supplies count as computed without being scheduled

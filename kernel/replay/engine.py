@@ -818,7 +818,9 @@ class Simulation:
             if asked <= budget:
                 n = want
             else:
-                partial = whole = False
+                # the budget runs out: the requests past it get nothing and are not in the
+                # batch (vLLM's running loop stops at a zero budget; decision RS8)
+                partial, whole = True, False
                 n = np.minimum(np.maximum(budget - (np.cumsum(want) - want), 0), want)
             # blocks for computed + scheduled tokens (kn when whole), >= 0 where n > 0
             need = ((kn if whole else cr + n) + (B - 1)) // B + (F - s.held[ra])
@@ -835,8 +837,6 @@ class Simulation:
                 else:
                     parts.append((ra, n, None))
                     fast = (cr, kn, whole)
-                # (a cut keeps the requests it leaves out, and those finished in the step in
-                # flight, as rows of 0 tokens: decision RS5)
                 everyone = asked <= budget or bool(_all(n))
                 budget -= min(asked, budget)
             else:  # some request cannot grow: the scalar loop with preemption from there
@@ -977,9 +977,9 @@ class Simulation:
         cost less than the array rule's calls.
 
         None when the budget runs out before a running request that is not finished, or
-        cuts one while requests finished in the step in flight wait to leave: the general
-        Phase A then keeps those requests as rows of 0 tokens (decision RS5), which this
-        path does not reproduce."""
+        cuts one while requests finished in the step in flight wait to leave: the tail is
+        rebuilt from the step's rows, which would lose the requests left out, so the general
+        Phase A takes those steps (decisions RS5, RS8)."""
         s = c.state
         L = c.limits
         B, F, thr = L.block_size, L.fixed_blocks, L.long_prefill_token_threshold
