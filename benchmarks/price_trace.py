@@ -192,19 +192,30 @@ def run_child(kind: str, trace: Path, out: Path, scenario: str,
 
 # -- traces --------------------------------------------------------------------------------
 
-def make_traces(work: Path, batches: int, orders: tuple[str, ...]) -> dict[str, Path]:
+def make_traces(work: Path, batches: int, orders: tuple[str, ...], rpb: float = 32.0,
+                shuffle: str = "duckdb") -> dict[str, Path]:
+    """The sorted trace of ``batches`` batches of ``rpb`` requests on average, and the same rows
+    in each of ``orders``, generated once into ``work`` (kept). A trace of other than 32
+    requests a batch carries ``-rRPB`` in its name; ``shuffle="buckets"`` writes the shuffled
+    order by :func:`shuffle_file` rather than DuckDB's sort (a file name ``-bucket``)."""
     import duckdb
+    import pyarrow.parquet as pq
 
     from kernel.io.synth import write_synth
 
-    paths = {o: work / f"trace-{batches}-{o}.parquet" for o in orders}
-    base = work / f"trace-{batches}-sorted.parquet"
+    tag = f"{batches}" if rpb == 32.0 else f"{batches}-r{rpb:g}"
+    names = {o: f"{o}-bucket" if o == "shuffled" and shuffle == "buckets" else o
+             for o in orders}
+    paths = {o: work / f"trace-{tag}-{names[o]}.parquet" for o in orders}
+    base = work / f"trace-{tag}-sorted.parquet"
     if not base.exists():
+        _check_space(work, batches * rpb * 4, "the sorted trace")
         t0 = time.perf_counter()
-        st = write_synth(base, batches, seed=0, request_ids=True)
+        st = write_synth(base, batches, seed=0, request_ids=True, requests_per_batch=rpb)
         print(f"generated {st.batches:,} batches / {st.rows:,} request rows "
               f"({st.requests_per_batch:.1f}/batch, {st.prefill_share:.1%} prefill rows) in "
-              f"{time.perf_counter() - t0:.1f}s ({base.stat().st_size / 2**20:.0f} MiB)")
+              f"{time.perf_counter() - t0:.1f}s ({base.stat().st_size / 2**20:.0f} MiB)",
+              flush=True)
     order_by = {
         "reversed": "batch_id DESC, rn",  # batches in reverse, requests in order
         "request-major": "request_id, batch_id",  # the log written request by request
@@ -217,16 +228,84 @@ def make_traces(work: Path, batches: int, orders: tuple[str, ...]) -> dict[str, 
     con.execute(f"SET temp_directory = '{work / 'duckdb.tmp'}'")
     con.execute("SET memory_limit = '4GB'")
     con.execute("SET preserve_insertion_order = true")
+    rows = pq.ParquetFile(base).metadata.num_rows
     for o in orders:
         if o == "sorted" or paths[o].exists():
             continue
         t0 = time.perf_counter()
-        con.execute(f"""COPY (SELECT * EXCLUDE (rn) FROM (
-                SELECT *, row_number() OVER () AS rn FROM read_parquet('{base}'))
-                ORDER BY {order_by[o]}) TO '{paths[o]}'
-                (FORMAT parquet, COMPRESSION lz4, ROW_GROUP_SIZE 1048576)""")
-        print(f"wrote the {o} trace in {time.perf_counter() - t0:.1f}s")
+        if o == "shuffled" and shuffle == "buckets":
+            _check_space(work, rows * 28 * 2, "the bucket shuffle (buckets + output)")
+            shuffle_file(base, paths[o], work)
+        else:
+            _check_space(work, rows * 40, f"DuckDB's sort for the {o} trace")
+            con.execute(f"""COPY (SELECT * EXCLUDE (rn) FROM (
+                    SELECT *, row_number() OVER () AS rn FROM read_parquet('{base}'))
+                    ORDER BY {order_by[o]}) TO '{paths[o]}'
+                    (FORMAT parquet, COMPRESSION lz4, ROW_GROUP_SIZE 1048576)""")
+        print(f"wrote the {o} trace in {time.perf_counter() - t0:.1f}s "
+              f"({paths[o].stat().st_size / 2**30:.2f} GiB)", flush=True)
     return paths
+
+
+MIN_FREE = 8 << 30  # the disk is shared: never leave less than this free
+
+
+def _check_space(work: Path, need: float, what: str) -> None:
+    """Refuse to start writing ``what`` (about ``need`` bytes) if it would leave less than
+    :data:`MIN_FREE` free on ``work``'s disk."""
+    import shutil
+
+    free = shutil.disk_usage(work).free
+    if free - need < MIN_FREE:
+        raise SystemExit(f"{what} needs about {need / 2**30:.1f} GiB in {work}, "
+                         f"{free / 2**30:.1f} GiB are free and {MIN_FREE / 2**30:.0f} must stay "
+                         "free: not generated")
+
+
+def shuffle_file(src: Path, dst: Path, work: Path, seed: int = 1,
+                 bucket_rows: int = 4 << 20) -> None:
+    """Every row of ``src`` in a uniformly random order, in two linear passes (a DuckDB sort
+    of a few hundred million rows takes a quarter of an hour on 2 cores): each row goes to
+    one of ``rows / bucket_rows`` bucket files at random (Arrow IPC), then each bucket is
+    permuted in memory and appended to ``dst`` (lz4, 1 Mi-row row groups). A random bucket
+    then a random permutation within it is a uniform permutation of the whole."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(src)
+    n_buckets = max(1, -(-f.metadata.num_rows // bucket_rows))
+    rng = np.random.default_rng(seed)
+    tmp = work / f".shuffle-{os.getpid()}"
+    tmp.mkdir(exist_ok=True)
+    try:
+        sinks = [pa.OSFile(str(tmp / f"{b:05d}.arrow"), "wb") for b in range(n_buckets)]
+        writers = [pa.ipc.new_stream(s, f.schema_arrow) for s in sinks]
+        for rb in f.iter_batches(batch_size=1 << 20):
+            key = rng.integers(0, n_buckets, rb.num_rows, dtype=np.uint16)
+            order = np.argsort(key, kind="stable")
+            cuts = np.searchsorted(key[order], np.arange(n_buckets + 1, dtype=np.int64))
+            taken = rb.take(pa.array(order))
+            for b in range(n_buckets):
+                if cuts[b + 1] > cuts[b]:
+                    writers[b].write_batch(taken.slice(cuts[b], cuts[b + 1] - cuts[b]))
+        for w, s in zip(writers, sinks, strict=True):
+            w.close()
+            s.close()
+        with pq.ParquetWriter(str(dst) + ".tmp", f.schema_arrow, compression="lz4") as pw:
+            for b in range(n_buckets):
+                path = tmp / f"{b:05d}.arrow"
+                with pa.memory_map(str(path)) as m:
+                    t = pa.ipc.open_stream(m).read_all()
+                path.unlink()
+                pw.write_table(t.take(pa.array(rng.permutation(t.num_rows))),
+                               row_group_size=1 << 20)
+                del t
+        os.replace(str(dst) + ".tmp", dst)
+    finally:
+        for p in tmp.glob("*"):
+            p.unlink()
+        tmp.rmdir()
 
 
 # -- main ----------------------------------------------------------------------------------
@@ -289,7 +368,8 @@ def run_all(args: argparse.Namespace, orders: tuple[str, ...],
                 keep("memory", run_child("memory", traces[o], out, args.scenario))
 
     if args.big:
-        big = make_traces(work, args.big_batches, BIG_ORDERS)
+        big = make_traces(work, args.big_batches, BIG_ORDERS, args.requests_per_batch,
+                          args.shuffle)
         for _ in range(max(args.big_repeat, 1)):  # (interleaved, as above)
             for o in BIG_ORDERS:
                 keep(f"big-{o}", run_child("file", big[o], work / "priced-big.parquet",
@@ -308,6 +388,13 @@ def main() -> int:
     ap.add_argument("--big", action="store_true", help="also the 10M-batch RSS checks")
     ap.add_argument("--big-batches", type=int, default=10_000_000)
     ap.add_argument("--big-repeat", type=int, default=1, help="best of this many big runs")
+    ap.add_argument("--requests-per-batch", type=float, default=32.0,
+                    help="requests a batch on average in the big traces (fewer rows a batch: "
+                         "100M batches of 4 fit a disk that 100M of 32 would not)")
+    ap.add_argument("--shuffle", choices=("duckdb", "buckets"), default="duckdb",
+                    help="how the big shuffled trace is written: DuckDB's ORDER BY hash, or "
+                         "a two-pass random bucket shuffle (minutes instead of an hour at "
+                         "100M batches)")
     ap.add_argument("--rss-sizes", type=lambda v: [int(x) for x in v.split(",") if x],
                     default=[], help="sorted traces of these batch counts: peak RSS each")
     ap.add_argument("--orders", default=",".join(ORDERS))
@@ -367,6 +454,12 @@ def main() -> int:
               f"{_fmt(name, cpu_fig.get(name)):>6}")
     print("  (wall-time ratios are the targets; CPU-time ratios show the same work with the "
           "other jobs on this shared machine taken out)")
+    if any(f"big-{o}" in best for o in BIG_ORDERS):
+        b = best.get("big-sorted") or next(best[f"big-{o}"] for o in BIG_ORDERS
+                                           if f"big-{o}" in best)
+        print(f"  big traces ('(10M)' above): {args.big_batches:,} batches, "
+              f"{args.requests_per_batch:g} requests a batch asked ({b['rows'] / b['batches']:.1f} "
+              f"rows a batch), shuffled by {args.shuffle}, best of {args.big_repeat}")
     for o in BIG_ORDERS:
         if f"big-{o}" in best:
             b = best[f"big-{o}"]

@@ -137,3 +137,50 @@ def test_the_last_piece_ends_at_the_largest_planned_id() -> None:
     assert s.rows.batch_id.dtype == np.uint16
     assert sorted(s.absolute().batch_id.tolist()) == sorted(ids.tolist())
 
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 10**6), pieces=st.integers(1, 12), n=st.integers(0, 400),
+       dtype=st.sampled_from([np.int32, np.int64]), wide=st.sampled_from([0, 2**16 - 1, 2**16]),
+       start=st.sampled_from([0, 2**31 - 2**20, 2**40]))
+def test_spilled_row_numbers_as_steps_round_trip_both_ways(
+        seed: int, pieces: int, n: int, dtype: type, wide: int, start: int) -> None:
+    """SW2: a slice's row numbers (rising within each piece, as a scatter leaves them) go to
+    disk as uint16 steps plus each piece's first number, and come back equal, type included,
+    compiled or not; a step beyond 16 bits (or a fall) refuses the encoding, both ways."""
+    from kernel.bulk import spill
+
+    if dtype == np.int32 and start > 2**31 - 2**21:
+        start = 0
+    rng = np.random.default_rng(seed)
+    sizes = rng.multinomial(n, np.ones(pieces) / pieces)
+    seg = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    row = np.empty(n, np.int64)
+    for a, b in zip(seg[:-1], seg[1:], strict=True):  # (each piece's numbers rise)
+        gaps = rng.integers(1, 40, b - a)
+        if wide and b - a > 1:
+            gaps[rng.integers(1, b - a)] = wide
+        row[a:b] = start + rng.integers(0, 1_000) + np.cumsum(gaps)
+    row = row.astype(dtype)
+    fits = wide < 2**16 or not any(b - a > 1 for a, b in zip(seg[:-1], seg[1:], strict=True))
+    got = []
+    for on in (True, False):
+        with jit_switched(on):
+            enc = spill.row_steps(row, seg)
+            assert (enc is not None) == fits
+            if enc is not None:
+                steps, firsts = enc
+                assert steps.dtype == np.uint16 and firsts.size == pieces
+                back = spill.rows_from_steps(steps, seg, firsts, row.dtype)
+                assert back.dtype == row.dtype and np.array_equal(back, row)
+                got.append((steps, firsts))
+    if fits:  # (the same bytes on disk either way)
+        assert np.array_equal(got[0][0], got[1][0]) and np.array_equal(got[0][1], got[1][1])
+    if n > 1 and fits:  # a fall within a piece is refused too
+        k = int(np.argmax(np.diff(seg)))
+        if seg[k + 1] - seg[k] > 1:
+            bad = row.copy()
+            bad[seg[k] + 1] = bad[seg[k]] - 1
+            for on in (True, False):
+                with jit_switched(on):
+                    assert spill.row_steps(bad, seg) is None

@@ -111,6 +111,44 @@ def test_spill_of_in_memory_tables_and_per_batch_columns_property() -> None:
     check()
 
 
+def test_spilled_row_numbers_go_as_steps_or_whole_and_price_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SW2: every slice written as row steps (the path taken), then every other slice with its
+    row numbers whole (as when a step passes 16 bits), groups mixing both: the priced table is
+    the sorted trace's, bit for bit, and the rejects, row numbers included, those of the same
+    file grouped in memory."""
+    r = pool(**VARIANTS["dcp4-ctxgather"])
+    df = _with_bad_rows(random_trace(12_000, 3), 3)  # (rows past 65,535: int32 numbers)
+    assert df.height > 2**16
+    want = bulk.price_result(r, df, on_reject="ignore")
+    src = tmp_path / "t.parquet"
+    _orders(df, 3)["shuffled"].write_parquet(src, row_group_size=8_192)
+    ref = tmp_path / "ref-rej.parquet"
+    c = bulk.price_file(r, src, tmp_path / "ref.parquet", rejects=ref, progress=False)
+    assert c.mode == "sorted"
+    want_rej = pl.read_parquet(ref).sort("row")
+    assert want_rej.height > 20 and want_rej["row"].max() > 2**16
+    encode = spill.row_steps
+    for refuse_every in (0, 2):
+        calls: list[bool] = []
+
+        def counted(row: np.ndarray, seg: np.ndarray) -> Any:
+            got = encode(row, seg)
+            if refuse_every and len(calls) % refuse_every:
+                got = None
+            calls.append(got is not None)
+            return got
+
+        monkeypatch.setattr(spill, "row_steps", counted)
+        dst, rej = tmp_path / "o.parquet", tmp_path / "rej.parquet"
+        c = bulk.price_file(r, src, dst, rejects=rej, progress=False,
+                            tuning=Tuning(chunk_rows=8_192, memory_budget=200_000))
+        assert c.mode == "spill" and len(calls) > 20
+        assert all(calls) if not refuse_every else (any(calls) and not all(calls))
+        assert pl.read_parquet(dst).equals(want.priced)
+        assert pl.read_parquet(rej).sort("row").equals(want_rej)
+
+
 def test_spill_groups_are_bounded_and_cover_every_piece() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ids_from_low", "piece_keys", "shifted_into", "stable_order", "take_into"]
+__all__ = ["ids_from_low", "piece_keys", "row_steps", "rows_from_steps", "shifted_into",
+           "stable_order", "take_into"]
 
 
 def piece_keys(ids: np.ndarray, lo: int, shift: int, piece_of_cell: np.ndarray, n: int,
@@ -72,3 +73,37 @@ def ids_from_low(low: np.ndarray, first: int, out: np.ndarray) -> None:
     for i in range(low.size):
         out[i] = first + ((np.int64(low[i]) - first) & 0xFFFF)
 
+
+
+def row_steps(row: np.ndarray, seg: np.ndarray, steps: np.ndarray, firsts: np.ndarray) -> bool:
+    """A spilled slice's row numbers as steps (decision SW2): ``steps[i]`` (uint16) is row
+    ``i``'s number less that of the row before it in its piece, 0 for a piece's first row,
+    whose number goes to ``firsts`` (int64, one per piece; 0 for a piece with no row).
+    ``seg``: where each piece starts in the slice, then its length. False (``steps`` and
+    ``firsts`` partly written) as soon as a step is negative or beyond 65,535."""
+    for k in range(seg.size - 1):
+        a = seg[k]
+        b = seg[k + 1]
+        firsts[k] = 0
+        if b <= a:
+            continue
+        prev = np.int64(row[a])
+        firsts[k] = prev
+        steps[a] = 0
+        for i in range(a + 1, b):
+            d = np.int64(row[i]) - prev
+            if d < 0 or d > 0xFFFF:
+                return False
+            steps[i] = d
+            prev = np.int64(row[i])
+    return True
+
+
+def rows_from_steps(steps: np.ndarray, seg: np.ndarray, firsts: np.ndarray,
+                    out: np.ndarray) -> None:
+    """The row numbers :func:`row_steps` encoded, into ``out`` (their own type)."""
+    for k in range(seg.size - 1):
+        acc = firsts[k]
+        for i in range(seg[k], seg[k + 1]):
+            acc += steps[i]
+            out[i] = acc

@@ -38,6 +38,8 @@ import pyarrow as pa
 from pipeline import safe_output
 
 from ..io.trace import KEEP_PREFIX, Rows
+from ..model import jit
+from . import row_loops
 from .engine import PRICE_ROWS, Engine, Priced
 from .partition import Partition, Scattered, fits, gather_piece, plan_from_ranges, scatter
 
@@ -45,7 +47,8 @@ __all__ = ["ROW_BYTES", "group_bounds", "spill_plan", "spill_units"]
 
 ROW_BYTES = 16  # bytes a held row is taken to cost (12 with the usual narrow columns, RO14)
 MAX_FILES = 256  # spill groups at most (open files)
-WRITE_AHEAD = 2  # scattered chunks waiting for the writer thread
+WRITE_AHEAD = 2  # scattered chunks waiting for the writer threads
+WRITERS = 2  # writer threads (decision SW1)
 
 Unit = Callable[[], Priced]
 
@@ -74,20 +77,25 @@ def group_bounds(part: Partition, total_rows: int, budget: int) -> np.ndarray:
 
 @dataclass
 class _Slice:
-    """One chunk's rows of one spill group: where its record lies in the group's file, and
-    where each of the group's pieces starts in it."""
+    """One chunk's rows of one spill group: where its record lies in the group's file, where
+    each of the group's pieces starts in it, and, when its row numbers went to disk as steps
+    (decision SW2), each piece's first row number and their type."""
 
     pos: int
     size: int
     offsets: np.ndarray  # int64, one per piece of the group and one more
+    firsts: np.ndarray | None = None  # int64, one per piece of the group (None: row as is)
+    row_type: np.dtype | None = None
 
 
-def _record(rows: Rows) -> pa.RecordBatch:
+def _record(rows: Rows, steps: np.ndarray | None = None) -> pa.RecordBatch:
     """The rows as a record batch, narrow columns as they are (zero-copy), ``bad`` only when
-    a row is bad."""
-    cols: dict[str, pa.Array] = {"row": pa.array(rows.row), "batch_id": pa.array(rows.batch_id),
+    a row is bad; ``steps``: the row numbers' steps, written instead of them."""
+    cols: dict[str, pa.Array] = {"batch_id": pa.array(rows.batch_id),
                                  "scheduled": pa.array(rows.scheduled),
                                  "computed": pa.array(rows.computed)}
+    cols["row" if steps is None else "row_step"] = pa.array(rows.row if steps is None
+                                                            else steps)
     if rows.bad.any():
         cols["bad"] = pa.array(rows.bad)
     for name in ("decode_threshold", "sm_budget"):
@@ -99,7 +107,7 @@ def _record(rows: Rows) -> pa.RecordBatch:
     return pa.record_batch(cols)
 
 
-def _rows(rb: pa.RecordBatch) -> Rows:
+def _rows(rb: pa.RecordBatch, sl: _Slice) -> Rows:
     names = set(rb.schema.names)
 
     def col(name: str) -> np.ndarray | None:
@@ -109,14 +117,58 @@ def _rows(rb: pa.RecordBatch) -> Rows:
     bad = col("bad")
     extra = {x[len(KEEP_PREFIX):]: rb.column(x) for x in rb.schema.names
              if x.startswith(KEEP_PREFIX)}
-    return Rows(col("row"), col("batch_id"), col("scheduled"), col("computed"),  # type: ignore[arg-type]
+    row = col("row")
+    if row is None:
+        assert sl.firsts is not None and sl.row_type is not None
+        row = rows_from_steps(col("row_step"), sl.offsets, sl.firsts,  # type: ignore[arg-type]
+                              sl.row_type)
+    return Rows(row, col("batch_id"), col("scheduled"), col("computed"),  # type: ignore[arg-type]
                 np.broadcast_to(np.False_, (n,)) if bad is None else bad,
                 col("decode_threshold"), col("sm_budget"), extra or None)
 
 
+def row_steps(row: np.ndarray, seg: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """A slice's row numbers as uint16 steps within each piece (``seg``: the pieces' starts
+    in the slice, then its length) and each piece's first row number, or None when a step
+    does not fit 16 bits (decision SW2; compiled where compiled loops are on)."""
+    loop = jit.compiled(row_loops.row_steps)
+    if loop is not None:
+        steps = np.empty(row.size, np.uint16)
+        firsts = np.empty(seg.size - 1, np.int64)
+        return (steps, firsts) if loop(row, seg, steps, firsts) else None
+    d = np.zeros(row.size, np.int64)
+    np.subtract(row[1:], row[:-1], out=d[1:], dtype=np.int64)
+    full = np.diff(seg) > 0
+    starts = seg[:-1][full]
+    d[starts] = 0
+    if row.size and (int(d.min()) < 0 or int(d.max()) > 0xFFFF):
+        return None
+    firsts = np.zeros(seg.size - 1, np.int64)
+    firsts[full] = row[starts]
+    return d.astype(np.uint16), firsts
+
+
+def rows_from_steps(steps: np.ndarray, seg: np.ndarray, firsts: np.ndarray,
+                    row_type: np.dtype) -> np.ndarray:
+    """The row numbers :func:`row_steps` encoded, in their own type."""
+    out = np.empty(steps.size, row_type)
+    loop = jit.compiled(row_loops.rows_from_steps)
+    if loop is not None:
+        loop(steps, seg, firsts, out)
+        return out
+    c = np.cumsum(steps, dtype=np.int64)
+    lens = np.diff(seg)
+    full = lens > 0
+    starts = seg[:-1][full]
+    # (a piece's first step is 0: its rows are its first row plus the steps since)
+    out[:] = c + np.repeat(firsts[full] - c[starts], lens[full])
+    return out
+
+
 class SpillFiles:
-    """The spill groups' files in ``directory``: scattered chunks appended on a writer
-    thread, in order, then each group read back whole."""
+    """The spill groups' files in ``directory``: scattered chunks appended on
+    :data:`WRITERS` writer threads (group ``g`` always on thread ``g % WRITERS``, so each
+    file gets its slices in input order), then each group read back whole."""
 
     def __init__(self, directory: Path, part: Partition, bounds: np.ndarray):
         self.dir = directory
@@ -125,10 +177,10 @@ class SpillFiles:
         self.n = int(bounds.size - 1)
         self.index: list[list[_Slice]] = [[] for _ in range(self.n)]
         self.files: dict[int, pa.NativeFile] = {}
-        self.rows_written = 0
         self.stopped = False  # (a signal: write nothing more, the directory is going)
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="blis-spill")
-        self._writes: deque[Future[None]] = deque()
+        self._writers = [ThreadPoolExecutor(1, thread_name_prefix="blis-spill")
+                         for _ in range(WRITERS)]
+        self._writes: deque[list[Future[None]]] = deque()
 
     def path(self, g: int) -> Path:
         return self.dir / f"group-{g:05d}.arrow"
@@ -136,15 +188,19 @@ class SpillFiles:
     def add(self, s: Scattered) -> None:
         """Queue a chunk scattered by this plan (calling thread; raises a writer failure)."""
         while len(self._writes) >= WRITE_AHEAD:
-            self._writes.popleft().result()
-        self._writes.append(self._writer.submit(self._write, s))
+            for f in self._writes.popleft():
+                f.result()
+        cuts = s.offsets[self.bounds]
+        todo = np.flatnonzero(np.diff(cuts))
+        self._writes.append([w.submit(self._write, s, cuts, mine)
+                             for i, w in enumerate(self._writers)
+                             if (mine := todo[todo % WRITERS == i]).size])
 
     def stop(self) -> None:
         self.stopped = True
 
-    def _write(self, s: Scattered) -> None:
-        cuts = s.offsets[self.bounds]
-        for g in np.flatnonzero(np.diff(cuts)).tolist():
+    def _write(self, s: Scattered, cuts: np.ndarray, groups: np.ndarray) -> None:
+        for g in groups.tolist():
             if self.stopped:
                 return
             lo, hi = int(cuts[g]), int(cuts[g + 1])
@@ -152,24 +208,34 @@ class SpillFiles:
             f = self.files.get(g)
             if f is None:
                 f = self.files[g] = pa.OSFile(str(self.path(g)), "w")
-            rb = _record(s.rows.slice(lo, hi))
+            rows = s.rows.slice(lo, hi)
+            seg = s.offsets[a:b + 1] - lo
+            # (row numbers rise within a piece: 2 bytes a row instead of 4 or 8, SW2)
+            stepped = row_steps(rows.row, seg) if rows.row.dtype.itemsize > 2 else None
+            rb = _record(rows, None if stepped is None else stepped[0])
             pos = f.tell()
             with pa.ipc.new_stream(f, rb.schema) as w:
                 w.write_batch(rb)
-            self.index[g].append(_Slice(pos, f.tell() - pos, s.offsets[a:b + 1] - lo))
-            self.rows_written += hi - lo
+            self.index[g].append(_Slice(pos, f.tell() - pos, seg,
+                                        None if stepped is None else stepped[1],
+                                        None if stepped is None else rows.row.dtype))
+
+    def _shutdown(self, cancel: bool) -> None:
+        for w in self._writers:
+            w.shutdown(wait=True, cancel_futures=cancel)
 
     def finish(self) -> None:
         """Wait for every write, close the files."""
         while self._writes:
-            self._writes.popleft().result()
-        self._writer.shutdown()
+            for f in self._writes.popleft():
+                f.result()
+        self._shutdown(False)
         for f in self.files.values():
             f.close()
 
     def close(self) -> None:
-        """Stop the writer (dropping what is queued) and close the files (on failure)."""
-        self._writer.shutdown(wait=True, cancel_futures=True)
+        """Stop the writers (dropping what is queued) and close the files (on failure)."""
+        self._shutdown(True)
         self._writes.clear()
         for f in self.files.values():
             if not f.closed:
@@ -194,7 +260,7 @@ class SpillFiles:
             offsets[:a] = 0
             offsets[a:b + 1] = sl.offsets
             offsets[b + 1:] = sl.offsets[-1]
-            out.append(Scattered(_rows(rb), offsets, self.part))
+            out.append(Scattered(_rows(rb, sl), offsets, self.part))
         self.index[g] = []
         return out
 
