@@ -132,7 +132,8 @@ def test_spilled_row_numbers_go_as_steps_or_whole_and_price_the_same(
     for refuse_every in (0, 2):
         calls: list[bool] = []
 
-        def counted(row: np.ndarray, seg: np.ndarray) -> Any:
+        def counted(row: np.ndarray, seg: np.ndarray, calls: list[bool] = calls,
+                    refuse_every: int = refuse_every) -> Any:
             got = encode(row, seg)
             if refuse_every and len(calls) % refuse_every:
                 got = None
