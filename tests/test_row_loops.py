@@ -100,6 +100,39 @@ def test_the_compiled_scatter_and_gather_equal_numpys(
         assert got.sm_budget.tolist() == rows.sm_budget[order].tolist()
 
 
+@settings(max_examples=120, deadline=None)
+@given(n=st.sampled_from([0, 1, 2, 7, 64, 300]), seed=st.integers(0, 10**6),
+       kind=st.sampled_from(["dense", "wraps", "sparse64", "one"]),
+       dtypes=st.lists(st.sampled_from(NARROW), min_size=4, max_size=4),
+       per_batch=st.booleans(), bad=st.sampled_from([0.0, 0.2]), gaps=st.booleans(),
+       top=st.sampled_from([None, 2**16 - 1, 2**16, 2**31 - 1, 2**31]),
+       piece_rows=st.sampled_from([1, 3, 50, 10**6]))
+def test_scattering_narrowed_takes_each_column_straight_into_its_narrow_type(
+        n: int, seed: int, kind: str, dtypes: list[type], per_batch: bool, bad: float,
+        gaps: bool, top: int | None, piece_rows: int) -> None:
+    """SW3: ``scatter(..., narrow=True)`` of wide rows gives what narrowing them first and
+    scattering the narrowed rows gives (values and types), compiled or not; row numbers and
+    counts near the uint16 and int32 limits so that every narrow type comes out."""
+    rng = np.random.default_rng(seed)
+    rows = _chunk(rng, n, kind, dtypes, per_batch, bad, gaps)
+    if top is not None and n:  # (the greatest row number and count exactly at a limit)
+        rows.row = rows.row.astype(np.int64) + (top - int(rows.row.max()))
+        rows.computed = rows.computed.astype(np.int64)
+        rows.computed[rng.integers(0, n)] = top
+    plan = _plan(rows.batch_id, piece_rows, False)
+    fresh = not gaps
+
+    def copy() -> Rows:
+        return rows.take(np.arange(n))
+
+    want = part.scatter(copy().narrowed(), plan, fresh=fresh)
+    for on in (True, False):
+        with jit_switched(on):
+            got = part.scatter(copy(), plan, fresh=fresh, narrow=True)
+            assert np.array_equal(got.offsets, want.offsets)
+            _equal(got.rows, want.rows)
+
+
 @pytest.mark.usefixtures("jit_mode")
 def test_a_chunk_scatters_to_its_pieces_in_input_order() -> None:
     """Both ways (fixture ``jit_mode``): a hand-made chunk over three pieces, one empty."""

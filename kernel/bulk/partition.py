@@ -187,12 +187,17 @@ class Scattered:
                     r.sm_budget, r.extra)
 
 
-def scatter(rows: Rows, part: Partition, *, fresh: bool = False) -> Scattered:
+def scatter(rows: Rows, part: Partition, *, fresh: bool = False,
+            narrow: bool = False) -> Scattered:
     """The rows reordered by piece; ``fresh``: rows as validation left them (row numbers
-    increasing). By compiled loops where they are on (decision SJ1), else by Arrow."""
+    increasing); ``narrow``: integer columns stored as :meth:`Rows.narrowed` stores them
+    (``rows`` may be left as they were). By compiled loops where they are on (decision SJ1;
+    each column then taken straight into its narrow type, SW3), else by Arrow."""
     loops = _compiled()
     if loops is not None and not rows.extra:
-        return _scatter_compiled(rows, part, fresh, loops)
+        return _scatter_compiled(rows, part, fresh, loops, narrow)
+    if narrow:
+        rows.narrowed()
     key = part.piece_of_cell[part.cells(rows.batch_id)]
     # (Arrow's stable sort of small integers is a counting sort: ~half numpy's radix sort)
     order = pc.array_sort_indices(pa.array(key), memory_pool=_POOL).to_numpy().view(np.int64)
@@ -214,10 +219,26 @@ def _compiled() -> dict[str, Any] | None:
     return {name: jit.compiled(getattr(row_loops, name)) for name in row_loops.__all__}
 
 
+def narrow_type(v: np.ndarray, lo: int | None = None, hi: int | None = None) -> np.dtype:
+    """The type :meth:`Rows.narrowed` stores an integer column in (``lo``/``hi``: its least
+    and greatest value when known)."""
+    if v.dtype.itemsize <= 2 or not v.size:
+        return v.dtype
+    lo = int(v.min()) if lo is None else lo
+    hi = int(v.max()) if hi is None else hi
+    if lo >= 0 and hi <= 0xFFFF:
+        return np.dtype(np.uint16)
+    if v.dtype.itemsize > 4 and -2**31 <= lo and hi < 2**31:
+        return np.dtype(np.int32)
+    return v.dtype
+
+
 def _scatter_compiled(rows: Rows, part: Partition, fresh: bool,
-                      loops: dict[str, Any]) -> Scattered:
+                      loops: dict[str, Any], narrow: bool = False) -> Scattered:
     """:func:`scatter` in two compiled passes over the batch ids (count, place) and one over
-    each column, every narrow column kept narrow (no Arrow arrays, no int64 keys)."""
+    each column, every narrow column kept narrow (no Arrow arrays, no int64 keys); with
+    ``narrow``, a wide column is taken straight into the type :meth:`Rows.narrowed` would
+    give it (one take instead of narrowing's copy and then a take of the copy, SW3)."""
     ids, lo, shift = rows.batch_id, part.lo, part.shift
     if shift >= 47:  # (ids spanning more than half the int64 range: cells computed by numpy)
         ids, lo, shift = part.cells(ids), 0, 0
@@ -229,24 +250,26 @@ def _scatter_compiled(rows: Rows, part: Partition, fresh: bool,
     loops["stable_order"](keys, offsets, order)
     del keys
 
-    def take(v: np.ndarray) -> np.ndarray:
-        out = np.empty(n, v.dtype)
+    def take(v: np.ndarray, narrowed: bool = False) -> np.ndarray:
+        out = np.empty(n, narrow_type(v) if narrowed else v.dtype)
         loops["take_into"](order, v, out)
         return out
 
     def maybe(v: np.ndarray | None) -> np.ndarray | None:
-        return None if v is None else take(v)
+        return None if v is None else take(v, narrow)
 
     first = int(rows.row[0]) if n else 0
     if fresh and n and int(rows.row[-1]) - first == n - 1:  # (fresh: increasing, first..last)
-        row = np.empty(n, rows.row.dtype)
+        row = np.empty(n, narrow_type(rows.row, first, first + n - 1) if narrow
+                       else rows.row.dtype)
         loops["shifted_into"](order, first, row)
     else:
-        row = take(rows.row)
+        row = take(rows.row, narrow)
     # (no bad row: a read-only view of one False, no memory held)
     bad = take(rows.bad) if rows.bad.any() else np.broadcast_to(np.False_, (n,))
-    out = Rows(row, take(low if part.local else rows.batch_id), take(rows.scheduled),
-               take(rows.computed), bad, maybe(rows.decode_threshold), maybe(rows.sm_budget))
+    out = Rows(row, take(low if part.local else rows.batch_id), take(rows.scheduled, narrow),
+               take(rows.computed, narrow), bad, maybe(rows.decode_threshold),
+               maybe(rows.sm_budget))
     return Scattered(out, offsets, part)
 
 

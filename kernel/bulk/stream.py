@@ -261,10 +261,14 @@ def _validated(eng: Engine, tables: Iterator[pa.Table], pool: ThreadPoolExecutor
     def task(item: tuple[pa.Table, int]) -> tuple[Any, Scattered | None, ChunkTerms | None]:
         c = eng.coerce_task(item[0], item[1])
         terms = summed.terms(c.rows) if summed is not None else None
-        if summed is None or not summed.ok:
-            c.rows.narrowed()
+        narrow = summed is None or not summed.ok
         if part is not None and len(c.rows) and fits(part, c.rows.batch_id):
-            return c, scatter(c.rows, part, fresh=True), terms
+            # (narrowed as it is scattered: one copy of each column, SW3)
+            s = scatter(c.rows, part, fresh=True, narrow=narrow)
+            c.rows = s.rows  # (the wide rows go now: only their count is read)
+            return c, s, terms
+        if narrow:
+            c.rows.narrowed()
         return c, None, terms
 
     try:
