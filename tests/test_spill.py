@@ -150,6 +150,47 @@ def test_spilled_row_numbers_go_as_steps_or_whole_and_price_the_same(
         assert pl.read_parquet(rej).sort("row").equals(want_rej)
 
 
+def test_pieces_are_cut_to_65536_ids_where_batches_have_few_rows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SW4: a trace whose planned pieces span more than 65,536 ids (at 4 rows a batch, 1 Mi-row
+    pieces do; here ~0.23 rows an id and pieces of 18,750 rows) is planned again into pieces
+    of at most ``LOCAL_IDS`` ids, so that its ids spill as 2 bytes; prices and rejects as the
+    sorted trace's, bit for bit. A plan that cannot be made local, or only with pieces under
+    ``LOCAL_MIN_ROWS`` rows, stays as it was."""
+    monkeypatch.setattr(spill, "LOCAL_MIN_ROWS", 1_000)  # (the trace is small)
+    r = pool(**VARIANTS["window-pcp2"])
+    df = _with_bad_rows(random_trace(17_000, 4), 4).with_columns(
+        pl.col("batch_id") * 10)  # (ids 3 apart: now 30 apart)
+    want = bulk.price_result(r, df, on_reject="ignore")
+    src = tmp_path / "t.parquet"
+    _orders(df, 4)["shuffled"].write_parquet(src, row_group_size=8_192)
+    seen: list[tuple[bool, bool]] = []
+    plan = spill.local_plan
+
+    def spied(ranges: Any, part: Any) -> Any:
+        got = plan(ranges, part)
+        seen.append((part.local, got.local))
+        return got
+
+    from kernel.bulk import stream
+    monkeypatch.setattr(stream, "local_plan", spied)
+    dst, rej = tmp_path / "o.parquet", tmp_path / "rej.parquet"
+    c = bulk.price_file(r, src, dst, rejects=rej, progress=False,
+                        tuning=Tuning(chunk_rows=8_192, memory_budget=1_200_000))
+    assert c.mode == "spill" and seen == [(False, True)]
+    assert pl.read_parquet(dst).equals(want.priced)
+    assert _reasons(pl.read_parquet(rej)) == _reasons(want.rejects)
+    # batches 70,000 ids apart: no piece of whole cells spans fewer than 65,536 ids
+    wide = [(0, 70_000 * 20_000, 10**6)]
+    part = spill.spill_plan(wide, 1 << 30)
+    assert part is not None and not part.local and plan(wide, part) is part
+    near = [(0, 4 * 10**6, 10**7)]  # (2.5 rows an id: pieces of 150,000 rows)
+    part = spill.spill_plan(near, 1 << 30)
+    assert part is not None and not part.local and plan(near, part).local
+    monkeypatch.setattr(spill, "LOCAL_MIN_ROWS", 200_000)  # (too few rows a piece: kept)
+    assert plan(near, part) is part
+
+
 def test_spill_groups_are_bounded_and_cover_every_piece() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st

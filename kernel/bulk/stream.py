@@ -90,7 +90,7 @@ from .partition import (
     scatter,
 )
 from .sink import ROW_GROUP_ROWS, Sink
-from .spill import spill_plan, spill_units
+from .spill import local_plan, spill_plan, spill_units
 from .summed import ChunkTerms, Summed, rows_stay_near, summed_for
 from .window import fits_window, window_units
 
@@ -319,6 +319,8 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
     # (ids that advance through the file, a request-major log: grouped in a moving window
     # of pieces, each priced once the statistics show it complete: SP1)
     window = spill is not None and fits_window(ts.id_ranges, spill, memory_budget)
+    if spill is not None and not window and ts.id_ranges:  # (ids as 2 bytes on disk: SW4)
+        spill = local_plan(ts.id_ranges, spill)
     total_rows = (ts.num_rows if ts.num_rows is not None
                   else sum(r[2] for r in ts.id_ranges or []))
     log.debug("any-order trace: about %s bytes against a memory budget of %d: %s", est,
