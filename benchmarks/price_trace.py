@@ -4,6 +4,8 @@
     python benchmarks/price_trace.py --big               # also the 10M-batch ratios and RSS
     python benchmarks/price_trace.py --rss-sizes 1000000,10000000,30000000  # sorted RSS by size
     python benchmarks/price_trace.py --big --compare ../old-checkout  # the big runs old vs now
+    python benchmarks/price_trace.py --big --big-batches 100000000 --requests-per-batch 4 \
+        --shuffle buckets --big-repeat 1 --dir DIR  # 100M batches on ~15 GB of disk
 
 It generates a synthetic trace (32 requests per batch on average, ~5% prefill rows, sorted by
 ``batch_id``) and from it the same rows in other orders (batches reversed, request-major,
