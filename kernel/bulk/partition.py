@@ -258,8 +258,8 @@ def _scatter_compiled(rows: Rows, part: Partition, fresh: bool,
     def maybe(v: np.ndarray | None) -> np.ndarray | None:
         return None if v is None else take(v, narrow)
 
-    first = int(rows.row[0]) if n else 0
-    if fresh and n and int(rows.row[-1]) - first == n - 1:  # (fresh: increasing, first..last)
+    first = _run_start(rows, fresh)
+    if first is not None:
         row = np.empty(n, narrow_type(rows.row, first, first + n - 1) if narrow
                        else rows.row.dtype)
         loops["shifted_into"](order, first, row)
@@ -273,6 +273,17 @@ def _scatter_compiled(rows: Rows, part: Partition, fresh: bool,
     return Scattered(out, offsets, part)
 
 
+def _run_start(rows: Rows, fresh: bool) -> int | None:
+    """The first row number of a chunk just validated (``fresh``: increasing) whose row
+    numbers run on without a gap, or None: its rows taken in ``order`` are then numbered
+    ``order + first``, no gather of the row column."""
+    n = len(rows)
+    if not fresh or not n:
+        return None
+    first = int(rows.row[0])
+    return first if int(rows.row[-1]) - first == n - 1 else None
+
+
 def _take(rows: Rows, order: np.ndarray, fresh: bool, ids: np.ndarray | None) -> Rows:
     """``rows.take(order)``, cheaper for the usual chunk: the row numbers of a chunk just
     validated (``fresh``) that run on without a gap are ``order`` shifted, and a chunk
@@ -280,8 +291,8 @@ def _take(rows: Rows, order: np.ndarray, fresh: bool, ids: np.ndarray | None) ->
     if rows.extra:
         return rows.take(order)
     n = len(rows)
-    first = int(rows.row[0]) if n else 0
-    if fresh and n and int(rows.row[-1]) - first == n - 1:  # (fresh: increasing, first..last)
+    first = _run_start(rows, fresh)
+    if first is not None:
         row = (order + first).astype(rows.row.dtype)
     else:
         row = rows.row[order]
