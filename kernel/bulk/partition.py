@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..io.trace import Rows
+from ..io.trace import Rows, narrow_type
 from ..model import jit
 from . import row_loops
 
@@ -217,20 +217,6 @@ def _compiled() -> dict[str, Any] | None:
     if jit.compiled(row_loops.piece_keys) is None:
         return None
     return {name: jit.compiled(getattr(row_loops, name)) for name in row_loops.__all__}
-
-
-def narrow_type(v: np.ndarray, lo: int | None = None, hi: int | None = None) -> np.dtype:
-    """The type :meth:`Rows.narrowed` stores an integer column in (``lo``/``hi``: its least
-    and greatest value when known)."""
-    if v.dtype.itemsize <= 2 or not v.size:
-        return v.dtype
-    lo = int(v.min()) if lo is None else lo
-    hi = int(v.max()) if hi is None else hi
-    if lo >= 0 and hi <= 0xFFFF:
-        return np.dtype(np.uint16)
-    if v.dtype.itemsize > 4 and -2**31 <= lo and hi < 2**31:
-        return np.dtype(np.int32)
-    return v.dtype
 
 
 def _scatter_compiled(rows: Rows, part: Partition, fresh: bool,

@@ -47,6 +47,7 @@ __all__ = [
     "Rows",
     "TraceError",
     "coerce",
+    "narrow_type",
     "record_rejects",
     "reject_frame",
     "reject_table",
@@ -143,6 +144,21 @@ def record_rejects(tbl: pa.Table, rejects: list[pa.Table] | None, strict: bool) 
 
 # -- validated rows -----------------------------------------------------------------------
 
+def narrow_type(v: np.ndarray, lo: int | None = None, hi: int | None = None) -> np.dtype:
+    """The type :meth:`Rows.narrowed` stores an integer column in: uint16 when every value is
+    in 0..65535, else int32 for an 8-byte column that fits, else its own (``lo``/``hi``: its
+    least and greatest value when known)."""
+    if v.dtype.itemsize <= 2 or not v.size:
+        return v.dtype
+    lo = int(v.min()) if lo is None else lo
+    hi = int(v.max()) if hi is None else hi
+    if lo >= 0 and hi <= _U16_MAX:
+        return np.dtype(np.uint16)
+    if v.dtype.itemsize > 4 and _I32_MIN <= lo and hi <= _I32_MAX:
+        return np.dtype(np.int32)
+    return v.dtype
+
+
 @dataclass
 class Rows:
     """Coerced rows; ``bad`` marks rows already rejected on their own.
@@ -170,16 +186,11 @@ class Rows:
     def narrowed(self) -> Rows:
         """Integer columns (but ``batch_id``) stored as uint16 or int32 where every value
         fits (rows waiting to be grouped: scheduled tokens and many per-batch settings fit
-        16 bits); in place."""
+        16 bits; :func:`narrow_type`); in place."""
         for name in _NARROWABLE:
             v = getattr(self, name)
-            if v is None or not v.size or v.dtype.itemsize <= 2:
-                continue
-            lo, hi = int(v.min()), int(v.max())
-            if lo >= 0 and hi <= _U16_MAX:
-                setattr(self, name, v.astype(np.uint16))
-            elif v.dtype.itemsize > 4 and lo >= _I32_MIN and hi <= _I32_MAX:
-                setattr(self, name, v.astype(np.int32))
+            if v is not None and (t := narrow_type(v)) != v.dtype:
+                setattr(self, name, v.astype(t))
         return self
 
     def widened(self) -> Rows:
