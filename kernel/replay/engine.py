@@ -643,41 +643,37 @@ class Simulation:
         """The group's step runs from ``now`` for ``step`` ns: record it, sample its tokens."""
         end = now + step
         self._count_step()
-        for c, (rq, sc, cp, pl, ch, after, kn), price in zip(g.cores, plans, prices,
-                                                             strict=True):
-            if not rq.size:
-                continue
-            b = self.batches
-            self.batches += 1
-            # occupancy while the step runs, before its finished requests leave
-            self.rows.step_buf.extend((
-                b, c.pool_index, c.index, self.group_steps, now, end, price, step, rq.size,
-                rq.size if sc is _CONST.get((rq.size, 1)) else int(sc.sum()),  # steady: 1 each
-                len(c.running), len(c.waiting) + len(c.inbox), c.kv.used(), c.kv.num_blocks))
-            emitted, who, who_known = self._finish_step(c, rq, after, kn, end)
-            self.rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index, who, who_known)
+        for c, plan, price in zip(g.cores, plans, prices, strict=True):
+            if plan[0].size:
+                self._record(c, now, end, price, step, plan)
         self._running(g, gi, now, end)
 
     def _launch_one(self, g: Group, gi: int, now: int, c: Core, plan: Plan, step: int
                     ) -> None:
         """:meth:`_launch` for a group of one core with a non-empty plan (the common step),
         without its per-core lists."""
-        rq, sc, cp, pl, ch, after, kn = plan
         end = now + step
         self._count_step()
+        self._record(c, now, end, step, step, plan)
+        self._running(g, gi, now, end)
+
+    def _record(self, c: Core, now: int, end: int, price: int, step: int, plan: Plan
+                ) -> None:
+        """One core's batch of the group's step (``price`` its own time, ``step`` the
+        group's): its engine-step record, its rows and the tokens it samples."""
+        rq, sc, cp, pl, ch, after, kn = plan
         b = self.batches
         self.batches += 1
         n = rq.size
         kv = c.kv
-        rows = self.rows
-        rows.step_buf.extend((
-            b, c.pool_index, c.index, self.group_steps, now, end, step, step, n,
-            n if sc is _CONST.get((n, 1)) else int(_sum(sc)),
+        # occupancy while the step runs, before its finished requests leave
+        self.rows.step_buf.extend((
+            b, c.pool_index, c.index, self.group_steps, now, end, price, step, n,
+            n if sc is _CONST.get((n, 1)) else int(_sum(sc)),  # steady: 1 each
             len(c.running), len(c.waiting) + len(c.inbox), kv.num_blocks - kv.free,
             kv.num_blocks))
         emitted, who, who_known = self._finish_step(c, rq, after, kn, end)
-        rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index, who, who_known)
-        self._running(g, gi, now, end)
+        self.rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index, who, who_known)
 
     def _drop_zombies(self, c: Core) -> None:
         if not c.zombies:
@@ -1020,15 +1016,14 @@ class Simulation:
         combination in :meth:`_schedule` gives for it, without its branches)."""
         s = c.state
         s.computed[rq] = kn
-        if rq is not c.run_arr:  # the step in flight's zombies leave after this schedule
-            c.run_arr, c.run_prompt, c.run_target = rq, s.prompt[rq], s.target[rq]
-        c.tail = []  # (a tail's requests all finished in the step in flight)
-        c.dirty = False
-        c.steady = True
+        # (rq is not run_arr when the step in flight's zombies leave after this schedule;
+        # a tail's requests all finished in it)
+        pl = c.run_prompt if rq is c.run_arr else s.prompt[rq]
+        self._settle(c, rq, pl, kn, kn, True)
         if c.limits.prefix_caching:
             self._offer(c, rq, kn, kn, True, rem)
         n = rq.size
-        return rq, _const(n, 1), cr, c.run_prompt, _const(n, 0), kn, kn
+        return rq, _const(n, 1), cr, pl, _const(n, 0), kn, kn
 
     def _offer(self, c: Core, rq: np.ndarray, after: np.ndarray, kn: np.ndarray, whole: bool,
                steady_rem: np.ndarray | None) -> None:
