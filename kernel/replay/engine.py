@@ -776,8 +776,9 @@ class Simulation:
         # capped by the threshold and what the budget has left after the ones before it.
         fast = None  # Phase A alone, every running request scheduled: (cr, kn)
         # Steady decode (see Core.steady): the part Phase A scheduled (every running request
-        # but those finished in the step in flight, in order) and its computed tokens mod B
-        steady_part = steady_rem = None
+        # but those finished in the step in flight, in order); steady_rem: its computed tokens
+        # mod B
+        steady_part = None
         everyone = False  # Phase A scheduled every running request, in order
         a = None
         if c.steady and not c.dirty and running:
@@ -885,10 +886,11 @@ class Simulation:
         if everyone and not preempted:
             self._settle(c, rq, pl, after, kn, whole)
         if L.prefix_caching:
-            if steady_part is None or rq is steady_part:
-                self._offer(c, rq, after, kn, whole, steady_rem)
+            if steady_part is None:
+                self._offer(c, rq, after, kn, whole)
             else:  # the steady part by its remainders, the rest (a few) one at a time
-                self._offer(c, steady_part, steady_kn, steady_kn, True, steady_rem)
+                # (the steady part alone returned by _steady_plan above)
+                self._offer_steady(c, steady_part, steady_kn, steady_rem)
                 ns = steady_part.size  # (a schedule never passes the known tokens: after)
                 self._offer_blocks(c, rq[ns:].tolist(), (after[ns:] // B).tolist())
         return rq, sc, cp, pl, ch, after, kn
@@ -1021,31 +1023,32 @@ class Simulation:
         pl = c.run_prompt if rq is c.run_arr else s.prompt[rq]
         self._settle(c, rq, pl, kn, kn, True)
         if c.limits.prefix_caching:
-            self._offer(c, rq, kn, kn, True, rem)
+            self._offer_steady(c, rq, kn, rem)
         n = rq.size
         return rq, _const(n, 1), cr, pl, _const(n, 0), kn, kn
 
-    def _offer(self, c: Core, rq: np.ndarray, after: np.ndarray, kn: np.ndarray, whole: bool,
-               steady_rem: np.ndarray | None) -> None:
+    def _offer(self, c: Core, rq: np.ndarray, after: np.ndarray, kn: np.ndarray, whole: bool
+               ) -> None:
         """vLLM ``_update_after_schedule``'s prefix-cache side: the blocks the schedule filled
-        join the cache (shared keys) or the request's own segment. ``steady_rem``: each
-        request's computed tokens mod B when ``rq`` is a steady decode part."""
+        join the cache (shared keys) or the request's own segment (vLLM's rule, whatever the
+        state)."""
         s = c.state
         B = c.limits.block_size
-        if steady_rem is not None:
-            # steady decode: a block fills when the known token completes it (computed mod B
-            # was B - 1); each had offered all its full blocks, so these are the requests
-            # vLLM's rule (full > registered) picks, one block each. A few a step: a Python
-            # loop costs less than the rule's array calls.
-            fills = (steady_rem == B - 1).nonzero()[0]
-            if fills.size:
-                self._offer_blocks(c, rq[fills].tolist(), (kn[fills] // B).tolist())
-            return
-        # vLLM's rule, whatever the state
         full = (after if whole else np.minimum(after, kn)) // B
         grow = (full > s.registered[rq]).nonzero()[0]
         if grow.size:
             self._offer_blocks(c, rq[grow].tolist(), full[grow].tolist())
+
+    def _offer_steady(self, c: Core, rq: np.ndarray, kn: np.ndarray, rem: np.ndarray) -> None:
+        """:meth:`_offer` for a steady decode part ``rq`` scheduled whole (its known tokens
+        ``kn``, its computed tokens mod B before ``rem``): a block fills when the known token
+        completes it (computed mod B was B - 1); each had offered all its full blocks, so
+        these are the requests vLLM's rule (full > registered) picks, one block each. A few a
+        step: a Python loop costs less than the rule's array calls."""
+        B = c.limits.block_size
+        fills = (rem == B - 1).nonzero()[0]
+        if fills.size:
+            self._offer_blocks(c, rq[fills].tolist(), (kn[fills] // B).tolist())
 
     def _offer_blocks(self, c: Core, reqs: list[int], fulls: list[int]) -> None:
         """:meth:`_offer` for requests ``reqs`` whose leading ``fulls`` blocks are now full:
