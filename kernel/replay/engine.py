@@ -526,14 +526,9 @@ class Simulation:
         step = self.price_ns(c, sc, cp_, pl)
         end = now + step
         self._count_step()
-        b = self.batches
-        self.batches += 1
+        b = self._log_step(c, now, end, step, step, rq.size,
+                           nk if x is None else nk + sum(x[1]))
         rows = self.rows
-        rows.step_buf.extend((
-            b, c.pool_index, c.index, self.group_steps, now, end, step, step, rq.size,
-            nk if x is None else nk + sum(x[1]),
-            len(c.running), len(waiting) + len(inbox), kv.num_blocks - kv.free,
-            kv.num_blocks))
         # -- every request samples a token; the ones reaching their target finish
         grown = kn + 1
         s.known[ra] = grown
@@ -662,18 +657,25 @@ class Simulation:
         """One core's batch of the group's step (``price`` its own time, ``step`` the
         group's): its engine-step record, its rows and the tokens it samples."""
         rq, sc, cp, pl, ch, after, kn = plan
-        b = self.batches
-        self.batches += 1
         n = rq.size
-        kv = c.kv
-        # occupancy while the step runs, before its finished requests leave
-        self.rows.step_buf.extend((
-            b, c.pool_index, c.index, self.group_steps, now, end, price, step, n,
-            n if sc is _CONST.get((n, 1)) else int(_sum(sc)),  # steady: 1 each
-            len(c.running), len(c.waiting) + len(c.inbox), kv.num_blocks - kv.free,
-            kv.num_blocks))
+        b = self._log_step(c, now, end, price, step, n,
+                           n if sc is _CONST.get((n, 1)) else int(_sum(sc)))  # steady: 1 each
         emitted, who, who_known = self._finish_step(c, rq, after, kn, end)
         self.rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index, who, who_known)
+
+    def _log_step(self, c: Core, now: int, end: int, price: int, step: int, n: int,
+                  tokens: int) -> int:
+        """The engine-step record of one core's batch of ``n`` requests and ``tokens``
+        tokens (Rows.STEP_NAMES), with the occupancy while the step runs, before its
+        finished requests leave; returns its batch id."""
+        b = self.batches
+        self.batches += 1
+        kv = c.kv
+        self.rows.step_buf.extend((
+            b, c.pool_index, c.index, self.group_steps, now, end, price, step, n, tokens,
+            len(c.running), len(c.waiting) + len(c.inbox), kv.num_blocks - kv.free,
+            kv.num_blocks))
+        return b
 
     def _drop_zombies(self, c: Core) -> None:
         if not c.zombies:
