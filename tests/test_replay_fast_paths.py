@@ -13,6 +13,7 @@ checks that each case really took the shortcuts it is meant to cover.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -64,33 +65,28 @@ def _general_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine.Simulation, "_phase_b", looked_up_again)
 
 
-def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    counts = {"fast": 0, "phase_b": 0, "fast_rows_after": 0, "tail_route": 0}
-    fast, phase_b = engine.Simulation._step_steady, engine.Simulation._phase_b
-    sampled, steady_a = engine.Simulation._tail_sampled, engine.Simulation._phase_a_steady
+def _count(mp: pytest.MonkeyPatch, name: str, counts: dict[str, int], key: str,
+           weight: Callable[[Any], int] = lambda out: 1) -> None:
+    """Count the calls of ``Simulation.<name>`` in ``counts[key]`` (each by ``weight`` of
+    what it returns)."""
+    method = getattr(engine.Simulation, name)
 
-    def counted_fast(self: Any, *a: Any) -> bool:
-        took = fast(self, *a)
-        counts["fast"] += took
-        return took
-
-    def counted_sampled(self: Any, *a: Any) -> Any:  # a fast step with a tail or admissions
-        counts["fast_rows_after"] += 1
-        return sampled(self, *a)
-
-    def counted_steady_a(self: Any, c: Any, budget: int) -> Any:
-        out = steady_a(self, c, budget)
-        counts["tail_route"] += out is not None and out[4] is not None
+    def counted(self: Any, *a: Any) -> Any:
+        out = method(self, *a)
+        counts[key] += weight(out)
         return out
 
-    def counted_b(self: Any, *a: Any) -> Any:
-        counts["phase_b"] += 1
-        return phase_b(self, *a)
+    mp.setattr(engine.Simulation, name, counted)
 
-    monkeypatch.setattr(engine.Simulation, "_step_steady", counted_fast)
-    monkeypatch.setattr(engine.Simulation, "_phase_b", counted_b)
-    monkeypatch.setattr(engine.Simulation, "_tail_sampled", counted_sampled)
-    monkeypatch.setattr(engine.Simulation, "_phase_a_steady", counted_steady_a)
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    counts = {"fast": 0, "phase_b": 0, "fast_rows_after": 0, "tail_route": 0}
+    _count(monkeypatch, "_step_steady", counts, "fast", bool)
+    _count(monkeypatch, "_phase_b", counts, "phase_b")
+    # a fast step with a tail or admissions
+    _count(monkeypatch, "_tail_sampled", counts, "fast_rows_after")
+    _count(monkeypatch, "_phase_a_steady", counts, "tail_route",
+           lambda out: out is not None and out[4] is not None)
     return counts
 
 
@@ -107,13 +103,7 @@ def test_fast_paths_match_the_general_path(name: str) -> None:
     with pytest.MonkeyPatch.context() as mp:
         _general_only(mp)
         b_calls = {"n": 0}
-        phase_b = engine.Simulation._phase_b
-
-        def counted_b(self: Any, *a: Any) -> Any:
-            b_calls["n"] += 1
-            return phase_b(self, *a)
-
-        mp.setattr(engine.Simulation, "_phase_b", counted_b)
+        _count(mp, "_phase_b", b_calls, "n")
         general = digest(_run(name))
     diff = sorted(f"{t}.{c}" for t in general for c in general[t]
                   if fast[t].get(c) != general[t][c])

@@ -526,14 +526,9 @@ class Simulation:
         step = self.price_ns(c, sc, cp_, pl)
         end = now + step
         self._count_step()
-        b = self.batches
-        self.batches += 1
+        b = self._log_step(c, now, end, step, step, rq.size,
+                           nk if x is None else nk + sum(x[1]))
         rows = self.rows
-        rows.step_buf.extend((
-            b, c.pool_index, c.index, self.group_steps, now, end, step, step, rq.size,
-            nk if x is None else nk + sum(x[1]),
-            len(c.running), len(waiting) + len(inbox), kv.num_blocks - kv.free,
-            kv.num_blocks))
         # -- every request samples a token; the ones reaching their target finish
         grown = kn + 1
         s.known[ra] = grown
@@ -643,41 +638,44 @@ class Simulation:
         """The group's step runs from ``now`` for ``step`` ns: record it, sample its tokens."""
         end = now + step
         self._count_step()
-        for c, (rq, sc, cp, pl, ch, after, kn), price in zip(g.cores, plans, prices,
-                                                             strict=True):
-            if not rq.size:
-                continue
-            b = self.batches
-            self.batches += 1
-            # occupancy while the step runs, before its finished requests leave
-            self.rows.step_buf.extend((
-                b, c.pool_index, c.index, self.group_steps, now, end, price, step, rq.size,
-                rq.size if sc is _CONST.get((rq.size, 1)) else int(sc.sum()),  # steady: 1 each
-                len(c.running), len(c.waiting) + len(c.inbox), c.kv.used(), c.kv.num_blocks))
-            emitted, who, who_known = self._finish_step(c, rq, after, kn, end)
-            self.rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index, who, who_known)
+        for c, plan, price in zip(g.cores, plans, prices, strict=True):
+            if plan[0].size:
+                self._record(c, now, end, price, step, plan)
         self._running(g, gi, now, end)
 
     def _launch_one(self, g: Group, gi: int, now: int, c: Core, plan: Plan, step: int
                     ) -> None:
         """:meth:`_launch` for a group of one core with a non-empty plan (the common step),
         without its per-core lists."""
-        rq, sc, cp, pl, ch, after, kn = plan
         end = now + step
         self._count_step()
+        self._record(c, now, end, step, step, plan)
+        self._running(g, gi, now, end)
+
+    def _record(self, c: Core, now: int, end: int, price: int, step: int, plan: Plan
+                ) -> None:
+        """One core's batch of the group's step (``price`` its own time, ``step`` the
+        group's): its engine-step record, its rows and the tokens it samples."""
+        rq, sc, cp, pl, ch, after, kn = plan
+        n = rq.size
+        b = self._log_step(c, now, end, price, step, n,
+                           n if sc is _CONST.get((n, 1)) else int(_sum(sc)))  # steady: 1 each
+        emitted, who, who_known = self._finish_step(c, rq, after, kn, end)
+        self.rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index, who, who_known)
+
+    def _log_step(self, c: Core, now: int, end: int, price: int, step: int, n: int,
+                  tokens: int) -> int:
+        """The engine-step record of one core's batch of ``n`` requests and ``tokens``
+        tokens (Rows.STEP_NAMES), with the occupancy while the step runs, before its
+        finished requests leave; returns its batch id."""
         b = self.batches
         self.batches += 1
-        n = rq.size
         kv = c.kv
-        rows = self.rows
-        rows.step_buf.extend((
-            b, c.pool_index, c.index, self.group_steps, now, end, step, step, n,
-            n if sc is _CONST.get((n, 1)) else int(_sum(sc)),
+        self.rows.step_buf.extend((
+            b, c.pool_index, c.index, self.group_steps, now, end, price, step, n, tokens,
             len(c.running), len(c.waiting) + len(c.inbox), kv.num_blocks - kv.free,
             kv.num_blocks))
-        emitted, who, who_known = self._finish_step(c, rq, after, kn, end)
-        rows.add(b, rq, sc, cp, pl, ch, emitted, c.pool_index, who, who_known)
-        self._running(g, gi, now, end)
+        return b
 
     def _drop_zombies(self, c: Core) -> None:
         if not c.zombies:
@@ -780,8 +778,9 @@ class Simulation:
         # capped by the threshold and what the budget has left after the ones before it.
         fast = None  # Phase A alone, every running request scheduled: (cr, kn)
         # Steady decode (see Core.steady): the part Phase A scheduled (every running request
-        # but those finished in the step in flight, in order) and its computed tokens mod B
-        steady_part = steady_rem = None
+        # but those finished in the step in flight, in order); steady_rem: its computed tokens
+        # mod B
+        steady_part = None
         everyone = False  # Phase A scheduled every running request, in order
         a = None
         if c.steady and not c.dirty and running:
@@ -889,10 +888,11 @@ class Simulation:
         if everyone and not preempted:
             self._settle(c, rq, pl, after, kn, whole)
         if L.prefix_caching:
-            if steady_part is None or rq is steady_part:
-                self._offer(c, rq, after, kn, whole, steady_rem)
+            if steady_part is None:
+                self._offer(c, rq, after, kn, whole)
             else:  # the steady part by its remainders, the rest (a few) one at a time
-                self._offer(c, steady_part, steady_kn, steady_kn, True, steady_rem)
+                # (the steady part alone returned by _steady_plan above)
+                self._offer_steady(c, steady_part, steady_kn, steady_rem)
                 ns = steady_part.size  # (a schedule never passes the known tokens: after)
                 self._offer_blocks(c, rq[ns:].tolist(), (after[ns:] // B).tolist())
         return rq, sc, cp, pl, ch, after, kn
@@ -1020,37 +1020,37 @@ class Simulation:
         combination in :meth:`_schedule` gives for it, without its branches)."""
         s = c.state
         s.computed[rq] = kn
-        if rq is not c.run_arr:  # the step in flight's zombies leave after this schedule
-            c.run_arr, c.run_prompt, c.run_target = rq, s.prompt[rq], s.target[rq]
-        c.tail = []  # (a tail's requests all finished in the step in flight)
-        c.dirty = False
-        c.steady = True
+        # (rq is not run_arr when the step in flight's zombies leave after this schedule;
+        # a tail's requests all finished in it)
+        pl = c.run_prompt if rq is c.run_arr else s.prompt[rq]
+        self._settle(c, rq, pl, kn, kn, True)
         if c.limits.prefix_caching:
-            self._offer(c, rq, kn, kn, True, rem)
+            self._offer_steady(c, rq, kn, rem)
         n = rq.size
-        return rq, _const(n, 1), cr, c.run_prompt, _const(n, 0), kn, kn
+        return rq, _const(n, 1), cr, pl, _const(n, 0), kn, kn
 
-    def _offer(self, c: Core, rq: np.ndarray, after: np.ndarray, kn: np.ndarray, whole: bool,
-               steady_rem: np.ndarray | None) -> None:
+    def _offer(self, c: Core, rq: np.ndarray, after: np.ndarray, kn: np.ndarray, whole: bool
+               ) -> None:
         """vLLM ``_update_after_schedule``'s prefix-cache side: the blocks the schedule filled
-        join the cache (shared keys) or the request's own segment. ``steady_rem``: each
-        request's computed tokens mod B when ``rq`` is a steady decode part."""
+        join the cache (shared keys) or the request's own segment (vLLM's rule, whatever the
+        state)."""
         s = c.state
         B = c.limits.block_size
-        if steady_rem is not None:
-            # steady decode: a block fills when the known token completes it (computed mod B
-            # was B - 1); each had offered all its full blocks, so these are the requests
-            # vLLM's rule (full > registered) picks, one block each. A few a step: a Python
-            # loop costs less than the rule's array calls.
-            fills = (steady_rem == B - 1).nonzero()[0]
-            if fills.size:
-                self._offer_blocks(c, rq[fills].tolist(), (kn[fills] // B).tolist())
-            return
-        # vLLM's rule, whatever the state
         full = (after if whole else np.minimum(after, kn)) // B
         grow = (full > s.registered[rq]).nonzero()[0]
         if grow.size:
             self._offer_blocks(c, rq[grow].tolist(), full[grow].tolist())
+
+    def _offer_steady(self, c: Core, rq: np.ndarray, kn: np.ndarray, rem: np.ndarray) -> None:
+        """:meth:`_offer` for a steady decode part ``rq`` scheduled whole (its known tokens
+        ``kn``, its computed tokens mod B before ``rem``): a block fills when the known token
+        completes it (computed mod B was B - 1); each had offered all its full blocks, so
+        these are the requests vLLM's rule (full > registered) picks, one block each. A few a
+        step: a Python loop costs less than the rule's array calls."""
+        B = c.limits.block_size
+        fills = (rem == B - 1).nonzero()[0]
+        if fills.size:
+            self._offer_blocks(c, rq[fills].tolist(), (kn[fills] // B).tolist())
 
     def _offer_blocks(self, c: Core, reqs: list[int], fulls: list[int]) -> None:
         """:meth:`_offer` for requests ``reqs`` whose leading ``fulls`` blocks are now full:
