@@ -44,6 +44,20 @@ def _blocks(u: int, lo: int, hi: int) -> list[int]:
     return [(u + j) & _MASK for j in range(lo, hi)]
 
 
+def _per_block(rk: list[int], rc: list[int], exploded: set[int]) -> Refs:
+    """References with each exploded unit's ``(u, c)`` written as its blocks' ``(u + j, 1)``."""
+    keys: list[int] = []
+    counts: list[int] = []
+    for k, n in zip(rk, rc, strict=True):
+        if n > 1 and k in exploded:
+            keys += _blocks(k, 0, n)
+            counts += [1] * n
+        else:
+            keys.append(k)
+            counts.append(n)
+    return keys, counts
+
+
 def _leading(chain: Chain, shared: int) -> Iterator[tuple[int, int]]:
     """(unit, blocks taken from it) over a chain's leading ``shared`` blocks."""
     left = shared
@@ -239,35 +253,24 @@ class KVUnits(KVBlocks):
         cached, exploded = self.cached, self.exploded
         self._stamp += 1
         stamp = self._stamp
+        if not exploded.isdisjoint(rk):  # exploded units count per block from now on
+            rk, rc = _per_block(rk, rc, exploded)
         queued: list[int] = []  # keys reaching 0, tail first
         blocks = 0
-        multi = False
         for i in range(len(rk) - 1, -1, -1):
-            k, n = rk[i], rc[i]
-            if n > 1 and k in exploded:
-                for key in reversed(_blocks(k, 0, n)):
-                    ref = cached[key] - 1
-                    if ref:
-                        cached[key] = ref
-                    else:
-                        cached[key] = -stamp
-                        queued.append(key)
-                        blocks += 1
-                continue
+            k = rk[i]
             ref = cached[k] - 1
             if ref:
                 cached[k] = ref
             else:
                 cached[k] = -stamp
                 queued.append(k)
-                blocks += n
-                if n > 1:
-                    multi = True
+                blocks += rc[i]
         if not queued:
             return
         queued.reverse()
         self.lru.append((stamp, queued))
-        if multi:
+        if blocks > len(queued):  # a queued key stands for several blocks: a unit
             self.unit_runs.add(stamp)
         self.free += blocks
         self._lru_count += blocks
