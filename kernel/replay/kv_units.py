@@ -109,15 +109,7 @@ class KVUnits(KVBlocks):
             n += got
             if got < m:
                 break
-        seg = self.segment.get(r, 0)
-        if not seg:
-            if self.explicit and n == total and r in self.explicit:
-                return n, self._own_hit(r, max_blocks - n)
-            return n, 0
-        if n < total:  # unreachable segment: made explicit (as KVBlocks.longest_hit)
-            self._make_explicit(r)
-            return n, 0
-        return n, min(seg, max_blocks - n)
+        return n, self._private_hit(r, n == total, max_blocks - n)
 
     def evictable_units(self, chain: Chain, shared: int, private: int) -> int:
         """Blocks of a hit (the chain's leading ``shared`` blocks, then ``private``) that
@@ -230,14 +222,8 @@ class KVUnits(KVBlocks):
                         rc[-1] = b
                         continue
                 self._explode(k)
-            dups = self.dups
-            for key in _blocks(k, a, b):
-                if key not in cached and key not in dups:
-                    cached[key] = 1
-                    rk.append(key)
-                else:  # another block has this key: a duplicate (decision KD1)
-                    rk.append(self._new_dup(key))
-                rc.append(1)
+            rk += map(self._register_key, _blocks(k, a, b))
+            rc += [1] * (b - a)
 
     def release_units(self, held: int, refs: Refs, r: int) -> None:
         """A finished or preempted request gives back ``held`` blocks (:meth:`KVBlocks.release`
