@@ -109,7 +109,9 @@ class KVUnits(KVBlocks):
             n += got
             if got < m:
                 break
-        return n, self._private_hit(r, n == total, max_blocks - n)
+        if r in self.segment or self.explicit:  # (else no own block is cached: no call)
+            return n, self._private_hit(r, n == total, max_blocks - n)
+        return n, 0
 
     def evictable_units(self, chain: Chain, shared: int, private: int) -> int:
         """Blocks of a hit (the chain's leading ``shared`` blocks, then ``private``) that
