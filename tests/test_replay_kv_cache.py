@@ -223,20 +223,27 @@ def test_block_keys_follow_the_chain(hashes, hash_tokens, block_size, n_blocks):
     assert block_keys(hashes, hash_tokens, block_size, n_blocks) == want
 
 
-def test_kv_blocks_agree_when_stale_entries_are_compacted_at_every_touch(monkeypatch):
-    # Touched blocks leave stale entries in the LRU, dropped when eviction reaches them or,
-    # past a bound, by a compaction; compacting after every touch must change nothing.
-    touch = KVBlocks.touch
-    compactions = []
+def compact_after_every(monkeypatch, cls: type, touch_name: str) -> list[int]:  # type: ignore[no-untyped-def]
+    """Make ``cls``'s touch method compact the LRU after every call (checking that nothing
+    stale is left); returns the stale entry counts each compaction found, filled as it runs."""
+    touch = getattr(cls, touch_name)
+    compactions: list[int] = []
 
-    def touch_then_compact(self, keys, r, private):  # type: ignore[no-untyped-def]
-        out = touch(self, keys, r, private)
+    def touch_then_compact(self, *args):  # type: ignore[no-untyped-def]
+        out = touch(self, *args)
         compactions.append(self._stale)
         self._compact()
         assert self._stale == 0 and not self._stale_in
         return out
 
-    monkeypatch.setattr(KVBlocks, "touch", touch_then_compact)
+    monkeypatch.setattr(cls, touch_name, touch_then_compact)
+    return compactions
+
+
+def test_kv_blocks_agree_when_stale_entries_are_compacted_at_every_touch(monkeypatch):
+    # Touched blocks leave stale entries in the LRU, dropped when eviction reaches them or,
+    # past a bound, by a compaction; compacting after every touch must change nothing.
+    compactions = compact_after_every(monkeypatch, KVBlocks, "touch")
     test_kv_blocks_agree_with_the_literal_block_pool()
     assert any(compactions)  # some touch did leave stale entries to compact
 

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from kernel.replay.block_keys import block_units
 from kernel.replay.kv_cache import KVBlocks
 from kernel.replay.kv_units import KVUnits
-from tests.test_replay_kv_cache import RefPool, assert_hashed_as_literal
+from tests.test_replay_kv_cache import RefPool, assert_hashed_as_literal, compact_after_every
 
 
 def _cached_blocks(kv: KVUnits) -> set[int]:
@@ -222,17 +222,7 @@ def test_kv_units_agree_with_the_literal_model_on_worked_examples(script):
 
 
 def test_kv_units_agree_when_stale_entries_are_compacted_at_every_touch(monkeypatch):
-    touch = KVUnits.touch_units
-    compactions = []
-
-    def touch_then_compact(self, chain, shared, r, private):  # type: ignore[no-untyped-def]
-        out = touch(self, chain, shared, r, private)
-        compactions.append(self._stale)
-        self._compact()
-        assert self._stale == 0 and not self._stale_in
-        return out
-
-    monkeypatch.setattr(KVUnits, "touch_units", touch_then_compact)
+    compactions = compact_after_every(monkeypatch, KVUnits, "touch_units")
     test_kv_units_agree_with_the_per_block_pool_and_the_literal_model()
     assert any(compactions)
 

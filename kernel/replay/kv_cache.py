@@ -118,15 +118,20 @@ class KVBlocks:
             return 0, 0
         head = islice(keys, max_blocks) if max_blocks >= 0 else keys[:max_blocks]
         n = len(list(takewhile(self._known if self.dups else self.cached.__contains__, head)))
+        return n, self._private_hit(r, n == len(keys), max_blocks - n)
+
+    def _private_hit(self, r: int, whole: bool, room: int) -> int:
+        """The request's own blocks found cached after its shared ones (at most ``room``):
+        reachable only when its whole shared chain hit (``whole``)."""
         seg = self.segment.get(r, 0)
         if not seg:
-            if self.explicit and n == len(keys) and r in self.explicit:
-                return n, self._own_hit(r, max_blocks - n)
-            return n, 0
-        if n < len(keys):  # the chain is broken before the segment: it stays as it is in
+            if self.explicit and whole and r in self.explicit:
+                return self._own_hit(r, room)
+            return 0
+        if not whole:  # the chain is broken before the segment: it stays as it is in
             self._make_explicit(r)  # the queue, block by block (KF1)
-            return n, 0
-        return n, min(seg, max_blocks - n)
+            return 0
+        return min(seg, room)
 
     def _own_hit(self, r: int, room: int) -> int:
         """Leading own blocks of an explicit request found cached (at most ``room``)."""
@@ -142,6 +147,14 @@ class KVBlocks:
     def _first(self, key: int) -> int:
         """The key of ``key``'s first cached block (vLLM ``get_one_block``)."""
         return key if key in self.cached else self.dups[key][0]
+
+    def _register_key(self, key: int) -> int:
+        """A full block under ``key`` joins the cache, held once; returns its key: ``key``,
+        or a duplicate key when a block is already cached under it (decision KD1)."""
+        if key in self.cached or key in self.dups:
+            return self._new_dup(key)
+        self.cached[key] = 1
+        return key
 
     def _new_dup(self, key: int) -> int:
         """A block registered under ``key`` while another is cached: its own key, held once."""
@@ -325,14 +338,7 @@ class KVBlocks:
             if len(new) == len(keys):  # no key twice (chained hashes): the usual case
                 cached.update(new)
                 return keys
-        out = []
-        for key in keys:
-            if key in cached or key in self.dups:
-                out.append(self._new_dup(key))
-            else:
-                cached[key] = 1
-                out.append(key)
-        return out
+        return list(map(self._register_key, keys))
 
     def register_private(self, r: int, n: int) -> None:
         """``n`` more of the request's own blocks are full and hashed (an explicit request's
@@ -344,15 +350,9 @@ class KVBlocks:
             return
         i = self._next.get(r, 0)
         self._next[r] = i + n
+        # (a recomputed copy of a block still cached (KF1) is a duplicate)
         own = self._own.setdefault(r, [])
-        cached = self.cached
-        for j in range(i, i + n):
-            key = own_key(r, j)
-            if key not in cached and key not in self.dups:
-                cached[key] = 1
-                own.append(key)
-            else:  # a recomputed copy of a block still cached (KF1): a duplicate
-                own.append(self._new_dup(key))
+        own += [self._register_key(own_key(r, j)) for j in range(i, i + n)]
 
     def _take_own(self, r: int) -> list[int]:
         """An explicit request's held own keys, forgotten as it stops running."""

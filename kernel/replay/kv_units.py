@@ -44,6 +44,20 @@ def _blocks(u: int, lo: int, hi: int) -> list[int]:
     return [(u + j) & _MASK for j in range(lo, hi)]
 
 
+def _per_block(rk: list[int], rc: list[int], exploded: set[int]) -> Refs:
+    """References with each exploded unit's ``(u, c)`` written as its blocks' ``(u + j, 1)``."""
+    keys: list[int] = []
+    counts: list[int] = []
+    for k, n in zip(rk, rc, strict=True):
+        if n > 1 and k in exploded:
+            keys += _blocks(k, 0, n)
+            counts += [1] * n
+        else:
+            keys.append(k)
+            counts.append(n)
+    return keys, counts
+
+
 def _leading(chain: Chain, shared: int) -> Iterator[tuple[int, int]]:
     """(unit, blocks taken from it) over a chain's leading ``shared`` blocks."""
     left = shared
@@ -95,15 +109,9 @@ class KVUnits(KVBlocks):
             n += got
             if got < m:
                 break
-        seg = self.segment.get(r, 0)
-        if not seg:
-            if self.explicit and n == total and r in self.explicit:
-                return n, self._own_hit(r, max_blocks - n)
-            return n, 0
-        if n < total:  # unreachable segment: made explicit (as KVBlocks.longest_hit)
-            self._make_explicit(r)
-            return n, 0
-        return n, min(seg, max_blocks - n)
+        if r in self.segment or self.explicit:  # (else no own block is cached: no call)
+            return n, self._private_hit(r, n == total, max_blocks - n)
+        return n, 0
 
     def evictable_units(self, chain: Chain, shared: int, private: int) -> int:
         """Blocks of a hit (the chain's leading ``shared`` blocks, then ``private``) that
@@ -216,14 +224,8 @@ class KVUnits(KVBlocks):
                         rc[-1] = b
                         continue
                 self._explode(k)
-            dups = self.dups
-            for key in _blocks(k, a, b):
-                if key not in cached and key not in dups:
-                    cached[key] = 1
-                    rk.append(key)
-                else:  # another block has this key: a duplicate (decision KD1)
-                    rk.append(self._new_dup(key))
-                rc.append(1)
+            rk += map(self._register_key, _blocks(k, a, b))
+            rc += [1] * (b - a)
 
     def release_units(self, held: int, refs: Refs, r: int) -> None:
         """A finished or preempted request gives back ``held`` blocks (:meth:`KVBlocks.release`
@@ -239,35 +241,24 @@ class KVUnits(KVBlocks):
         cached, exploded = self.cached, self.exploded
         self._stamp += 1
         stamp = self._stamp
+        if not exploded.isdisjoint(rk):  # exploded units count per block from now on
+            rk, rc = _per_block(rk, rc, exploded)
         queued: list[int] = []  # keys reaching 0, tail first
         blocks = 0
-        multi = False
         for i in range(len(rk) - 1, -1, -1):
-            k, n = rk[i], rc[i]
-            if n > 1 and k in exploded:
-                for key in reversed(_blocks(k, 0, n)):
-                    ref = cached[key] - 1
-                    if ref:
-                        cached[key] = ref
-                    else:
-                        cached[key] = -stamp
-                        queued.append(key)
-                        blocks += 1
-                continue
+            k = rk[i]
             ref = cached[k] - 1
             if ref:
                 cached[k] = ref
             else:
                 cached[k] = -stamp
                 queued.append(k)
-                blocks += n
-                if n > 1:
-                    multi = True
+                blocks += rc[i]
         if not queued:
             return
         queued.reverse()
         self.lru.append((stamp, queued))
-        if multi:
+        if blocks > len(queued):  # a queued key stands for several blocks: a unit
             self.unit_runs.add(stamp)
         self.free += blocks
         self._lru_count += blocks

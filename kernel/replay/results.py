@@ -90,13 +90,6 @@ def run_percentiles(values: np.ndarray, counts: np.ndarray,
     return outs
 
 
-def _group_percentile(values: np.ndarray, groups: np.ndarray, n_groups: int,
-                      qs: tuple[float, ...]) -> list[np.ndarray]:
-    """:func:`run_percentiles` of values in any order, ``groups`` naming each one's group."""
-    order = np.argsort(groups, kind="stable")
-    return run_percentiles(values[order], np.bincount(groups, minlength=n_groups), qs)
-
-
 def token_times(req: np.ndarray, known: np.ndarray, batch: np.ndarray, step_end: np.ndarray,
                 prompt: np.ndarray, otok: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
