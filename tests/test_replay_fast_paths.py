@@ -8,7 +8,9 @@ step goes through ``_schedule``'s general Phase A and ``_launch_one``, and every
 is looked up again, and the outputs must hash the same, column by column. The pinned replays
 (tests/test_replay_pin.py) compare with stored digests; this compares the two paths directly
 (on the pinned cases and on two more with chunked prefills under async scheduling), and
-checks that each case really took the shortcuts it is meant to cover.
+checks that each case really took the shortcuts it is meant to cover. These are the Python
+engine's (``BLIS_JIT=0``); the compiled engine is compared with it in
+tests/test_replay_compiled.py.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 
 from kernel.replay import ReplayOptions, engine, replay
+from tests.jit_modes import jit_switched
 from tests.replay_pin import DENSE, MOE, _rows, digest, run_case
 from tests.replay_support import kernel_for, request_set
 
@@ -35,6 +38,12 @@ EXTRA = {
     "chunked_prefix": (DENSE, ReplayOptions(max_num_batched_tokens=512), 16),
     "chunked_moe": (MOE, ReplayOptions(dp=2, max_num_batched_tokens=512), None),
 }
+
+
+@pytest.fixture(autouse=True)
+def _python_engine() -> Any:
+    with jit_switched(False):  # the engine whose shortcuts these are
+        yield
 
 
 def _run(name: str) -> Any:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from kernel.replay.api import _arrivals, _reject_reason
 from kernel.replay.engine import EngineLimits
 from kernel.replay.results import run_percentiles, token_times
+from tests.jit_modes import jit_mode  # noqa: F401  (a fixture: the compiled engine, then none)
 
 QS = (0.0, 0.5, 0.9, 0.99, 1.0)
 
@@ -143,6 +144,19 @@ def arrivals_reference(sessions: list[Any], arrival: list[int], prompt: list[int
             first.append(i)
         if sid is not None:
             last_of[sid] = i
+    # what follows a request that never arrives never arrives: rejected, naming the request
+    # it follows
+    reached: set[int] = set()
+    for i in first:
+        j: int | None = i
+        while j is not None and j not in reached:
+            reached.add(j)
+            j = follower.get(j)
+    leader = {b: a for a, b in follower.items()}
+    for i in range(len(sessions)):
+        if i not in reached and reason[i] is None:
+            reason[i] = (f"follows request {str(leader[i])!r} of session {sessions[i]!r}, "
+                         f"which never arrives")
     return reason, follower, first
 
 
@@ -183,3 +197,27 @@ def test_arrivals_are_the_row_by_row_ones(rows, lims, with_sessions):
     want = arrivals_reference(sessions, cols["arrival_ns"], cols["prompt_tokens"],
                               cols["output_tokens"], cols["think_ns"], limits)
     assert got == want
+
+
+@pytest.mark.usefixtures("jit_mode")  # (both engines)
+def test_turns_after_a_turn_that_never_arrives_are_rejected_with_their_reason() -> None:
+    # session y's first turn has a think time and nothing to follow, so it never arrives; the
+    # turn after it cannot arrive either: both are rejects with their reasons, and the rest
+    # of the replay runs (before, the second turn was never scheduled and the replay failed)
+    from kernel.replay import replay
+    from tests.replay_support import kernel_for, request_set
+
+    rows = [{"request_id": "a", "arrival_ns": 0, "prompt_tokens": 50, "output_tokens": 3,
+             "session_id": "x"},
+            {"request_id": "b", "think_ns": 1000, "prompt_tokens": 50, "output_tokens": 3,
+             "session_id": "y"},
+            {"request_id": "c", "think_ns": 1000, "prompt_tokens": 50, "output_tokens": 3,
+             "session_id": "y"},
+            {"request_id": "d", "think_ns": 1000, "prompt_tokens": 50, "output_tokens": 3,
+             "session_id": "x"}]
+    res = replay(kernel_for(), request_set(rows))
+    reasons = dict(zip(res.rejects.column("request_id").to_pylist(),
+                       res.rejects.column("reason").to_pylist(), strict=True))
+    assert reasons == {"b": "think_ns set but no earlier request of session 'y' to follow",
+                       "c": "follows request 'b' of session 'y', which never arrives"}
+    assert res.summary["finished"] == 2 and res.summary["rejected"] == 2

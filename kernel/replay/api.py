@@ -23,6 +23,7 @@ from pipeline.load import open_inputs
 from ..facade.factory import new
 from ..facade.kernel import Kernel
 from ..model.types import Placement
+from . import jit_driver
 from .engine import Core, EngineLimits, Group, RunState, Simulation
 from .pricing import ESTIMATES, price_step, step_ns
 from .results import build_result
@@ -197,18 +198,19 @@ def replay(k: Any, requests: Any, options: ReplayOptions | None = None, *,
     think = _ints(table, "think_ns", -1)
     ids = (table.column("request_id").to_pylist() if "request_id" in table.column_names
            else [str(i) for i in range(n)])
-    hashes = (table.column("prefix_hashes").to_pylist()
-              if "prefix_hashes" in table.column_names and hash_tokens else None)
+    hash_col = (table.column("prefix_hashes")
+                if "prefix_hashes" in table.column_names and hash_tokens else None)
     reason, follower, first_rows = _arrivals(table, arrival, prompt, output, think,
                                              [p[0] for p in pools], pd)
-
+    compiled = jit_driver.available()
+    # the Python engine reads each request's chain as a list; the compiled one, the column
+    hashes = hash_col.to_pylist() if hash_col is not None and not compiled else None
     if pd:  # the prefill pool samples one token; the decode pool gets the prompt's KV
-        states = [RunState(prompt.tolist(), np.ones(n, np.int64).tolist(), hashes,
-                           hash_tokens),
-                  RunState(prompt.tolist(), output.tolist(), hashes, hash_tokens)]
+        states = [RunState(prompt, np.ones(n, np.int64), hashes, hash_tokens),
+                  RunState(prompt, output, hashes, hash_tokens)]
         states[1].remote[:] = prompt - 1
     else:
-        states = [RunState(prompt.tolist(), output.tolist(), hashes, hash_tokens)]
+        states = [RunState(prompt, output, hashes, hash_tokens)]
     groups: list[Group] = []
     for pi, (kp, (limits, dp, lockstep)) in enumerate(zip(kernels, pools, strict=True)):
         cores = [Core(i, _pool_name(kp), limits, states[pi], pi) for i in range(dp)]
@@ -227,14 +229,88 @@ def replay(k: Any, requests: Any, options: ReplayOptions | None = None, *,
         def price_ns(core: Core, s: np.ndarray, c: np.ndarray, p: np.ndarray) -> int:
             return ns_of(price_step(kernels[core.pool_index], s, c, p))
 
-    sim = Simulation(groups, price_ns, [make_router(options.router) for _ in kernels],
-                     max_steps=options.max_steps, keep_steps=options.keep_steps)
     client = kernels[-1]  # the pool whose tokens reach the user
     otok = int(client.output_token_overhead())
     done_ns = int(client.completion_overhead())
     arrival_eff = arrival.copy()
     ready = np.full(n, -1, np.int64)
     handoff = np.full((n, 2), -1, np.int64)  # P/D: handoff start and end
+    handoffs = _Handoffs(kernels, prompt, handoff) if pd else None
+    if compiled:
+        rejected = np.array([r is not None for r in reason], bool)
+        sim: Any = jit_driver.run(
+            groups, states, price_ns, router=options.router, max_steps=options.max_steps,
+            keep_steps=options.keep_steps, pd=pd, hashes=hash_col, hash_tokens=hash_tokens,
+            arrival=arrival, think=think, follower=follower, rejected=rejected,
+            admission_ns=_admission_ns(kernels[0], prompt, rejected),
+            done_ns=output * otok + done_ns, first_rows=first_rows, arrival_eff=arrival_eff,
+            ready=ready, handoffs=handoffs)
+    else:
+        sim = _run_python(groups, price_ns, kernels, options, reason, follower, first_rows,
+                          arrival, prompt, output, think, otok, done_ns, arrival_eff, ready,
+                          handoffs)
+    return build_result(kernels, options, table, ids, sim, states, arrival_eff, ready, reason,
+                        otok=otok, completion_ns=done_ns, slo=slo,
+                        lockstep=[p[2] for p in pools], handoff=handoff if pd else None)
+
+
+def _admission_ns(k: Kernel, prompt: np.ndarray, rejected: np.ndarray) -> np.ndarray:
+    """Each request's host admission overhead (0 for a rejected one), once per prompt length."""
+    out = np.zeros(prompt.size, np.int64)
+    lengths, where = np.unique(prompt[~rejected], return_inverse=True)
+    out[~rejected] = np.array([int(k.admission_overhead(int(p))) for p in lengths.tolist()],
+                              np.int64)[where]
+    return out
+
+
+class _Handoffs:
+    """P/D: each prefilled request's prompt KV handed to its decode core over shared links
+    (:class:`~kernel.replay.transfers.LinkShare`); ``bind`` gives it the clock's entries."""
+
+    def __init__(self, kernels: list[Kernel], prompt: np.ndarray, handoff: np.ndarray):
+        self.kernels = kernels
+        self.prompt = prompt
+        self.handoff = handoff  # per request: handoff start and end
+        node_offset = 0
+        self.places = []
+        for kp in kernels:
+            self.places.append(_placements(kp, node_offset))
+            node_offset += max(int(kp.deployment().nodes or 0), 1)
+        self.links: LinkShare | None = None
+
+    def bind(self, push_ready: Callable[[int, int], None],
+             push_timer: Callable[[int, int], None]) -> None:
+        """``push_ready(t, request)``: the request joins the decode pool at ``t``;
+        ``push_timer(t, token)``: wake the links at ``t``."""
+        def handed_off(i: int, t: int) -> None:
+            self.handoff[i, 1] = t
+            push_ready(t, i)
+
+        self.links = LinkShare(push_timer, handed_off)
+
+    def start(self, i: int, end_ns: int, src: int, dst: int) -> None:
+        """Request ``i``'s prefill ended at ``end_ns`` on prefill core ``src``: its KV leaves
+        for decode core ``dst``."""
+        assert self.links is not None
+        self.handoff[i, 0] = end_ns
+        demand = self.kernels[0].pd_transfer_demand(int(self.prompt[i]), self.places[0][src],
+                                                    self.places[1][dst])
+        self.links.start(i, end_ns, demand)
+
+    def wake(self, token: int, t: int) -> None:
+        assert self.links is not None
+        self.links.wake(token, t)
+
+
+def _run_python(groups: list[Group], price_ns: Callable[..., int], kernels: list[Kernel],
+                options: ReplayOptions, reason: list[str | None], follower: dict[int, int],
+                first_rows: list[int], arrival: np.ndarray, prompt: np.ndarray,
+                output: np.ndarray, think: np.ndarray, otok: int, done_ns: int,
+                arrival_eff: np.ndarray,
+                ready: np.ndarray, handoffs: _Handoffs | None) -> Simulation:
+    """The replay on :class:`~kernel.replay.engine.Simulation` (numba missing, BLIS_JIT=0)."""
+    sim = Simulation(groups, price_ns, [make_router(options.router) for _ in kernels],
+                     max_steps=options.max_steps, keep_steps=options.keep_steps)
     admission: dict[int, int] = {}
 
     def arrive(i: int, t: int) -> None:
@@ -253,43 +329,28 @@ def replay(k: Any, requests: Any, options: ReplayOptions | None = None, *,
         if nxt is not None:
             arrive(nxt, visible_ns + int(think[nxt]))
 
-    node_offset = 0
-    places = []
-    for kp in kernels:
-        places.append(_placements(kp, node_offset))
-        node_offset += max(int(kp.deployment().nodes or 0), 1)
     decode_router = make_router(options.router)
-
-    def handed_off(i: int, t: int) -> None:
-        handoff[i, 1] = t
-        sim.push_ready(t, i, 1)
-
-    links = LinkShare(sim.push_timer, handed_off)
+    pinned: dict[int, Core] = {}
 
     def on_finish(c: Core, i: int, end_ns: int) -> None:
-        if pd and c.pool_index == 0:  # prefill done: hand the prompt's KV to a decode core
+        if handoffs is not None and c.pool_index == 0:  # prefill done: KV to a decode core
             dst = decode_router(sim.pool_cores[1], i)
-            handoff[i, 0] = end_ns
-            demand = kernels[0].pd_transfer_demand(int(prompt[i]), places[0][c.index],
-                                                   places[1][dst.index])
             pinned[i] = dst
-            links.start(i, end_ns, demand)
+            handoffs.start(i, end_ns, c.index, dst.index)
             return
         finished_at(i, end_ns + int(output[i]) * otok + done_ns)
 
-    pinned: dict[int, Core] = {}
-    if pd:  # the decode request goes to the core its KV was sent to
+    if handoffs is not None:  # the decode request goes to the core its KV was sent to
+        handoffs.bind(lambda t, i: sim.push_ready(t, i, 1), sim.push_timer)
         routes = list(sim.routes)
         routes[1] = lambda cores, i: pinned.pop(i)
         sim.routes = routes
+        sim.on_timer = handoffs.wake
     sim.on_finish = on_finish
-    sim.on_timer = links.wake
     for i in first_rows:
         arrive(i, int(arrival[i]))
     sim.run()
-    return build_result(kernels, options, table, ids, sim, states, arrival_eff, ready, reason,
-                        otok=otok, completion_ns=done_ns, slo=slo,
-                        lockstep=[p[2] for p in pools], handoff=handoff if pd else None)
+    return sim
 
 
 def _reject_reason(p: int, o: int, arrival: int, think: int, limits: list[EngineLimits],
@@ -320,13 +381,29 @@ def _arrivals(table: pa.Table, arrival: np.ndarray, prompt: np.ndarray, output: 
     follows = np.flatnonzero((arrival < 0) & (think >= 0))
     led = prev[follows] >= 0
     follower = dict(zip(prev[follows[led]].tolist(), follows[led].tolist(), strict=True))
+    def session(i: int) -> Any:
+        return (table.column("session_id")[i].as_py() if "session_id" in table.column_names
+                else None)
+
     for i in follows[~led].tolist():
         if reason[i] is None:
-            sid = (table.column("session_id")[i].as_py() if "session_id" in table.column_names
-                   else None)
-            reason[i] = f"think_ns set but no earlier request of session {sid!r} to follow"
+            reason[i] = f"think_ns set but no earlier request of session {session(i)!r} to follow"
     # (a row neither following nor arriving has a reason: it never arrives)
-    return reason, follower, np.flatnonzero(arrival >= 0).tolist()
+    heads = np.flatnonzero(arrival >= 0).tolist()
+    # a request following one that never arrives (itself rejected so) never arrives either
+    reached = np.zeros(arrival.size, bool)
+    for i in heads:
+        while i is not None and not reached[i]:
+            reached[i] = True
+            i = follower.get(i)
+    for i in np.flatnonzero(~reached).tolist():
+        if reason[i] is None:
+            j = int(prev[i])
+            rid = (table.column("request_id")[j].as_py() if "request_id" in table.column_names
+                   else str(j))
+            reason[i] = (f"follows request {rid!r} of session {session(i)!r}, which never "
+                         f"arrives")
+    return reason, follower, heads
 
 
 def _reject_reasons(prompt: np.ndarray, output: np.ndarray, arrival: np.ndarray,

@@ -65,7 +65,7 @@ class RunState:
     """Per-request state as numpy arrays (the step loop reads and writes them by fancy
     indexing over the running requests) plus the few per-request Python objects."""
 
-    def __init__(self, prompt: Sequence[int], output: Sequence[int],
+    def __init__(self, prompt: Sequence[int] | np.ndarray, output: Sequence[int] | np.ndarray,
                  hashes: Sequence[Sequence[int] | None] | None, hash_tokens: int | None):
         n = len(prompt)
         self.prompt = np.asarray(prompt, np.int64)
