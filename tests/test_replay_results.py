@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kernel.replay.api import _arrivals, _reject_reason
@@ -51,7 +51,9 @@ value_sets = st.sampled_from([
 ])
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.usefixtures("jit_mode")  # (each run sorted alone, compiled; the key sort)
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data(), st.lists(st.integers(0, 6), max_size=12), value_sets,
        st.sampled_from(["int64", "float64", "half"]))
 def test_run_percentiles_are_the_plain_ones(data, counts, values, kind):

@@ -80,6 +80,14 @@ def _hash_columns(hashes: pa.Array | pa.ChunkedArray | None, n: int
     return (values if values.size else np.zeros(1, np.int64)), offsets, lens
 
 
+def _aligned_zeros(shape: tuple[int, ...]) -> np.ndarray:
+    """Zeros (int64) whose first element sits on a 64-byte boundary."""
+    size = int(np.prod(shape))
+    buf = np.zeros(size + 8, np.int64)
+    skip = (-buf.ctypes.data % 64) // 8
+    return buf[skip:skip + size].reshape(shape)
+
+
 def _pow2(x: int) -> int:
     return 1 << max(int(x) - 1, 1).bit_length()
 
@@ -104,7 +112,7 @@ def run(groups: list[Group], states: list[RunState], price_ns: Callable[..., int
     n = states[0].prompt.size
     # -- per request
     hv, hoff, hlen = _hash_columns(hashes, n)
-    R = np.zeros((npools, n, je.NR), np.int64)
+    R = _aligned_zeros((npools, n, je.NR))  # (a row's first field on a cache line)
     tcap = 1
     for p, s in enumerate(states):
         lim = next(c.limits for c in cores if c.pool_index == p)

@@ -34,6 +34,8 @@ block of it stands alone (``XS``).
 
 from __future__ import annotations
 
+# (every compiled function of the engine is in this one file: numba's on-disk cache notices a
+# change to a function's own file only, not to the files of the functions it calls: CE2)
 import numba
 import numpy as np
 
@@ -42,11 +44,12 @@ __all__ = ["advance", "init_arrivals", "push_ready", "push_timer"]
 _jit = numba.njit(cache=True, nogil=True)
 
 # -- per request, per pool: R[pool, request, field] ------------------------------------------
-R_PROMPT, R_TARGET, R_KNOWN, R_COMPUTED, R_HELD, R_REG, R_NSHARED, R_FIN = 0, 1, 2, 3, 4, 5, 6, 7
-R_PREEMPT, R_LOST, R_REMOTE, R_CACHED, R_ADMITTED, R_CORE, R_QNEXT, R_INBOX_T = (
+# (what a step reads and writes of each running request first: one 64-byte line of the row)
+R_PROMPT, R_TARGET, R_KNOWN, R_COMPUTED, R_HELD, R_REG, R_FIN, R_SLOT = 0, 1, 2, 3, 4, 5, 6, 7
+R_NSHARED, R_NPC, R_PREEMPT, R_LOST, R_REMOTE, R_CACHED, R_ADMITTED, R_CORE = (
     8, 9, 10, 11, 12, 13, 14, 15)
-R_SLOT, R_HOFF, R_NPC = 16, 17, 18  # R_NPC: runs in its TB row
-NR = 19
+R_QNEXT, R_INBOX_T, R_HOFF = 16, 17, 18  # (R_NPC: the runs in its TB row)
+NR = 24  # (three whole lines)
 # -- per request: Q[request, field] ----------------------------------------------------------
 Q_ARR, Q_READY, Q_FOLLOW, Q_THINK, Q_ADM, Q_REJ, Q_DONE_NS, Q_PIN = 0, 1, 2, 3, 4, 5, 6, 7
 NQ = 8
@@ -84,7 +87,7 @@ NLS = 14  # the engine-step record: kernel.replay.engine.Rows.STEP_NAMES
 # event kinds, in their order at one instant (engine.READY ... engine.STEP_END)
 READY, TIMER, KICK, STEP_END = 0, 1, 2, 3
 # advance's answers
-DONE, PRICE, GROW_ROWS, GROW_STEPS, GROW_HEAP, WAKE, HANDOFF, PRICE_GROUP = 0, 1, 2, 3, 4, 5, 6, 7
+DONE, PRICE, GROW_ROWS, GROW_STEPS, WAKE, HANDOFF, PRICE_GROUP = 0, 1, 2, 3, 5, 6, 7
 ERR_MAX_STEPS, ERR_IDLE = -1, -2
 ROUND_ROBIN, LEAST_LOADED = 0, 1
 
