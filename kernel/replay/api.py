@@ -238,13 +238,14 @@ def replay(k: Any, requests: Any, options: ReplayOptions | None = None, *,
     handoffs = _Handoffs(kernels, prompt, handoff) if pd else None
     if compiled:
         rejected = np.array([r is not None for r in reason], bool)
-        sim: Any = jit_driver.run(
-            groups, states, price_ns, router=options.router, max_steps=options.max_steps,
-            keep_steps=options.keep_steps, pd=pd, hashes=hash_col, hash_tokens=hash_tokens,
+        arrivals = jit_driver.Arrivals(
             arrival=arrival, think=think, follower=follower, rejected=rejected,
             admission_ns=_admission_ns(kernels[0], prompt, rejected),
-            done_ns=output * otok + done_ns, first_rows=first_rows, arrival_eff=arrival_eff,
-            ready=ready, handoffs=handoffs)
+            done_ns=output * otok + done_ns, first_rows=first_rows)
+        sim: Any = jit_driver.run(
+            groups, states, price_ns, arrivals, router=options.router,
+            max_steps=options.max_steps, keep_steps=options.keep_steps, hashes=hash_col,
+            hash_tokens=hash_tokens, arrival_eff=arrival_eff, ready=ready, handoffs=handoffs)
     else:
         sim = _run_python(groups, price_ns, kernels, options, reason, follower, first_rows,
                           arrival, prompt, output, think, otok, done_ns, arrival_eff, ready,
