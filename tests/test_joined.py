@@ -51,16 +51,22 @@ def _spilled(tmp: Path, chunks: list[Rows], plan: partition.Partition, groups: i
        dtypes=st.lists(st.sampled_from(NARROW), min_size=4, max_size=4),
        per_batch=st.booleans(), bad=st.sampled_from([0.0, 0.2]), gaps=st.booleans(),
        piece_rows=st.sampled_from([1, 50, 600, 10**6]), groups=st.integers(1, 5),
-       parts=st.integers(1, 4), whole_rows=st.booleans())
+       parts=st.integers(1, 4), whole_rows=st.booleans(), mixed=st.booleans())
 def test_a_piece_gathered_grouped_is_the_gathered_piece_grouped(
         tmp_path_factory: pytest.TempPathFactory, n: int, seed: int, kind: str,
         dtypes: list[type], per_batch: bool, bad: float, gaps: bool, piece_rows: int,
-        groups: int, parts: int, whole_rows: bool) -> None:
+        groups: int, parts: int, whole_rows: bool, mixed: bool) -> None:
     rng = np.random.default_rng(seed)
     rows = _chunk(rng, n, kind, dtypes, per_batch, bad, gaps)
     plan = _plan(rows.batch_id, piece_rows, False)
     cuts = np.linspace(0, n, parts + 1).astype(int)
     chunks = [rows.slice(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    # (mixed: the first chunk's counts in another type: copied end to end in the widest)
+    mixed = mixed and parts > 1 and rows.scheduled.dtype != np.int64
+    if mixed:
+        c = chunks[0]
+        chunks[0] = Rows(c.row, c.batch_id, c.scheduled.astype(np.int64), c.computed, c.bad,
+                         c.decode_threshold, c.sm_budget)
     with jit_switched(True):
         a = _spilled(tmp_path_factory.mktemp("a"), chunks, plan, groups, whole_rows)
         b = _spilled(tmp_path_factory.mktemp("b"), chunks, plan, groups, whole_rows)

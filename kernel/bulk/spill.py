@@ -9,10 +9,11 @@ a quarter of ``memory_budget`` each. Then, in two passes over the rows, each lin
    that validated it (as in ``sorted`` mode); a writer thread appends each group's slice of
    it, narrow columns as they are, to that group's file (an Arrow IPC stream per slice; the
    slice's piece offsets stay in memory, a few integers per slice);
-2. **group**: the groups are read back one by one, ids increasing (the next one read ahead
-   on a reader thread, each file removed once read), and each piece is gathered from the
-   slices in input order and priced where it lies, exactly as ``sorted`` mode prices its
-   pieces.
+2. **group**: the groups are read back one by one, ids increasing (on a read-ahead thread,
+   each file removed once read); where compiled loops are on, each group end to end and each
+   piece gathered grouped on its pricing worker, then priced as a sorted chunk
+   (:mod:`kernel.bulk.joined`, decision SW5); otherwise each piece gathered from the slices
+   in input order and priced where it lies, exactly as ``sorted`` mode prices its pieces.
 
 Each batch keeps its rows in input order, so the prices are bit-for-bit those of the sorted
 trace. Memory holds two groups (about half ``memory_budget``) plus what pricing holds, at
