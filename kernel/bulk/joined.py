@@ -1,17 +1,18 @@
-"""A spill group read back as one set of columns, and each of its pieces gathered grouped.
+"""A spill group read back as one array a column, and each of its pieces gathered grouped.
 
 Mode ``spill`` (:mod:`kernel.bulk.spill`) reads its groups back one at a time. Gathering a
 piece from the ~300 slices of its group and pricing it where it lies left two costs on the
-pricing workers (decision SW5): the gather itself, and the in-place walk's per-batch sums by
-``np.add.at``, which holds the GIL (a sorted trace's contiguous batches are summed by
-``reduceat``, which does not), so pass 2 kept ~1.5 of 2 cores busy. Here, on the read-ahead
-thread, each slice's columns are copied end to end into one array per column (one type a
-column: the widest of the slices'), and each piece is gathered *grouped* — every batch's rows
-contiguous, in input order, batches in id order — by two compiled passes over its batch ids
-and one per column (:mod:`kernel.bulk.row_loops`, the GIL released). The workers then price it
-exactly as they price a sorted trace's chunk. The order within a batch is the input order
-(slices in input order, rows within a slice in input order after a stable scatter), so the
-prices are bit for bit the sorted trace's.
+pricing workers (decision SW5): the gather, ``np.concatenate`` of ~300 slices, and the
+in-place walk's per-batch sums by ``np.add.at``, both holding the GIL (a sorted trace's
+contiguous batches are summed by ``reduceat``, which does not), so pass 2 kept ~1.5 of 2
+cores busy. Here a group's slices are copied end to end on the read-ahead thread, one array a
+column (:class:`Joined`; the widest of the slices' narrow types), and each piece is gathered
+*grouped* — every batch's rows contiguous, in input order, batches in id order — by two
+compiled passes over its batch ids and one per column (:mod:`kernel.bulk.row_loops`, the GIL
+released), on the pricing worker that then prices it exactly as it prices a sorted trace's
+chunk. The order within a batch is the input order (slices in input order, rows within a
+slice in input order after a stable scatter), so the prices are bit for bit the sorted
+trace's.
 """
 
 from __future__ import annotations

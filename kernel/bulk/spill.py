@@ -52,7 +52,7 @@ ROW_BYTES = 16  # bytes a held row is taken to cost (12 with the usual narrow co
 MAX_FILES = 256  # spill groups at most (open files)
 WRITE_AHEAD = 2  # scattered chunks waiting for the writer threads
 WRITERS = 2  # writer threads (decision SW1)
-GATHER_AHEAD = 1  # pieces gathered ahead of the units on the pool (SW5)
+GATHER_AHEAD = 1  # units (a piece each) the read-ahead thread takes ahead (SW5)
 
 Unit = Callable[[], Priced]
 
@@ -348,10 +348,10 @@ def _whole(seg: np.ndarray, a: int, b: int, n: int) -> np.ndarray:
 
 def _group_units(eng: Engine, files: SpillFiles) -> Iterator[Unit]:
     """Pass 2, on the read-ahead thread: the groups read back in turn, ids increasing, and a
-    unit for each piece with rows. Where compiled loops are on, each piece is gathered
-    grouped here (:mod:`kernel.bulk.joined`) and its unit only prices it, as a sorted
-    trace's chunk is priced; otherwise the unit gathers the piece on its worker and prices it
-    where it lies."""
+    unit for each piece with rows. Where compiled loops are on, a group is read end to end
+    and each unit gathers its piece grouped on its worker (:mod:`kernel.bulk.joined`), then
+    prices it as a sorted trace's chunk is priced; otherwise the unit gathers the piece and
+    prices it where it lies."""
     part = files.part
     grouping = grouping_compiled()
 
