@@ -6,6 +6,8 @@
     python benchmarks/price_trace.py --big --compare ../old-checkout  # the big runs old vs now
     python benchmarks/price_trace.py --big --big-batches 100000000 --requests-per-batch 4 \
         --shuffle buckets --big-repeat 1 --dir DIR  # 100M batches on ~15 GB of disk
+    python benchmarks/price_trace.py --_child file-passes TRACE OUT SCENARIO  # one run, a
+        # spill's two passes timed apart (wall and CPU each)
 
 It generates a synthetic trace (32 requests per batch on average, ~5% prefill rows, sorted by
 ``batch_id``) and from it the same rows in other orders (batches reversed, request-major,
@@ -156,15 +158,20 @@ def child(kind: str, trace: str, out: str, scenario: str) -> dict[str, float]:
     import kernel
 
     k = kernel.open(scenario)
-    if kind == "file":
+    if kind in ("file", "file-passes"):
         from kernel.bulk import price_file
 
+        passes = _timing_passes() if kind == "file-passes" else None
         c0, t0 = _cpu(), time.perf_counter()
         c = price_file(k, trace, out, progress=False)
         dt = time.perf_counter() - t0
-        return {"seconds": dt, "cpu": _cpu() - c0, "peak_rss": _peak_rss_bytes(),
-                "batches": c.batches_priced, "rows": c.rows_in,
-                "mode": c.mode}  # type: ignore[dict-item]  # (printed, never summed)
+        got = {"seconds": dt, "cpu": _cpu() - c0, "peak_rss": _peak_rss_bytes(),
+               "batches": c.batches_priced, "rows": c.rows_in,
+               "mode": c.mode}  # type: ignore[dict-item]  # (printed, never summed)
+        if passes:  # (a spill run: pass 1 ends when the spill files are complete)
+            got["pass1_seconds"], got["pass1_cpu"] = passes[0] - t0, passes[1] - c0
+            got["pass2_seconds"], got["pass2_cpu"] = t0 + dt - passes[0], got["cpu"] - passes[1] + c0
+        return got
     if kind == "memory":
         import polars as pl
 
@@ -176,6 +183,22 @@ def child(kind: str, trace: str, out: str, scenario: str) -> dict[str, float]:
         return {"seconds": dt, "cpu": _cpu() - c0, "peak_rss": _peak_rss_bytes(),
                 "table_bytes": size, "batches": priced.height}
     raise SystemExit(f"unknown child {kind}")
+
+
+def _timing_passes() -> list[float]:
+    """Where a spill run's pass 1 ends (wall clock, process CPU), filled in when its spill files
+    are complete (``SpillFiles.finish``): the ``file-passes`` child (docs/traces.md, SW5)."""
+    from kernel.bulk import spill
+
+    mark: list[float] = []
+    finish = spill.SpillFiles.finish
+
+    def timed(self: spill.SpillFiles) -> None:
+        finish(self)
+        mark[:] = [time.perf_counter(), _cpu()]
+
+    spill.SpillFiles.finish = timed  # type: ignore[method-assign]
+    return mark
 
 
 def run_child(kind: str, trace: Path, out: Path, scenario: str,

@@ -243,17 +243,20 @@ def test_a_failure_while_spilled_groups_are_priced_leaves_no_file(
     src, dst = tmp_path / "t.parquet", tmp_path / "o.parquet"
     _orders(random_trace(300, 7), 7)["shuffled"].write_parquet(src, row_group_size=64)
     calls = []
-    price = Engine.price_range_task
 
-    def failing(self: Engine, *a: Any) -> Any:
-        calls.append(1)
-        assert [p.name[:12] for p in tmp_path.iterdir() if p.name.startswith(".blis")] \
-            == [".blis-spill-"]  # (the spill directory exists while groups are priced)
-        if len(calls) == 5:
-            raise error("stop")
-        return price(self, *a)
+    def failing(price: Any) -> Any:
+        def fn(self: Engine, *a: Any) -> Any:
+            calls.append(1)
+            assert [p.name[:12] for p in tmp_path.iterdir() if p.name.startswith(".blis")] \
+                == [".blis-spill-"]  # (the spill directory exists while groups are priced)
+            if len(calls) == 5:
+                raise error("stop")
+            return price(self, *a)
+        return fn
 
-    monkeypatch.setattr(Engine, "price_range_task", failing)
+    # (a piece gathered grouped is priced by price_groups_task, else where it lies: SW5)
+    for name in ("price_range_task", "price_groups_task"):
+        monkeypatch.setattr(Engine, name, failing(getattr(Engine, name)))
     with pytest.raises(error, match="stop"):
         bulk.price_file(r, src, dst, tuning=Tuning(chunk_rows=50, memory_budget=3_000, workers=1),
                         progress=False)

@@ -206,9 +206,19 @@ class Engine:
             rows, g = group(rows)
         else:
             g = groups_from_starts(rows.batch_id, starts)
+        return self.checked(rows, g)
+
+    def checked(self, rows: Rows, g: Groups) -> Prepared:
+        """Grouped rows (int64 columns) and their batches, whole batches checked."""
         rej: list[pa.Table] = []
         rows, g = batch_checks(rows, g, self.inline, rej, self.strict)
         return Prepared(rows, g, rej)
+
+    def price_groups_task(self, rows: Rows, g: Groups) -> Priced:
+        """:meth:`price_task` of rows already grouped, with int64 columns, and their
+        batches (``g``, grouped, batch ids increasing): a spill piece gathered grouped
+        (:mod:`kernel.bulk.joined`)."""
+        return self.price_prepared(self.checked(rows, g))
 
     def price_prepared(self, prepared: Prepared, sort_output: bool = False) -> Priced:
         """The rest of :meth:`price_task`: this engine's kernel prices the prepared rows."""

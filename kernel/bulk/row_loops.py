@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ids_from_low", "piece_keys", "row_steps", "rows_from_steps", "shifted_into",
-           "stable_order", "take_into"]
+__all__ = ["batch_keys", "grouped_ids", "ids_from_low", "piece_keys", "place_into",
+           "row_steps", "rows_from_steps", "shifted_into", "stable_order", "take_into"]
 
 
 def piece_keys(ids: np.ndarray, lo: int, shift: int, piece_of_cell: np.ndarray, n: int,
@@ -107,3 +107,61 @@ def rows_from_steps(steps: np.ndarray, seg: np.ndarray, firsts: np.ndarray,
         for i in range(seg[k], seg[k + 1]):
             acc += steps[i]
             out[i] = acc
+
+
+def batch_keys(ids: np.ndarray, starts: np.ndarray, ends: np.ndarray, first: int, low: bool,
+               counts: np.ndarray, dest: np.ndarray) -> None:
+    """A piece's rows grouped by batch, stably (decision SW5): the piece's rows are
+    ``ids[starts[s]:ends[s]]`` for each source ``s`` in turn (input order); each row's key is
+    its id less ``first`` (taken modulo 2**16 from the id's low 16 bits when ``low``).
+    ``counts`` (int64, zeroed, one per key) gets each key's rows and ``dest`` (as long as the
+    piece) where each row goes once the rows are ordered by key, rows of a key in input order."""
+    j = 0
+    for s in range(starts.size):
+        for i in range(starts[s], ends[s]):
+            key = np.int64(ids[i]) - first
+            if low:
+                key &= 0xFFFF
+            counts[key] += 1
+            dest[j] = key
+            j += 1
+    pos = np.empty(counts.size, np.int64)
+    acc = 0
+    for k in range(counts.size):
+        pos[k] = acc
+        acc += counts[k]
+    for j in range(dest.size):
+        key = dest[j]
+        dest[j] = pos[key]
+        pos[key] += 1
+
+
+def place_into(src: np.ndarray, starts: np.ndarray, ends: np.ndarray, dest: np.ndarray,
+               out: np.ndarray) -> None:
+    """``out[dest[j]]`` = the piece's ``j``-th row of ``src`` (the rows of
+    ``src[starts[s]:ends[s]]`` for each source in turn), cast to ``out``'s type."""
+    j = 0
+    for s in range(starts.size):
+        for i in range(starts[s], ends[s]):
+            out[dest[j]] = src[i]
+            j += 1
+
+
+def grouped_ids(counts: np.ndarray, first: int, ids: np.ndarray, inv: np.ndarray,
+                starts: np.ndarray) -> int:
+    """The batch id (``first`` + key) and dense batch index of each row of a piece grouped
+    by :func:`batch_keys`, and each batch's first row (keys with no row are skipped);
+    returns the number of batches."""
+    r = 0
+    b = 0
+    for k in range(counts.size):
+        c = counts[k]
+        if c == 0:
+            continue
+        starts[b] = r
+        for _ in range(c):
+            ids[r] = first + k
+            inv[r] = b
+            r += 1
+        b += 1
+    return b

@@ -9,10 +9,11 @@ a quarter of ``memory_budget`` each. Then, in two passes over the rows, each lin
    that validated it (as in ``sorted`` mode); a writer thread appends each group's slice of
    it, narrow columns as they are, to that group's file (an Arrow IPC stream per slice; the
    slice's piece offsets stay in memory, a few integers per slice);
-2. **group**: the groups are read back one by one, ids increasing (the next one read ahead
-   on a reader thread, each file removed once read), and each piece is gathered from the
-   slices in input order and priced where it lies, exactly as ``sorted`` mode prices its
-   pieces.
+2. **group**: the groups are read back one by one, ids increasing (on a read-ahead thread,
+   each file removed once read); where compiled loops are on, each group end to end and each
+   piece gathered grouped on its pricing worker, then priced as a sorted chunk
+   (:mod:`kernel.bulk.joined`, decision SW5); otherwise each piece gathered from the slices
+   in input order and priced where it lies, exactly as ``sorted`` mode prices its pieces.
 
 Each batch keeps its rows in input order, so the prices are bit-for-bit those of the sorted
 trace. Memory holds two groups (about half ``memory_budget``) plus what pricing holds, at
@@ -40,7 +41,9 @@ from pipeline import safe_output
 from ..io.trace import KEEP_PREFIX, Rows
 from ..model import jit
 from . import row_loops
+from .ahead import prefetched
 from .engine import PRICE_ROWS, Engine, Priced
+from .joined import Joined, gather_grouped, grouping_compiled
 from .partition import Partition, Scattered, fits, gather_piece, plan_from_ranges, scatter
 
 __all__ = ["ROW_BYTES", "group_bounds", "spill_plan", "spill_units"]
@@ -49,6 +52,7 @@ ROW_BYTES = 16  # bytes a held row is taken to cost (12 with the usual narrow co
 MAX_FILES = 256  # spill groups at most (open files)
 WRITE_AHEAD = 2  # scattered chunks waiting for the writer threads
 WRITERS = 2  # writer threads (decision SW1)
+GATHER_AHEAD = 1  # units (a piece each) the read-ahead thread takes ahead (SW5)
 
 Unit = Callable[[], Priced]
 
@@ -169,9 +173,11 @@ def row_steps(row: np.ndarray, seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def rows_from_steps(steps: np.ndarray, seg: np.ndarray, firsts: np.ndarray,
-                    row_type: np.dtype) -> np.ndarray:
-    """The row numbers :func:`row_steps` encoded, in their own type."""
-    out = np.empty(steps.size, row_type)
+                    row_type: np.dtype, out: np.ndarray | None = None) -> np.ndarray:
+    """The row numbers :func:`row_steps` encoded, in their own type (into ``out``, of that
+    type and length, when given)."""
+    if out is None:
+        out = np.empty(steps.size, row_type)
     loop = jit.compiled(row_loops.rows_from_steps)
     if loop is not None:
         loop(steps, seg, firsts, out)
@@ -261,28 +267,115 @@ class SpillFiles:
             if not f.closed:
                 f.close()
 
-    def read(self, g: int) -> list[Scattered]:
-        """Group ``g``'s slices, in input order, as chunks scattered by the whole plan (the
-        pieces of other groups empty); its file is removed once read."""
+    def _records(self, g: int) -> list[tuple[pa.RecordBatch, _Slice]]:
+        """Group ``g``'s slices, in input order, as record batches read from its file (mapped,
+        not read: views of the page cache, no copy of the group into fresh heap pages; the
+        mapping outlives the file's name, removed at once, until they are freed)."""
         if not self.index[g]:
             return []
         path = self.path(g)
-        # (mapped, not read: the slices are views of the page cache, no copy of the group
-        # into fresh heap pages; the mapping outlives the file's name until they are freed)
         with pa.memory_map(str(path), "r") as f:
             buf = f.read_buffer()
         path.unlink()
-        a, b = int(self.bounds[g]), int(self.bounds[g + 1])
-        out = []
-        for sl in self.index[g]:
-            rb = pa.ipc.open_stream(buf.slice(sl.pos, sl.size)).read_next_batch()
-            offsets = np.empty(self.part.n + 1, np.int64)
-            offsets[:a] = 0
-            offsets[a:b + 1] = sl.offsets
-            offsets[b + 1:] = sl.offsets[-1]
-            out.append(Scattered(_rows(rb, sl), offsets, self.part))
+        out = [(pa.ipc.open_stream(buf.slice(sl.pos, sl.size)).read_next_batch(), sl)
+               for sl in self.index[g]]
         self.index[g] = []
         return out
+
+    def read(self, g: int) -> list[Scattered]:
+        """Group ``g``'s slices, in input order, as chunks scattered by the whole plan (the
+        pieces of other groups empty); its file is removed once read."""
+        a, b = int(self.bounds[g]), int(self.bounds[g + 1])
+        return [Scattered(_rows(rb, sl), _whole(sl.offsets, a, b, self.part.n), self.part)
+                for rb, sl in self._records(g)]
+
+    def read_joined(self, g: int) -> Joined | list[Scattered]:
+        """Group ``g``'s slices end to end, one array a column (:class:`Joined`, decision
+        SW5), or, when they carry ``keep=`` columns, as :meth:`read` gives them; its file is
+        removed once read."""
+        recs = self._records(g)
+        a, b = int(self.bounds[g]), int(self.bounds[g + 1])
+        if not recs:
+            return []
+        if any(x.startswith(KEEP_PREFIX) for rb, _ in recs for x in rb.schema.names):
+            return [Scattered(_rows(rb, sl), _whole(sl.offsets, a, b, self.part.n), self.part)
+                    for rb, sl in recs]
+        sizes = np.array([rb.num_rows for rb, _ in recs], np.int64)
+        base = np.concatenate(([0], np.cumsum(sizes)))
+        n = int(base[-1])
+        names = set().union(*(rb.schema.names for rb, _ in recs))
+
+        def column(name: str) -> np.ndarray | None:
+            if name not in names:
+                return None
+            types = [rb.schema.field(name).type.to_pandas_dtype() for rb, _ in recs
+                     if name in rb.schema.names]
+            out = np.zeros(n, np.result_type(*types))  # (a slice without it: none are set)
+            for (rb, _), lo, hi in zip(recs, base[:-1], base[1:], strict=True):
+                if name in rb.schema.names:
+                    out[lo:hi] = rb.column(name).to_numpy(zero_copy_only=False)
+            return out
+
+        row_type = np.result_type(*[sl.row_type if sl.firsts is not None
+                                    else rb.schema.field("row").type.to_pandas_dtype()
+                                    for rb, sl in recs])
+        row = np.empty(n, row_type)
+        for (rb, sl), lo, hi in zip(recs, base[:-1], base[1:], strict=True):
+            if sl.firsts is None:
+                row[lo:hi] = rb.column("row").to_numpy()
+            else:
+                rows_from_steps(rb.column("row_step").to_numpy(), sl.offsets, sl.firsts,
+                                row.dtype, row[lo:hi])
+        bad = column("bad")
+        rows = Rows(row, column("batch_id"), column("scheduled"),  # type: ignore[arg-type]
+                    column("computed"),  # type: ignore[arg-type]
+                    np.broadcast_to(np.False_, (n,)) if bad is None else bad,
+                    column("decode_threshold"), column("sm_budget"))
+        offsets = np.array([sl.offsets for _, sl in recs], np.int64).reshape(len(recs), b - a + 1)
+        offsets += base[:-1, None]
+        return Joined(rows, offsets, a, self.part)
+
+
+def _whole(seg: np.ndarray, a: int, b: int, n: int) -> np.ndarray:
+    """A slice's piece offsets (pieces ``a`` to ``b`` of its group) over every piece of the
+    plan (the others empty)."""
+    out = np.empty(n + 1, np.int64)
+    out[:a] = 0
+    out[a:b + 1] = seg
+    out[b + 1:] = seg[-1]
+    return out
+
+
+def _group_units(eng: Engine, files: SpillFiles) -> Iterator[Unit]:
+    """Pass 2, on the read-ahead thread: the groups read back in turn, ids increasing, and a
+    unit for each piece with rows. Where compiled loops are on, a group is read end to end
+    and each unit gathers its piece grouped on its worker (:mod:`kernel.bulk.joined`), then
+    prices it as a sorted trace's chunk is priced; otherwise the unit gathers the piece and
+    prices it where it lies."""
+    part = files.part
+    grouping = grouping_compiled()
+
+    def price_where_it_lies(chunks: list[Scattered], k: int) -> Priced:
+        return eng.price_range_task(gather_piece(chunks, k), part.piece_lo(k),
+                                    part.piece_span(k))
+
+    def gathered(j: Joined, k: int) -> Priced:
+        grouped = gather_grouped(j, k)
+        if grouped is not None:
+            return eng.price_groups_task(*grouped)
+        return price_where_it_lies(j.scattered(), k)
+
+    for g in range(files.n):
+        a = int(files.bounds[g])
+        got = files.read_joined(g) if grouping else files.read(g)
+        sizes = (got.sizes() if isinstance(got, Joined)
+                 else sum(np.diff(c.offsets[a:int(files.bounds[g + 1]) + 1]) for c in got))
+        for k in (a + np.flatnonzero(sizes)).tolist():
+            if isinstance(got, Joined):
+                yield partial(gathered, got, k)
+            else:
+                yield partial(price_where_it_lies, got, k)
+        del got  # (this group's rows go before the next is read)
 
 
 def spill_units(eng: Engine, parts: Iterator[Rows | Scattered], part: Partition,
@@ -299,7 +392,6 @@ def spill_units(eng: Engine, parts: Iterator[Rows | Scattered], part: Partition,
     tmp = safe_output.make_temp_dir(tmp_parent, ".blis-spill-")  # removed on SIGINT/SIGTERM
     files = SpillFiles(tmp, part, bounds)
     stop = safe_output.on_interrupt(files.stop)
-    reader: ThreadPoolExecutor | None = None
     try:
         for h in parts:
             if isinstance(h, Scattered) and h.part is part:
@@ -315,27 +407,10 @@ def spill_units(eng: Engine, parts: Iterator[Rows | Scattered], part: Partition,
             yield from fallback(chain(spilled, [rows], rest))
             return
         files.finish()
-
-        def piece(chunks: list[Scattered], k: int) -> Priced:
-            return eng.price_range_task(gather_piece(chunks, k), part.piece_lo(k),
-                                        part.piece_span(k))
-
-        reader = ThreadPoolExecutor(1, thread_name_prefix="blis-spill-read")
-        ahead = reader.submit(files.read, 0)
-        for g in range(files.n):
-            chunks = ahead.result()
-            if g + 1 < files.n:  # (read while this group is priced)
-                ahead = reader.submit(files.read, g + 1)
-            if not chunks:
-                continue
-            a, b = int(bounds[g]), int(bounds[g + 1])
-            sizes = sum(np.diff(c.offsets[a:b + 1]) for c in chunks)
-            for k in (a + np.flatnonzero(sizes)).tolist():
-                yield partial(piece, chunks, k)
-            del chunks
+        # (gathered grouped on the read-ahead thread where compiled loops are on, SW5)
+        yield from prefetched(_group_units(eng, files), GATHER_AHEAD, "blis-spill-read",
+                              wait=True)
     finally:
-        if reader is not None:
-            reader.shutdown(wait=True, cancel_futures=True)
         safe_output.off_interrupt(stop)
         files.close()
         safe_output.remove_temp_dir(tmp)

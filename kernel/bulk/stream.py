@@ -63,6 +63,7 @@ from ..io.sources import TraceSource
 from ..io.stamp import counts_metadata as stamp_counts
 from ..io.trace import REJECT_SCHEMA, Rows
 from ..model.resolved import ResolvedPool
+from .ahead import prefetched as _prefetched
 from .batch_table import BatchTable
 from .columns import ColumnProducer, with_measured
 from .engine import (
@@ -171,27 +172,6 @@ def _grouped_units(eng: Validating, ts: TraceSource, pool: ThreadPoolExecutor
             yield rows
     if len(held):
         yield held
-
-
-def _prefetched(items: Iterable[T], depth: int) -> Iterator[T]:
-    """``items``, each taken from the iterator on a reader thread ``depth`` items before it
-    is wanted: reading a chunk waits on Arrow's decoding threads, and on a pricing worker
-    (or the calling thread) that wait left a core idle (RO15)."""
-    it = iter(items)
-    reader = ThreadPoolExecutor(1, thread_name_prefix="blis-read")
-    try:
-        ahead = deque(reader.submit(_next, it) for _ in range(depth + 1))
-        while got := ahead.popleft().result():
-            ahead.append(reader.submit(_next, it))
-            yield got[0]
-    finally:  # (closed early: the reads not started are dropped)
-        reader.shutdown(wait=False, cancel_futures=True)
-
-
-def _next(it: Iterator[T]) -> tuple[T] | tuple[()]:
-    for x in it:
-        return (x,)
-    return ()
 
 
 def _join_held(held: Rows, rows: Rows) -> tuple[Rows | None, Rows]:

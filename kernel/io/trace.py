@@ -380,8 +380,12 @@ def coerce(raw: pa.Table, offset: int, *, rejects: list[pa.Table] | None = None,
         if c is not None:
             codes[name] = c
         values[name] = v
-    zeros = np.zeros(n, np.int64)
-    sched, comp = values.get("scheduled", zeros), values.get("computed", zeros)
+    # (a zero column only where one is missing: an 8 MiB calloc a chunk otherwise)
+    if "scheduled" not in values or "computed" not in values:
+        zeros = np.zeros(n, np.int64)
+        values.setdefault("scheduled", zeros)
+        values.setdefault("computed", zeros)
+    sched, comp = values["scheduled"], values["computed"]
     bad = np.zeros(n, bool)
     for c in codes.values():
         bad |= c != 0
