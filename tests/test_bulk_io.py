@@ -10,6 +10,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kernel import bulk
 from kernel.bulk import BatchContext, ColumnProducer
@@ -567,3 +569,15 @@ def test_the_memory_allocator_mode_leaves_glibc_and_moves_arrow(tmp_path: Path) 
                        env={**env, "BLIS_ALLOCATOR": mode})
         outs.append(pl.read_parquet(dst))
     assert outs[0].equals(outs[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-3, 40), max_size=60), st.integers(0, 9000))
+def test_all_distinct_is_no_value_twice(values: list[int], spread: int) -> None:
+    # prefixes are sorted first (a repeat shows early in a shuffled column): the answer must
+    # be the plain one whatever the length, with the repeat early, late or absent
+    from kernel.io.trace import all_distinct
+
+    for ids in (np.array(values, np.int64), np.arange(spread, dtype=np.int64) * 7 % 9001,
+                np.r_[np.arange(spread), values].astype(np.int64)):
+        assert all_distinct(ids) == (len(set(ids.tolist())) == ids.size)

@@ -261,13 +261,22 @@ class Rows:
 
 def all_distinct(ids: np.ndarray) -> bool:
     """No value twice (batch ids of runs: each batch's rows together). Monotone arrays, the
-    usual case, need no sort (np.unique hashes, which is slower still)."""
+    usual case, need no sort (np.unique hashes, which is slower still). In a column with
+    repeats (a shuffled or request-major log) one shows within its first few thousand values,
+    so growing prefixes are sorted first: a 1M-row group's answer then costs a 4,096-value
+    sort, not a 1M one (at most ~7% more sorting when there is no repeat)."""
     if ids.size < 2:
         return True
     if bool(np.all(ids[1:] > ids[:-1])) or bool(np.all(ids[1:] < ids[:-1])):
         return True
-    s = np.sort(ids)
-    return bool(np.all(s[1:] != s[:-1]))
+    n = 1 << 12
+    while True:
+        s = np.sort(ids[:n])
+        if not bool(np.all(s[1:] != s[:-1])):
+            return False
+        if n >= ids.size:
+            return True
+        n *= 16
 
 
 _ARRAY_FIELDS = ("row", "batch_id", "scheduled", "computed", "bad", "decode_threshold",
