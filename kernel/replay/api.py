@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
@@ -77,6 +77,19 @@ class ReplayOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """What either engine's clock needs of each request's arrival (made by :func:`replay`)."""
+
+    arrival: np.ndarray  # its own arrival time, -1 when it follows its session
+    think: np.ndarray  # after the previous turn of its session is done for the user
+    follower: dict[int, int]  # request -> the next turn of its session
+    rejected: np.ndarray  # it never runs (its turn ends when it arrives)
+    admission_ns: np.ndarray  # host admission overhead before it can be scheduled
+    done_ns: np.ndarray  # its last token's step end -> its session's next turn may start
+    first_rows: Sequence[int]  # the requests arriving on their own, in row order
 
 
 def engine_limits(k: Kernel, options: ReplayOptions) -> tuple[EngineLimits, int, bool]:
@@ -236,20 +249,17 @@ def replay(k: Any, requests: Any, options: ReplayOptions | None = None, *,
     ready = np.full(n, -1, np.int64)
     handoff = np.full((n, 2), -1, np.int64)  # P/D: handoff start and end
     handoffs = _Handoffs(kernels, prompt, handoff) if pd else None
+    rejected = np.array([r is not None for r in reason], bool)
+    arrivals = Arrivals(arrival=arrival, think=think, follower=follower, rejected=rejected,
+                        admission_ns=_admission_ns(kernels[0], prompt, rejected),
+                        done_ns=output * otok + done_ns, first_rows=first_rows)
     if compiled:
-        rejected = np.array([r is not None for r in reason], bool)
-        arrivals = jit_driver.Arrivals(
-            arrival=arrival, think=think, follower=follower, rejected=rejected,
-            admission_ns=_admission_ns(kernels[0], prompt, rejected),
-            done_ns=output * otok + done_ns, first_rows=first_rows)
         sim: Any = jit_driver.run(
             groups, states, price_ns, arrivals, router=options.router,
             max_steps=options.max_steps, keep_steps=options.keep_steps, hashes=hash_col,
             hash_tokens=hash_tokens, arrival_eff=arrival_eff, ready=ready, handoffs=handoffs)
     else:
-        sim = _run_python(groups, price_ns, kernels, options, reason, follower, first_rows,
-                          arrival, prompt, output, think, otok, done_ns, arrival_eff, ready,
-                          handoffs)
+        sim = _run_python(groups, price_ns, arrivals, options, arrival_eff, ready, handoffs)
     return build_result(kernels, options, table, ids, sim, states, arrival_eff, ready, reason,
                         otok=otok, completion_ns=done_ns, slo=slo,
                         lockstep=[p[2] for p in pools], handoff=handoff if pd else None)
@@ -303,26 +313,21 @@ class _Handoffs:
         self.links.wake(token, t)
 
 
-def _run_python(groups: list[Group], price_ns: Callable[..., int], kernels: list[Kernel],
-                options: ReplayOptions, reason: list[str | None], follower: dict[int, int],
-                first_rows: list[int], arrival: np.ndarray, prompt: np.ndarray,
-                output: np.ndarray, think: np.ndarray, otok: int, done_ns: int,
-                arrival_eff: np.ndarray,
-                ready: np.ndarray, handoffs: _Handoffs | None) -> Simulation:
+def _run_python(groups: list[Group], price_ns: Callable[..., int], arrivals: Arrivals,
+                options: ReplayOptions, arrival_eff: np.ndarray, ready: np.ndarray,
+                handoffs: _Handoffs | None) -> Simulation:
     """The replay on :class:`~kernel.replay.engine.Simulation` (numba missing, BLIS_JIT=0)."""
-    sim = Simulation(groups, price_ns, [make_router(options.router) for _ in kernels],
+    pools = 1 + max(c.pool_index for g in groups for c in g.cores)
+    sim = Simulation(groups, price_ns, [make_router(options.router) for _ in range(pools)],
                      max_steps=options.max_steps, keep_steps=options.keep_steps)
-    admission: dict[int, int] = {}
+    follower, think = arrivals.follower, arrivals.think
 
     def arrive(i: int, t: int) -> None:
         arrival_eff[i] = t
-        if reason[i] is not None:
+        if arrivals.rejected[i]:
             finished_at(i, t)  # a rejected request ends its session turn at once
             return
-        p = int(prompt[i])
-        if p not in admission:
-            admission[p] = int(kernels[0].admission_overhead(p))
-        ready[i] = t + admission[p]
+        ready[i] = t + arrivals.admission_ns[i]
         sim.push_ready(int(ready[i]), i, 0)
 
     def finished_at(i: int, visible_ns: int) -> None:
@@ -339,7 +344,7 @@ def _run_python(groups: list[Group], price_ns: Callable[..., int], kernels: list
             pinned[i] = dst
             handoffs.start(i, end_ns, c.index, dst.index)
             return
-        finished_at(i, end_ns + int(output[i]) * otok + done_ns)
+        finished_at(i, end_ns + int(arrivals.done_ns[i]))
 
     if handoffs is not None:  # the decode request goes to the core its KV was sent to
         handoffs.bind(lambda t, i: sim.push_ready(t, i, 1), sim.push_timer)
@@ -348,8 +353,8 @@ def _run_python(groups: list[Group], price_ns: Callable[..., int], kernels: list
         sim.routes = routes
         sim.on_timer = handoffs.wake
     sim.on_finish = on_finish
-    for i in first_rows:
-        arrive(i, int(arrival[i]))
+    for i in arrivals.first_rows:
+        arrive(i, int(arrivals.arrival[i]))
     sim.run()
     return sim
 

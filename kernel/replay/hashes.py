@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-__all__ = ["chain", "mix", "HASH_TYPE"]
+__all__ = ["chain", "chain_lengths", "mix", "HASH_TYPE"]
 
 HASH_TYPE = pa.list_(pa.uint64())
 
@@ -20,6 +21,12 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _ROOT = np.uint64(0x243F6A8885A308D3)  # the "empty prefix" every chain starts from
+
+
+def chain_lengths(hashes: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Entries of each request's chain in a ``prefix_hashes`` column (0 for a null)."""
+    return np.asarray(pc.fill_null(pc.list_value_length(hashes), 0)
+                      .to_numpy(zero_copy_only=False), np.int64)
 
 
 def mix(x: np.ndarray) -> np.ndarray:

@@ -14,9 +14,9 @@ the logs exposed as :class:`CompiledRows`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,27 +24,18 @@ import pyarrow.compute as pc
 
 from ..model import jit
 from .engine import Core, Group, Rows, RunState
+from .hashes import chain_lengths
 
-__all__ = ["Arrivals", "CompiledRows", "CompiledRun", "available", "run"]
+if TYPE_CHECKING:
+    from .api import Arrivals
+
+__all__ = ["CompiledRows", "CompiledRun", "available", "run"]
 
 
 def available() -> bool:
     """Whether the compiled engine runs replays in this process (numba importable and
     ``BLIS_JIT`` not 0; else :class:`~kernel.replay.engine.Simulation` does)."""
     return jit.enabled()
-
-
-@dataclass(frozen=True)
-class Arrivals:
-    """What the clock needs of each request's arrival (made by :func:`kernel.replay.replay`)."""
-
-    arrival: np.ndarray  # its own arrival time, -1 when it follows its session
-    think: np.ndarray  # after the previous turn of its session is done for the user
-    follower: dict[int, int]  # request -> the next turn of its session
-    rejected: np.ndarray  # it never runs (its turn ends when it arrives)
-    admission_ns: np.ndarray  # host admission overhead before it can be scheduled
-    done_ns: np.ndarray  # its last token's step end -> its session's next turn may start
-    first_rows: Sequence[int]  # the requests arriving on their own, in row order
 
 
 @dataclass
@@ -289,19 +280,15 @@ def _step_loop(je: Any, a: _Arrays, price_ns: Callable[..., int], handoffs: Any,
 
 def _write_back(je: Any, a: _Arrays, states: list[RunState], arrival_eff: np.ndarray,
                 ready: np.ndarray) -> None:
-    """The per-request results into the states (what ``build_result`` reads of them), the
-    pools' counts into the cores."""
+    """What ``build_result`` reads of a run into the states (per request) and the cores
+    (each pool's evictions); the states' other arrays are the engine's own, left as set up."""
     for p, s in enumerate(states):
         plane = a.R[p]
-        for name, f in (("known", je.R_KNOWN), ("computed", je.R_COMPUTED),
-                        ("admitted", je.R_ADMITTED), ("preemptions", je.R_PREEMPT),
-                        ("lost", je.R_LOST), ("cached_tokens", je.R_CACHED), ("core", je.R_CORE),
-                        ("remote", je.R_REMOTE)):
+        for name, f in (("admitted", je.R_ADMITTED), ("preemptions", je.R_PREEMPT),
+                        ("lost", je.R_LOST), ("cached_tokens", je.R_CACHED), ("core", je.R_CORE)):
             getattr(s, name)[:] = plane[:, f]
-        s.finished[:] = plane[:, je.R_FIN] != 0
     for i, c in enumerate(a.cores):
         c.kv.evictions = int(a.C[i, je.C_EVICT])
-        c.kv.free = int(a.C[i, je.C_FREE])
     arrival_eff[:] = a.Q[:, je.Q_ARR]
     ready[:] = a.Q[:, je.Q_READY]
 
@@ -320,8 +307,7 @@ def _hash_columns(hashes: pa.Array | pa.ChunkedArray | None, n: int
         z = np.zeros(n, np.int64)
         return np.zeros(1, np.int64), z, z
     arr = hashes.combine_chunks() if isinstance(hashes, pa.ChunkedArray) else hashes
-    lens = np.asarray(pc.fill_null(pc.list_value_length(arr), 0)
-                      .to_numpy(zero_copy_only=False), np.int64)
+    lens = chain_lengths(arr)
     values = pc.list_flatten(arr).to_numpy(zero_copy_only=False)
     values = np.array(values, np.uint64).view(np.int64)  # (writable: one compiled signature)
     offsets = np.cumsum(lens) - lens

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .hashes import HASH_TYPE, take_lists
+from .hashes import HASH_TYPE, chain_lengths, take_lists
 
 __all__ = ["REJECT_SCHEMA", "REQUEST_SCHEMA", "RejectLog", "RequestSet", "assemble",
            "parse_ints", "parse_ns", "scale_rate", "summarise", "ARRIVAL_UNITS"]
@@ -281,8 +281,7 @@ def _checks(c: Columns, hash_block_tokens: int | None,
                     f"max_model_len {max_model_len} (vLLM refuses a request whose prompt plus "
                     "max_tokens exceed it)", "output_tokens", c.output))
     if c.prefix_hashes is not None and hash_block_tokens is not None:
-        lens = np.asarray(pc.fill_null(pc.list_value_length(c.prefix_hashes), 0)
-                          .to_numpy(zero_copy_only=False), dtype=np.int64)
+        lens = chain_lengths(c.prefix_hashes)
         out.append((lens > c.prompt // hash_block_tokens,
                     f"prefix_hashes has more entries than the prompt has full blocks of "
                     f"{hash_block_tokens} tokens", "prefix_hashes", lens))
