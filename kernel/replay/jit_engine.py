@@ -331,16 +331,15 @@ def _explode(C, E, ESTK, MAP, XS, c, e):
     E[c, e, E_CNT] = 1
     E[c, e, E_U1] = u
     _split_add(XS, c, mask, k0, u, cnt)
-    prev = last = e
+    prev = e
     for j in range(1, cnt):
         k1 = np.int64(np.uint64(u) + np.uint64(j))
         f = _new_entry(E, ESTK, C, c, k0, k1, 1, ref, 0, u)
         _insert(MAP, c, mask, k0, k1, f)
         E[c, prev, E_BNEXT] = f
-        prev = f
         if ref == 0:  # queued: front first, the unit's tail block nearest the front
-            _lru_before(C, E, c, f, last)
-            last = f
+            _lru_before(C, E, c, f, prev)
+        prev = f
 
 
 @_jit
@@ -365,7 +364,7 @@ def _drop_entry(C, E, ESTK, MAP, XS, c, e):
             q = E[c, q, E_DNEXT]
         E[c, q, E_DNEXT] = E[c, e, E_DNEXT]
     if not E[c, e, E_UNIT]:
-        _split_add(XS, c, C[c, C_MASK], k0, E[c, e, E_U1], -1)
+        _split_add(XS, c, mask, k0, E[c, e, E_U1], -1)
     ESTK[c, C[c, C_ETOP]] = e
     C[c, C_ETOP] += 1
 
@@ -707,7 +706,7 @@ def _schedule(R, C, RUN, E, ESTK, MAP, XS, TB, SSTK, HV, LR, S, c, sched_time, s
         budget -= n
     # Phase B: waiting requests, FCFS, only if nothing was preempted; the head must fit whole
     if (C[c, C_WLEN] and budget > 0 and C[c, C_NRUN] < C[c, C_MAXSEQS] and not preempted
-            and not _head_blocked(R, C, p, c)):
+            and not _head_blocked(C, c)):
         _phase_b(R, C, RUN, E, ESTK, MAP, XS, TB, SSTK, HV, LR, S, p, c, budget, start)
     # vLLM _update_after_schedule: computed tokens grow now; full blocks join the cache
     caching = C[c, C_CACHING]
@@ -729,7 +728,7 @@ def _schedule(R, C, RUN, E, ESTK, MAP, XS, TB, SSTK, HV, LR, S, c, sched_time, s
 
 
 @_jit
-def _head_blocked(R: np.ndarray, C: np.ndarray, p: int, c: int) -> bool:
+def _head_blocked(C: np.ndarray, c: int) -> bool:
     """The waiting head is known to be still blocked without a lookup: found blocked needing
     ``C_BLK_NEED`` free blocks (its blocks less its hits others hold) and since then no touch,
     no new chain block and no held copy become a key's first (``C_VER``): releases and
@@ -939,7 +938,8 @@ def _launch(R, Q, C, G, RUN, ZMB, E, TB, SSTK, LR, LT, LS, H, HQ, S, prices, g):
         LS[s, 11] = C[c, C_WLEN] + C[c, C_ILEN]
         LS[s, 12] = C[c, C_NB] - C[c, C_FREE]
         LS[s, 13] = C[c, C_NB]
-        # a request whose scheduled tokens reached all it knew samples a token
+        # a request whose scheduled tokens reached all it knew samples a token; those reaching
+        # their target are listed in ZMB (empty: the schedule let the last ones go)
         fin = 0
         for k in range(a, a + n):
             if LR[LR_EM, k]:
@@ -954,35 +954,32 @@ def _launch(R, Q, C, G, RUN, ZMB, E, TB, SSTK, LR, LT, LS, H, HQ, S, prices, g):
                 R[p, r, R_KNOWN] = kn + 1
                 if kn + 1 == R[p, r, R_TARGET]:
                     R[p, r, R_FIN] = 1
+                    ZMB[c, fin] = r
                     fin += 1
         if not fin:
             continue
-        # those reaching their target leave (async: as zombies, after the next schedule)
-        for k in range(a, a + n):
-            r = LR[LR_REQ, k]
-            if LR[LR_EM, k] and R[p, r, R_KNOWN] == R[p, r, R_TARGET]:
-                if C[c, C_ASYNC]:
-                    ZMB[c, C[c, C_NZOMB]] = r
-                    C[c, C_NZOMB] += 1
-                else:
-                    _run_remove(RUN, C, c, r)
-                    _release(R, C, E, TB, SSTK, p, c, r)
-        for k in range(a, a + n):
-            r = LR[LR_REQ, k]
-            if LR[LR_EM, k] and R[p, r, R_KNOWN] == R[p, r, R_TARGET]:
-                if S[S_PD] and p == 0:  # prefill done: its KV goes to a decode core
-                    h = S[S_NHQ]
-                    HQ[h, 0] = r
-                    HQ[h, 1] = end
-                    HQ[h, 2] = C[c, C_PCORE]
-                    dst = _route(C, S, 1, S_DTURN)
-                    HQ[h, 3] = C[dst, C_PCORE]
-                    Q[r, Q_PIN] = dst
-                    S[S_NHQ] = h + 1
-                else:  # the user has its last token: the session's next turn follows
-                    nxt = Q[r, Q_FOLLOW]
-                    if nxt >= 0:
-                        _arrive(Q, H, S, nxt, end + Q[r, Q_DONE_NS] + Q[nxt, Q_THINK])
+        # they leave: async, as zombies after the next schedule; sync, now
+        if C[c, C_ASYNC]:
+            C[c, C_NZOMB] = fin
+        else:
+            for k in range(fin):
+                _run_remove(RUN, C, c, ZMB[c, k])
+                _release(R, C, E, TB, SSTK, p, c, ZMB[c, k])
+        for k in range(fin):
+            r = ZMB[c, k]
+            if S[S_PD] and p == 0:  # prefill done: its KV goes to a decode core
+                h = S[S_NHQ]
+                HQ[h, 0] = r
+                HQ[h, 1] = end
+                HQ[h, 2] = C[c, C_PCORE]
+                dst = _route(C, S, 1, S_DTURN)
+                HQ[h, 3] = C[dst, C_PCORE]
+                Q[r, Q_PIN] = dst
+                S[S_NHQ] = h + 1
+            else:  # the user has its last token: the session's next turn follows
+                nxt = Q[r, Q_FOLLOW]
+                if nxt >= 0:
+                    _arrive(Q, H, S, nxt, end + Q[r, Q_DONE_NS] + Q[nxt, Q_THINK])
     G[g, G_START] = now
     _push(H, S, end, STEP_END, g)
     return True
