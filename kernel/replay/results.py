@@ -59,14 +59,14 @@ def run_percentiles(values: np.ndarray, counts: np.ndarray,
     min(lo + 1, n - 1), frac = pos - lo (linear interpolation, numpy's default method). Groups
     with no value get -1."""
     n_groups = counts.size
-    outs = [np.full(n_groups, -1.0) for _ in qs]
+    table = np.full((len(qs), n_groups), -1.0)
+    outs = list(table)  # (one row of the table a percentile)
     if values.size == 0:
         return outs
     loop = jit.compiled(_percentiles_of_runs)
     if loop is not None:  # each run sorted alone: no key of every value, no global sort
-        table = np.full((len(qs), n_groups), -1.0)
         loop(values, np.asarray(counts, np.int64), np.asarray(qs, np.float64), table)
-        return list(table)
+        return outs
     present = np.flatnonzero(counts)
     counts = counts[present]
     starts = np.cumsum(counts) - counts
