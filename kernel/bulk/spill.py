@@ -285,21 +285,24 @@ class SpillFiles:
     def read(self, g: int) -> list[Scattered]:
         """Group ``g``'s slices, in input order, as chunks scattered by the whole plan (the
         pieces of other groups empty); its file is removed once read."""
+        return self._scattered(g, self._records(g))
+
+    def _scattered(self, g: int, recs: list[tuple[pa.RecordBatch, _Slice]]
+                   ) -> list[Scattered]:
         a, b = int(self.bounds[g]), int(self.bounds[g + 1])
         return [Scattered(_rows(rb, sl), _whole(sl.offsets, a, b, self.part.n), self.part)
-                for rb, sl in self._records(g)]
+                for rb, sl in recs]
 
     def read_joined(self, g: int) -> Joined | list[Scattered]:
         """Group ``g``'s slices end to end, one array a column (:class:`Joined`, decision
         SW5), or, when they carry ``keep=`` columns, as :meth:`read` gives them; its file is
         removed once read."""
         recs = self._records(g)
-        a, b = int(self.bounds[g]), int(self.bounds[g + 1])
         if not recs:
             return []
         if any(x.startswith(KEEP_PREFIX) for rb, _ in recs for x in rb.schema.names):
-            return [Scattered(_rows(rb, sl), _whole(sl.offsets, a, b, self.part.n), self.part)
-                    for rb, sl in recs]
+            return self._scattered(g, recs)
+        a, b = int(self.bounds[g]), int(self.bounds[g + 1])
         sizes = np.array([rb.num_rows for rb, _ in recs], np.int64)
         base = np.concatenate(([0], np.cumsum(sizes)))
         n = int(base[-1])
