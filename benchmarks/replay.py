@@ -63,9 +63,6 @@ def warm_up(k: object) -> None:
         price_step(k, sc, cp, pl)  # type: ignore[arg-type]
 
 
-_ENGINE_LOAD: list[float] = []  # the first warm replay's CPU time in this process
-
-
 def warm_engine(k: object) -> float:
     """Replay three requests untimed, so the compiled engine (numba's on-disk cache, or its
     compilation after a change) is loaded before the timed replay; returns that replay's CPU
@@ -74,10 +71,7 @@ def warm_engine(k: object) -> float:
 
     t0 = time.process_time()
     api.replay(k, closed_loop(3, 1, output=(2, 3)), api.ReplayOptions(dp=1))
-    spent = time.process_time() - t0
-    if not _ENGINE_LOAD:
-        _ENGINE_LOAD.append(spent)
-    return spent
+    return time.process_time() - t0
 
 
 def run(scenario: str, n: int, users: int, keep_steps: bool = True,
@@ -87,7 +81,7 @@ def run(scenario: str, n: int, users: int, keep_steps: bool = True,
 
     k = kernel.open(scenario)
     warm_up(k)
-    warm_engine(k)
+    warmed = warm_engine(k)
     spent = [0.0]
     orig = api.price_step
 
@@ -110,7 +104,7 @@ def run(scenario: str, n: int, users: int, keep_steps: bool = True,
     table_s = time.process_time() - c1
     steps = res.summary["engine_steps"]
     return {"wall_s": wall, "cpu_s": cpu, "pricing_s": spent[0], "steps": steps,
-            "steps_table_s": table_s,
+            "steps_table_s": table_s, "warm_s": warmed,
             "running": res.summary["batch_requests_mean"],
             "hit_rate": res.summary["prefix_hit_rate"],
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
@@ -162,6 +156,7 @@ def main() -> None:
 
     print(f"cores: {os.cpu_count()}; engine: "
           f"{'compiled' if jit_driver.available() else 'Python (numba off)'}")
+    first = True  # (the process's first replay loads the compiled engine: printed apart)
     for s in scenarios:
         base = None
         for n in (int(x) for x in a.requests.split(",")):
@@ -170,10 +165,10 @@ def main() -> None:
             per = book / max(f["steps"], 1) * 1e6
             growth = "" if base is None else f" cpu/request vs first {f['cpu_s'] / n / base:.2f}x"
             base = base or f["cpu_s"] / n
-            if len(_ENGINE_LOAD) == 1:
-                print(f"(first replay of the process, untimed: {_ENGINE_LOAD[0]:.2f}s of CPU, "
+            if first:
+                print(f"(first replay of the process, untimed: {f['warm_s']:.2f}s of CPU, "
                       f"the compiled engine loaded from numba's cache or compiled)")
-                _ENGINE_LOAD.append(0.0)
+                first = False
             print(f"{s} n={n:,} steps={f['steps']:,} mean batch {f['running']:.1f} "
                   f"wall {f['wall_s']:.1f}s cpu {f['cpu_s']:.1f}s "
                   f"({f['steps'] / f['cpu_s']:,.0f} steps/s, {n / f['cpu_s']:,.0f} req/s of cpu) "
