@@ -543,17 +543,23 @@ def test_the_memory_allocator_mode_leaves_glibc_and_moves_arrow(tmp_path: Path) 
     import os
     import subprocess
 
-    probe = ("import kernel.io.malloc as m, pyarrow as pa; m.tune(); "
-             "print(m._TUNED, pa.default_memory_pool().backend_name)")
+    probe = ("import os, kernel.io.malloc as m, pyarrow as pa; m.tune(); "
+             "print(m._TUNED, pa.default_memory_pool().backend_name, "
+             "os.environ.get('MIMALLOC_PURGE_DELAY'))")
     root = Path(__file__).resolve().parents[1]
-    env = {k: v for k, v in os.environ.items() if k != "BLIS_KEEP_MALLOC"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("BLIS_KEEP_MALLOC", "MIMALLOC_PURGE_DELAY")}
     got = {}
     for mode in ("speed", "memory"):
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                              cwd=root, check=True, env={**env, "BLIS_ALLOCATOR": mode})
         got[mode] = out.stdout.split()
-    assert got["speed"] == ["True", "system"]
+    assert got["speed"] == ["True", "system", "0"]  # (mimalloc's purge delay: AL5)
     assert got["memory"][0] == "True" and got["memory"][1] in ("jemalloc", "mimalloc")
+    assert got["memory"][2] == "0"
+    own = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=root, check=True, env={**env, "MIMALLOC_PURGE_DELAY": "250"})
+    assert own.stdout.split()[2] == "250"  # (a user's own setting stands)
     bad = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          cwd=root, env={**env, "BLIS_ALLOCATOR": "fast"})
     assert bad.returncode != 0 and "BLIS_ALLOCATOR='fast': expected one of 'speed', " \
@@ -581,3 +587,37 @@ def test_all_distinct_is_no_value_twice(values: list[int], spread: int) -> None:
     for ids in (np.array(values, np.int64), np.arange(spread, dtype=np.int64) * 7 % 9001,
                 np.r_[np.arange(spread), values].astype(np.int64)):
         assert all_distinct(ids) == (len(set(ids.tolist())) == ids.size)
+
+
+def test_rows_grouped_in_memory_skip_compiled_loops_and_spilled_rows_use_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CS1: a shuffled trace grouped in memory is scattered and gathered by Arrow even where
+    compiled loops are on (numba's start would cost such a run more than it saves); one
+    spilled to disk asks for the compiled loops. Prices the same either way."""
+    pytest.importorskip("numba", reason="numba is not installed for this Python")
+    from kernel.bulk import partition
+
+    from .jit_modes import jit_switched
+
+    r = pool(**VARIANTS["window-pcp2"])
+    df = random_trace(300, 7)
+    want = bulk.price(r, df)
+    src = tmp_path / "t.parquet"
+    _orders(df, 7)["shuffled"].write_parquet(src, row_group_size=64)
+    asked: list[int] = []
+    compiled = partition._compiled
+
+    def counting() -> object:
+        asked.append(1)
+        return compiled()
+
+    monkeypatch.setattr(partition, "_compiled", counting)
+    with jit_switched(True):
+        for budget, mode, uses in ((None, "sorted", False), (20_000, "spill", True)):
+            asked.clear()
+            dst = tmp_path / f"{mode}.parquet"
+            counts = bulk.price_file(r, src, dst, progress=False, tuning=Tuning(
+                chunk_rows=50, memory_budget=budget))
+            assert counts.mode == mode
+            assert bool(asked) == uses, mode
+            assert pl.read_parquet(dst).sort("batch_id").equals(want), mode

@@ -85,6 +85,13 @@ def test_the_compiled_scatter_and_gather_equal_numpys(
         _equal(a.rows, b.rows)  # every column, narrow as it came (ids: uint16 when local)
     for a, b in zip(out[True][1], out[False][1], strict=True):
         _equal(a, b)
+    with jit_switched(True):  # the Arrow path asked for where loops are on (CS1): the same
+        arrow = [part.scatter(h, plan, fresh=fresh, compiled=False) for h in halves]
+        for a, b in zip(arrow, out[True][0], strict=True):
+            assert np.array_equal(a.offsets, b.offsets)
+            _equal(a.rows, b.rows)
+        for k, b in enumerate(out[True][1]):
+            _equal(part.gather_piece(arrow, k, compiled=False), b)
     # and both are a stable sort by piece (an oracle of their own): every piece's rows in
     # input order, their ids restored
     key = plan.piece_of_cell[plan.cells(rows.batch_id)]

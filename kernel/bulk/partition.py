@@ -188,12 +188,13 @@ class Scattered:
 
 
 def scatter(rows: Rows, part: Partition, *, fresh: bool = False,
-            narrow: bool = False) -> Scattered:
+            narrow: bool = False, compiled: bool = True) -> Scattered:
     """The rows reordered by piece; ``fresh``: rows as validation left them (row numbers
     increasing); ``narrow``: integer columns stored as :meth:`Rows.narrowed` stores them
-    (``rows`` may be left as they were). By compiled loops where they are on (decision SJ1;
-    each column then taken straight into its narrow type, SW3), else by Arrow."""
-    loops = _compiled()
+    (``rows`` may be left as they were). By compiled loops where they are on and
+    ``compiled`` (decision SJ1; each column then taken straight into its narrow type, SW3),
+    else by Arrow: the same arrays, types included."""
+    loops = _compiled() if compiled else None
     if loops is not None and not rows.extra:
         return _scatter_compiled(rows, part, fresh, loops, narrow)
     if narrow:
@@ -298,8 +299,9 @@ def _take(rows: Rows, order: np.ndarray, fresh: bool, ids: np.ndarray | None) ->
                 take(rows.computed), bad, maybe(rows.decode_threshold), maybe(rows.sm_budget))
 
 
-def gather_piece(chunks: list[Scattered], k: int) -> Rows:
-    """Piece ``k``'s rows from every scattered chunk, in input order, as int64."""
+def gather_piece(chunks: list[Scattered], k: int, *, compiled: bool = True) -> Rows:
+    """Piece ``k``'s rows from every scattered chunk, in input order, as int64 (ids restored
+    from their low bits by a compiled pass where compiled loops are on and ``compiled``)."""
     cuts = [(c.rows, int(c.offsets[k]), int(c.offsets[k + 1])) for c in chunks
             if c.offsets[k + 1] > c.offsets[k]]
     if not cuts:
@@ -319,7 +321,7 @@ def gather_piece(chunks: list[Scattered], k: int) -> Rows:
                     cat("decode_threshold"), cat("sm_budget"))
     if rows.batch_id.dtype == np.uint16:  # low bits of the ids
         first = chunks[0].part.piece_lo(k)
-        restore = jit.compiled(row_loops.ids_from_low)
+        restore = jit.compiled(row_loops.ids_from_low) if compiled else None
         if restore is None:
             rows.batch_id = _ids(rows.batch_id, first)
         else:  # (one pass instead of numpy's three)

@@ -230,21 +230,22 @@ Held = Rows | Scattered  # validated rows, scattered to their pieces once a plan
 
 def _validated(eng: Engine, tables: Iterator[pa.Table], pool: ThreadPoolExecutor,
                failure: list[BaseException], part: Partition | None,
-               summed: Summed | None = None, *, again: bool = False
+               summed: Summed | None = None, *, again: bool = False, compiled: bool = True
                ) -> Iterator[tuple[Held, ChunkTerms | None, int]]:
     """Every chunk with rows validated on the pool (one ahead), in order, with its terms for
     ``summed`` and its index among the source's chunks; columns narrowed (uint16 or int32)
     where the values fit, since these rows wait to be grouped (not while ``summed`` takes
     them: it holds none); scattered by ``part`` too when a plan is known before reading
     (while the chunk is still in cache). ``again``: chunks read a second time, neither
-    counted nor their rejects emitted again."""
+    counted nor their rejects emitted again; ``compiled``: scattered by compiled loops where
+    they are on (else by Arrow, CS1)."""
     def task(item: tuple[pa.Table, int]) -> tuple[Any, Scattered | None, ChunkTerms | None]:
         c = eng.coerce_task(item[0], item[1])
         terms = summed.terms(c.rows) if summed is not None else None
         narrow = summed is None or not summed.ok
         if part is not None and len(c.rows) and fits(part, c.rows.batch_id):
             # (narrowed as it is scattered: one copy of each column, SW3)
-            s = scatter(c.rows, part, fresh=True, narrow=narrow)
+            s = scatter(c.rows, part, fresh=True, narrow=narrow, compiled=compiled)
             c.rows = s.rows  # (the wide rows go now: only their count is read)
             return c, s, terms
         if narrow:
@@ -319,8 +320,11 @@ def _any_order_units(eng: Engine, ts: TraceSource, pool: ThreadPoolExecutor, st:
             summed = None
     prior = (plan_from_ranges(ts.id_ranges, PRICE_ROWS)
              if in_memory and ts.id_ranges is not None else None if window else spill)
+    # (rows grouped in memory are scattered by Arrow: numba's start, ~0.4 s of CPU on the
+    # critical path, costs such a run more than its compiled scatter saves; CS1)
     parts: Iterator[tuple[Held, ChunkTerms | None, int]] = _validated(
-        eng, tables, pool, failure, None if summed is not None else prior, summed)
+        eng, tables, pool, failure, None if summed is not None else prior, summed,
+        compiled=not in_memory)
     if in_memory and summed is not None:
         # Summed as they come, no row held (each would be a fresh page to fault in: that was
         # most of what a request-major trace cost beyond a sorted one). Should the sums not
@@ -417,14 +421,16 @@ def _memory_units(eng: Engine, held: list[Held], prior: Partition | None,
             h, slots[i] = slots[i], None  # each chunk's memory goes once it is scattered
             assert h is not None
             # (rows scattered by another plan: each batch stays whole, in input order)
-            return scatter(_unscattered(h), p, fresh=not isinstance(h, Scattered))
+            return scatter(_unscattered(h), p, fresh=not isinstance(h, Scattered),
+                           compiled=False)
 
         held = list(_ordered(pool, scatter_task, range(len(slots)), workers))
     chunks = [h for h in held if isinstance(h, Scattered)]
     held.clear()
 
     def piece(k: int, p: Partition = part) -> Priced:
-        return eng.price_range_task(gather_piece(chunks, k), p.piece_lo(k), p.piece_span(k))
+        return eng.price_range_task(gather_piece(chunks, k, compiled=False), p.piece_lo(k),
+                                    p.piece_span(k))
 
     sizes = sum(np.diff(c.offsets) for c in chunks)  # rows of each piece
     for k in np.flatnonzero(sizes).tolist():

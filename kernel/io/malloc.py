@@ -48,6 +48,7 @@ def tune() -> None:
       when called before numpy (whose BLAS starts threads) is imported;
     * Arrow's default memory pool: the system allocator, so Arrow's buffers share the one
       tuned heap (decision BT4);
+    * mimalloc's purge delay 0 (``MIMALLOC_PURGE_DELAY``, unless set), in either mode;
     * numpy's transparent-huge-page advice off: where the kernel compacts memory to honour
       it (``transparent_hugepage/defrag = madvise``), each fault of fresh memory stalls
       (~30% more CPU for a shuffled trace, decision RO5).
@@ -60,6 +61,10 @@ def tune() -> None:
     if _TUNED or not sys.platform.startswith("linux") or os.environ.get("BLIS_KEEP_MALLOC"):
         return
     _TUNED = True
+    # (mimalloc — polars' allocator, and Arrow's where it is the pool — returns freed pages
+    # at once: its share of a sorted run's peak no longer grows with the trace's length;
+    # read when mimalloc starts, so only before polars and pyarrow are imported: AL5)
+    os.environ.setdefault("MIMALLOC_PURGE_DELAY", "0")
     if mode == "memory":
         _memory_mode()
         return
