@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from kernel.bulk.ahead import prefetched
 from kernel.bulk.sink import WRITE_AHEAD, Sink
-from kernel.bulk.stream import _prefetched
 
 
 class Counted:
@@ -45,7 +45,7 @@ def _settled(c: Counted) -> int:
 @pytest.mark.parametrize("depth", [0, 1, 2, 5])
 def test_prefetched_yields_every_item_in_order_taken_ahead_on_the_reader(depth: int) -> None:
     c = Counted(20)
-    got = _prefetched(c, depth)
+    got = prefetched(c, depth)
     first = next(got)
     assert first == 0
     assert _settled(c) == depth + 2  # the one given, and depth + 1 already asked for
@@ -55,7 +55,7 @@ def test_prefetched_yields_every_item_in_order_taken_ahead_on_the_reader(depth: 
 
 def test_prefetched_closed_early_takes_no_more() -> None:
     c = Counted(1000)
-    got = _prefetched(c, 2)
+    got = prefetched(c, 2)
     assert [next(got) for _ in range(3)] == [0, 1, 2]
     got.close()
     assert _settled(c) <= 3 + 2 + 1
@@ -66,7 +66,7 @@ def test_prefetched_raises_the_reader_s_failure_in_place() -> None:
         yield 1
         raise ValueError("row group 2 is corrupt")
 
-    got = _prefetched(failing(), 3)
+    got = prefetched(failing(), 3)
     assert next(got) == 1
     with pytest.raises(ValueError, match="row group 2 is corrupt"):
         next(got)

@@ -25,7 +25,7 @@ from ..io.trace import Rows
 from ..model import jit
 from . import row_loops
 from .groups import Groups
-from .partition import Partition, Scattered
+from .partition import Partition, Scattered, plan_offsets
 
 __all__ = ["Joined", "gather_grouped", "grouping_compiled"]
 
@@ -49,17 +49,11 @@ class Joined:
     def scattered(self) -> list[Scattered]:
         """The slices as chunks scattered by the whole plan (views; the pieces of other
         groups empty), for the gather of :func:`kernel.bulk.partition.gather_piece`."""
-        n, a = self.part.n, self.first
+        a = self.first
         b = a + self.offsets.shape[1] - 1
-        out = []
-        for off in self.offsets:
-            lo = int(off[0])
-            full = np.empty(n + 1, np.int64)
-            full[:a] = 0
-            full[a:b + 1] = off - lo
-            full[b + 1:] = off[-1] - lo
-            out.append(Scattered(self.rows.slice(lo, int(off[-1])), full, self.part))
-        return out
+        return [Scattered(self.rows.slice(int(off[0]), int(off[-1])),
+                          plan_offsets(off - off[0], a, b, self.part.n), self.part)
+                for off in self.offsets]
 
 
 def grouping_compiled() -> bool:

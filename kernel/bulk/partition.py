@@ -187,6 +187,16 @@ class Scattered:
                     r.sm_budget, r.extra)
 
 
+def plan_offsets(seg: np.ndarray, a: int, b: int, n: int) -> np.ndarray:
+    """Piece offsets ``seg`` of pieces ``a`` to ``b`` (a spill group's) over all ``n`` pieces
+    of the plan, the others empty: a :class:`Scattered` chunk's ``offsets``."""
+    out = np.empty(n + 1, np.int64)
+    out[:a] = 0
+    out[a:b + 1] = seg
+    out[b + 1:] = seg[-1]
+    return out
+
+
 def scatter(rows: Rows, part: Partition, *, fresh: bool = False,
             narrow: bool = False, compiled: bool = True) -> Scattered:
     """The rows reordered by piece; ``fresh``: rows as validation left them (row numbers

@@ -44,7 +44,15 @@ from . import row_loops
 from .ahead import prefetched
 from .engine import PRICE_ROWS, Engine, Priced
 from .joined import Joined, gather_grouped, grouping_compiled
-from .partition import Partition, Scattered, fits, gather_piece, plan_from_ranges, scatter
+from .partition import (
+    Partition,
+    Scattered,
+    fits,
+    gather_piece,
+    plan_from_ranges,
+    plan_offsets,
+    scatter,
+)
 
 __all__ = ["ROW_BYTES", "group_bounds", "spill_plan", "spill_units"]
 
@@ -290,7 +298,7 @@ class SpillFiles:
     def _scattered(self, g: int, recs: list[tuple[pa.RecordBatch, _Slice]]
                    ) -> list[Scattered]:
         a, b = int(self.bounds[g]), int(self.bounds[g + 1])
-        return [Scattered(_rows(rb, sl), _whole(sl.offsets, a, b, self.part.n), self.part)
+        return [Scattered(_rows(rb, sl), plan_offsets(sl.offsets, a, b, self.part.n), self.part)
                 for rb, sl in recs]
 
     def read_joined(self, g: int) -> Joined | list[Scattered]:
@@ -339,16 +347,6 @@ class SpillFiles:
         return Joined(rows, offsets, a, self.part)
 
 
-def _whole(seg: np.ndarray, a: int, b: int, n: int) -> np.ndarray:
-    """A slice's piece offsets (pieces ``a`` to ``b`` of its group) over every piece of the
-    plan (the others empty)."""
-    out = np.empty(n + 1, np.int64)
-    out[:a] = 0
-    out[a:b + 1] = seg
-    out[b + 1:] = seg[-1]
-    return out
-
-
 def _group_units(eng: Engine, files: SpillFiles) -> Iterator[Unit]:
     """Pass 2, on the read-ahead thread: the groups read back in turn, ids increasing, and a
     unit for each piece with rows. Where compiled loops are on, a group is read end to end
@@ -371,14 +369,15 @@ def _group_units(eng: Engine, files: SpillFiles) -> Iterator[Unit]:
     for g in range(files.n):
         a = int(files.bounds[g])
         got = files.read_joined(g) if grouping else files.read(g)
-        sizes = (got.sizes() if isinstance(got, Joined)
-                 else sum(np.diff(c.offsets[a:int(files.bounds[g + 1]) + 1]) for c in got))
+        sizes: np.ndarray | int  # (rows of each piece of the group; 0: no slice)
+        if isinstance(got, Joined):
+            sizes, unit = got.sizes(), partial(gathered, got)
+        else:
+            sizes = sum(np.diff(c.offsets[a:int(files.bounds[g + 1]) + 1]) for c in got)
+            unit = partial(price_where_it_lies, got)
         for k in (a + np.flatnonzero(sizes)).tolist():
-            if isinstance(got, Joined):
-                yield partial(gathered, got, k)
-            else:
-                yield partial(price_where_it_lies, got, k)
-        del got  # (this group's rows go before the next is read)
+            yield partial(unit, k)
+        del got, unit  # (this group's rows go before the next is read)
 
 
 def spill_units(eng: Engine, parts: Iterator[Rows | Scattered], part: Partition,

@@ -63,7 +63,7 @@ from ..io.sources import TraceSource
 from ..io.stamp import counts_metadata as stamp_counts
 from ..io.trace import REJECT_SCHEMA, Rows
 from ..model.resolved import ResolvedPool
-from .ahead import prefetched as _prefetched
+from .ahead import prefetched
 from .batch_table import BatchTable
 from .columns import ColumnProducer, with_measured
 from .engine import (
@@ -154,7 +154,7 @@ def _grouped_units(eng: Validating, ts: TraceSource, pool: ThreadPoolExecutor
             offset += table.num_rows
 
     held = Rows.empty()
-    for c, carry in _ordered(pool, task, _prefetched(items(), READ_AHEAD), READ_AHEAD):
+    for c, carry in _ordered(pool, task, prefetched(items(), READ_AHEAD), READ_AHEAD):
         rows = eng.take_coerced(c)
         if len(rows) == 0:
             continue  # (an empty row group: a held batch goes on holding)
@@ -254,7 +254,7 @@ def _validated(eng: Engine, tables: Iterator[pa.Table], pool: ThreadPoolExecutor
 
     try:
         for i, (c, scattered, terms) in enumerate(_ordered(
-                pool, task, _offsets(_prefetched(tables, READ_AHEAD)), READ_AHEAD)):
+                pool, task, _offsets(prefetched(tables, READ_AHEAD)), READ_AHEAD)):
             rows = c.rows if again else eng.take_coerced(c)
             if len(rows):
                 yield (rows if scattered is None else scattered), terms, i

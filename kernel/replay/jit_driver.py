@@ -87,9 +87,9 @@ def run(groups: list[Group], states: list[RunState], price_ns: Callable[..., int
     if handoffs is not None:
         handoffs.bind(a.push_ready, a.push_timer)
     je.init_arrivals(a.Q, a.H, a.S, np.asarray(arrivals.first_rows, np.int64))
-    _step_loop(je, a, price_ns, handoffs, max_steps)
-    _write_back(je, a, states, arrival_eff, ready)
-    return CompiledRun(_rows_of(je, a, keep_steps), a.cores)
+    _step_loop(a, price_ns, handoffs, max_steps)
+    _write_back(a, states, arrival_eff, ready)
+    return CompiledRun(_rows_of(a, keep_steps), a.cores)
 
 
 class _Arrays:
@@ -227,9 +227,10 @@ class _Arrays:
             self.H = np.concatenate((self.H, np.zeros_like(self.H)))
 
 
-def _step_loop(je: Any, a: _Arrays, price_ns: Callable[..., int], handoffs: Any,
+def _step_loop(a: _Arrays, price_ns: Callable[..., int], handoffs: Any,
                max_steps: int | None) -> None:
     """:func:`~kernel.replay.jit_engine.advance` until the clock runs out, answering it."""
+    je = a.je
     advance, item = je.advance, a.S.item
     PRICE, S_PA, S_PM, S_PPOOL = je.PRICE, je.S_PA, je.S_PM, je.S_PPOOL
     pool_core = [next(c for c in a.cores if c.pool_index == p) for p in range(a.npools)]
@@ -278,10 +279,11 @@ def _step_loop(je: Any, a: _Arrays, price_ns: Callable[..., int], handoffs: Any,
             raise AssertionError(f"the compiled engine answered {st}")
 
 
-def _write_back(je: Any, a: _Arrays, states: list[RunState], arrival_eff: np.ndarray,
+def _write_back(a: _Arrays, states: list[RunState], arrival_eff: np.ndarray,
                 ready: np.ndarray) -> None:
     """What ``build_result`` reads of a run into the states (per request) and the cores
     (each pool's evictions); the states' other arrays are the engine's own, left as set up."""
+    je = a.je
     for p, s in enumerate(states):
         plane = a.R[p]
         for name, f in (("admitted", je.R_ADMITTED), ("preemptions", je.R_PREEMPT),
@@ -293,7 +295,8 @@ def _write_back(je: Any, a: _Arrays, states: list[RunState], arrival_eff: np.nda
     ready[:] = a.Q[:, je.Q_READY]
 
 
-def _rows_of(je: Any, a: _Arrays, keep_steps: bool) -> CompiledRows:
+def _rows_of(a: _Arrays, keep_steps: bool) -> CompiledRows:
+    je = a.je
     nsteps = int(a.S[je.S_STEPN])
     steps = {name: a.LS[:nsteps, i] for i, name in enumerate(Rows.STEP_NAMES)}
     nrows = int(a.S[je.S_ROWN]) if keep_steps else 0
