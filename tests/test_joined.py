@@ -79,6 +79,11 @@ def test_a_piece_gathered_grouped_is_the_gathered_piece_grouped(
                 assert got == []
                 continue
             assert isinstance(got, joined.Joined)
+            # SW6: a column every slice holds in one type is its spill file, mapped (a
+            # read-only view, no copy); the counts in two types were copied into the wider
+            assert not got.rows.computed.flags.writeable
+            assert got.rows.scheduled.flags.writeable == (
+                len({c.rows.scheduled.dtype for c in want}) > 1)
             sizes = got.sizes()
             assert sizes.tolist() == sum(np.diff(c.offsets[lo:hi + 1]) for c in want).tolist()
             for k in range(lo, hi):
@@ -102,6 +107,7 @@ def test_a_piece_gathered_grouped_is_the_gathered_piece_grouped(
                 assert grp.inv.tolist() == want_g.inv.tolist()
                 seen += len(r)
         assert seen <= n and (seen == n or kind == "sparse64")
+        assert not list(a.dir.iterdir()) and not list(b.dir.iterdir())  # (each removed once read)
 
 
 def _same(a: Rows, b: Rows) -> None:
@@ -127,3 +133,27 @@ def test_compiled_loops_off_gather_nothing_grouped(tmp_path: Path) -> None:
     with jit_switched(False):
         assert not joined.grouping_compiled()
         assert joined.gather_grouped(got, 0) is None
+
+
+def test_a_spill_of_many_groups_raises_the_open_file_limit(tmp_path: Path) -> None:
+    """SW6 keeps every group's column files open while it writes: with the soft limit on
+    open files lowered under what 60 groups need, the spill raises it (within the hard limit)
+    and reads every row back."""
+    resource = pytest.importorskip("resource")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1_024:
+        pytest.skip(f"a hard limit of {hard} open files leaves no room to test")
+    n = 6_000
+    rows = Rows(np.arange(n), np.arange(n) % 600, np.ones(n, np.int64), np.arange(n),
+                np.zeros(n, bool), None, np.full(n, 3, np.int64))
+    plan = _plan(rows.batch_id, 10, False)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))
+    try:
+        with jit_switched(True):
+            files = _spilled(tmp_path, [rows], plan, 60, False)
+            assert files.n == 60 and len(files.files) > 128
+            assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= 60 * len(spill.COLUMNS)
+            back = [files.read(g) for g in range(files.n)]
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert sum(len(c.rows) for chunks in back for c in chunks) == n

@@ -5,8 +5,9 @@ piece from the ~300 slices of its group and pricing it where it lies left two co
 pricing workers (decision SW5): the gather, ``np.concatenate`` of ~300 slices, and the
 in-place walk's per-batch sums by ``np.add.at``, both holding the GIL (a sorted trace's
 contiguous batches are summed by ``reduceat``, which does not), so pass 2 kept ~1.5 of 2
-cores busy. Here a group's slices are copied end to end on the read-ahead thread, one array a
-column (:class:`Joined`; the widest of the slices' narrow types), and each piece is gathered
+cores busy. Here a group's slices lie end to end, one array a column (:class:`Joined`: each
+column's spill file mapped where every slice has it in one type, else copied on the read-ahead
+thread into the widest of the slices' narrow types, decision SW6), and each piece is gathered
 *grouped* — every batch's rows contiguous, in input order, batches in id order — by two
 compiled passes over its batch ids and one per column (:mod:`kernel.bulk.row_loops`, the GIL
 released), on the pricing worker that then prices it exactly as it prices a sorted trace's

@@ -7,10 +7,13 @@ a quarter of ``memory_budget`` each. Then, in two passes over the rows, each lin
 
 1. **partition**: every chunk, just validated, is scattered to its pieces on the worker
    that validated it (as in ``sorted`` mode); a writer thread appends each group's slice of
-   it, narrow columns as they are, to that group's file (an Arrow IPC stream per slice; the
-   slice's piece offsets stay in memory, a few integers per slice);
+   it, narrow columns as they are, to that group's files: each column raw, to a file of
+   its own per type (decision SW6; kept ``keep=`` columns as an Arrow IPC stream per slice,
+   one file a group); the slice's piece offsets and where its columns start stay in
+   memory, a few integers per slice;
 2. **group**: the groups are read back one by one, ids increasing (on a read-ahead thread,
-   each file removed once read); where compiled loops are on, each group end to end and each
+   each file mapped, then removed); where compiled loops are on, each group's columns end to
+   end as their files lie (no copy where every slice has a column in one type) and each
    piece gathered grouped on its pricing worker, then priced as a sorted chunk
    (:mod:`kernel.bulk.joined`, decision SW5); otherwise each piece gathered from the slices
    in input order and priced where it lies, exactly as ``sorted`` mode prices its pieces.
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from functools import partial
 from itertools import chain
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -107,56 +111,46 @@ def group_bounds(part: Partition, total_rows: int, budget: int) -> np.ndarray:
     return np.append(np.arange(0, part.n, per), part.n).astype(np.int64)
 
 
+COLUMNS = ("batch_id", "scheduled", "computed", "row", "row_step", "bad", "decode_threshold",
+           "sm_budget")  # what a slice may hold, each in a raw file of its own (decision SW6)
+
+
 @dataclass
 class _Slice:
-    """One chunk's rows of one spill group: where its record lies in the group's file, where
-    each of the group's pieces starts in it, and, when its row numbers went to disk as steps
-    (decision SW2), each piece's first row number and their type."""
+    """One chunk's rows of one spill group: where each of its columns lies in the group's
+    file of that column and type (``at[name] = (type, first value)``; a column absent: the
+    slice has none), where each of the group's pieces starts in it, when its row numbers went
+    to disk as steps (decision SW2) each piece's first row number and their type, and where
+    its kept (``keep=``) columns lie in the group's Arrow file of them."""
 
-    pos: int
-    size: int
+    rows: int
+    at: dict[str, tuple[str, int]]
     offsets: np.ndarray  # int64, one per piece of the group and one more
     firsts: np.ndarray | None = None  # int64, one per piece of the group (None: row as is)
     row_type: np.dtype | None = None
+    kept: tuple[int, int] | None = None  # (position, size) of its kept columns' record
 
 
-def _record(rows: Rows, steps: np.ndarray | None = None) -> pa.RecordBatch:
-    """The rows as a record batch, narrow columns as they are (zero-copy), ``bad`` only when
-    a row is bad; ``steps``: the row numbers' steps, written instead of them."""
-    cols: dict[str, pa.Array] = {"batch_id": pa.array(rows.batch_id),
-                                 "scheduled": pa.array(rows.scheduled),
-                                 "computed": pa.array(rows.computed)}
-    cols["row" if steps is None else "row_step"] = pa.array(rows.row if steps is None
-                                                            else steps)
+def _columns(rows: Rows, steps: np.ndarray | None) -> dict[str, np.ndarray]:
+    """A slice's columns to spill, narrow as they are: ``bad`` only when a row is bad, the
+    per-batch columns only when the trace has them; ``steps``: the row numbers' steps,
+    spilled instead of them."""
+    cols = {"batch_id": rows.batch_id, "scheduled": rows.scheduled, "computed": rows.computed}
+    if steps is None:
+        cols["row"] = rows.row
+    else:
+        cols["row_step"] = steps
     if rows.bad.any():
-        cols["bad"] = pa.array(rows.bad)
+        cols["bad"] = rows.bad
     for name in ("decode_threshold", "sm_budget"):
         v = getattr(rows, name)
         if v is not None:
-            cols[name] = pa.array(v)
-    for k, a in (rows.extra or {}).items():
-        cols[KEEP_PREFIX + k] = a
-    return pa.record_batch(cols)
+            cols[name] = v
+    return cols
 
 
-def _rows(rb: pa.RecordBatch, sl: _Slice) -> Rows:
-    names = set(rb.schema.names)
-
-    def col(name: str) -> np.ndarray | None:
-        return rb.column(name).to_numpy(zero_copy_only=False) if name in names else None
-
-    n = rb.num_rows
-    bad = col("bad")
-    extra = {x[len(KEEP_PREFIX):]: rb.column(x) for x in rb.schema.names
-             if x.startswith(KEEP_PREFIX)}
-    row = col("row")
-    if row is None:
-        assert sl.firsts is not None and sl.row_type is not None
-        row = rows_from_steps(col("row_step"), sl.offsets, sl.firsts,  # type: ignore[arg-type]
-                              sl.row_type)
-    return Rows(row, col("batch_id"), col("scheduled"), col("computed"),  # type: ignore[arg-type]
-                np.broadcast_to(np.False_, (n,)) if bad is None else bad,
-                col("decode_threshold"), col("sm_budget"), extra or None)
+def _kept(rows: Rows) -> pa.RecordBatch:
+    return pa.record_batch({KEEP_PREFIX + k: a for k, a in (rows.extra or {}).items()})
 
 
 def row_steps(row: np.ndarray, seg: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -202,7 +196,8 @@ def rows_from_steps(steps: np.ndarray, seg: np.ndarray, firsts: np.ndarray,
 class SpillFiles:
     """The spill groups' files in ``directory``: scattered chunks appended on
     :data:`WRITERS` writer threads (group ``g`` always on thread ``g % WRITERS``, so each
-    file gets its slices in input order), then each group read back whole."""
+    file gets its slices in input order), one raw file per column and type of each group
+    (decision SW6), then each group read back whole, each of its files mapped."""
 
     def __init__(self, directory: Path, part: Partition, bounds: np.ndarray):
         self.dir = directory
@@ -210,14 +205,20 @@ class SpillFiles:
         self.bounds = bounds
         self.n = int(bounds.size - 1)
         self.index: list[list[_Slice]] = [[] for _ in range(self.n)]
-        self.files: dict[int, pa.NativeFile] = {}
+        # (group, column, type) -> the open file and the values it holds so far
+        self.files: dict[tuple[int, str, str], tuple[BinaryIO, int]] = {}
+        self.kept: dict[int, pa.NativeFile] = {}  # group -> its kept columns' Arrow file
         self.stopped = False  # (a signal: write nothing more, the directory is going)
+        _allow_open_files(self.n * (len(COLUMNS) + 1))
         self._writers = [ThreadPoolExecutor(1, thread_name_prefix="blis-spill")
                          for _ in range(WRITERS)]
         self._writes: deque[list[Future[None]]] = deque()
 
-    def path(self, g: int) -> Path:
-        return self.dir / f"group-{g:05d}.arrow"
+    def path(self, g: int, name: str, type_name: str) -> Path:
+        return self.dir / f"group-{g:05d}-{name}-{type_name}.bin"
+
+    def kept_path(self, g: int) -> Path:
+        return self.dir / f"group-{g:05d}-kept.arrow"
 
     def add(self, s: Scattered) -> None:
         """Queue a chunk scattered by this plan (calling thread; raises a writer failure)."""
@@ -239,24 +240,46 @@ class SpillFiles:
                 return
             lo, hi = int(cuts[g]), int(cuts[g + 1])
             a, b = int(self.bounds[g]), int(self.bounds[g + 1])
-            f = self.files.get(g)
-            if f is None:
-                f = self.files[g] = pa.OSFile(str(self.path(g)), "w")
             rows = s.rows.slice(lo, hi)
             seg = s.offsets[a:b + 1] - lo
             # (row numbers rise within a piece: 2 bytes a row instead of 4 or 8, SW2)
             stepped = row_steps(rows.row, seg) if rows.row.dtype.itemsize > 2 else None
-            rb = _record(rows, None if stepped is None else stepped[0])
-            pos = f.tell()
-            with pa.ipc.new_stream(f, rb.schema) as w:
-                w.write_batch(rb)
-            self.index[g].append(_Slice(pos, f.tell() - pos, seg,
+            at = {name: self._append(g, name, v)
+                  for name, v in _columns(rows, None if stepped is None else stepped[0]).items()}
+            self.index[g].append(_Slice(hi - lo, at, seg,
                                         None if stepped is None else stepped[1],
-                                        None if stepped is None else rows.row.dtype))
+                                        None if stepped is None else rows.row.dtype,
+                                        self._append_kept(g, rows) if rows.extra else None))
+
+    def _append(self, g: int, name: str, v: np.ndarray) -> tuple[str, int]:
+        """``v`` appended to group ``g``'s file of column ``name`` in ``v``'s type: the type
+        and where ``v`` starts in that file (in values)."""
+        key = (g, name, v.dtype.name)
+        f, held = self.files.get(key) or (open(self.path(*key), "wb"), 0)  # (closed by finish)
+        f.write(np.ascontiguousarray(v).data)
+        self.files[key] = (f, held + v.size)
+        return v.dtype.name, held
+
+    def _append_kept(self, g: int, rows: Rows) -> tuple[int, int]:
+        f = self.kept.get(g)
+        if f is None:
+            f = self.kept[g] = pa.OSFile(str(self.kept_path(g)), "w")
+        rb = _kept(rows)
+        pos = f.tell()
+        with pa.ipc.new_stream(f, rb.schema) as w:
+            w.write_batch(rb)
+        return pos, f.tell() - pos
 
     def _shutdown(self, cancel: bool) -> None:
         for w in self._writers:
             w.shutdown(wait=True, cancel_futures=cancel)
+
+    def _close_files(self) -> None:
+        for f, _ in self.files.values():
+            f.close()
+        for k in self.kept.values():
+            if not k.closed:
+                k.close()
 
     def finish(self) -> None:
         """Wait for every write, close the files."""
@@ -264,87 +287,151 @@ class SpillFiles:
             for f in self._writes.popleft():
                 f.result()
         self._shutdown(False)
-        for f in self.files.values():
-            f.close()
+        self._close_files()
 
     def close(self) -> None:
         """Stop the writers (dropping what is queued) and close the files (on failure)."""
         self._shutdown(True)
         self._writes.clear()
-        for f in self.files.values():
-            if not f.closed:
-                f.close()
+        self._close_files()
 
-    def _records(self, g: int) -> list[tuple[pa.RecordBatch, _Slice]]:
-        """Group ``g``'s slices, in input order, as record batches read from its file (mapped,
-        not read: views of the page cache, no copy of the group into fresh heap pages; the
-        mapping outlives the file's name, removed at once, until they are freed)."""
-        if not self.index[g]:
-            return []
-        path = self.path(g)
-        with pa.memory_map(str(path), "r") as f:
-            buf = f.read_buffer()
-        path.unlink()
-        out = [(pa.ipc.open_stream(buf.slice(sl.pos, sl.size)).read_next_batch(), sl)
-               for sl in self.index[g]]
-        self.index[g] = []
+    def _mapped(self, g: int) -> dict[tuple[str, str], np.ndarray]:
+        """Each of group ``g``'s column files as one read-only array, mapped, not read (views
+        of the page cache: no copy into fresh heap pages; the mapping outlives the file's
+        name, removed at once, until the arrays are freed)."""
+        out = {}
+        for key in [k for k in self.files if k[0] == g]:
+            path = self.path(*key)
+            _, name, type_name = key
+            if self.files.pop(key)[1]:
+                with pa.memory_map(str(path), "r") as f:
+                    buf = f.read_buffer()
+                out[name, type_name] = np.frombuffer(buf, np.dtype(type_name))
+            path.unlink()
         return out
+
+    def _kept_records(self, g: int) -> list[pa.RecordBatch | None]:
+        slices = self.index[g]
+        f = self.kept.pop(g, None)
+        if f is None:
+            return [None] * len(slices)
+        if not f.closed:
+            f.close()
+        path = self.kept_path(g)
+        with pa.memory_map(str(path), "r") as m:
+            buf = m.read_buffer()
+        path.unlink()
+        return [None if sl.kept is None else
+                pa.ipc.open_stream(buf.slice(*sl.kept)).read_next_batch() for sl in slices]
+
+    def _slices(self, g: int) -> tuple[list[_Slice], dict[tuple[str, str], np.ndarray]]:
+        """Group ``g``'s slices, in input order, and its files mapped (the index forgotten)."""
+        slices, self.index[g] = self.index[g], []
+        return slices, self._mapped(g)
 
     def read(self, g: int) -> list[Scattered]:
         """Group ``g``'s slices, in input order, as chunks scattered by the whole plan (the
-        pieces of other groups empty); its file is removed once read."""
-        return self._scattered(g, self._records(g))
-
-    def _scattered(self, g: int, recs: list[tuple[pa.RecordBatch, _Slice]]
-                   ) -> list[Scattered]:
+        pieces of other groups empty); its files are removed once read."""
+        kept = self._kept_records(g)
+        slices, cols = self._slices(g)
         a, b = int(self.bounds[g]), int(self.bounds[g + 1])
-        return [Scattered(_rows(rb, sl), plan_offsets(sl.offsets, a, b, self.part.n), self.part)
-                for rb, sl in recs]
+        return [Scattered(_slice_rows(sl, cols, rb), plan_offsets(sl.offsets, a, b, self.part.n),
+                          self.part) for sl, rb in zip(slices, kept, strict=True)]
 
     def read_joined(self, g: int) -> Joined | list[Scattered]:
         """Group ``g``'s slices end to end, one array a column (:class:`Joined`, decision
-        SW5), or, when they carry ``keep=`` columns, as :meth:`read` gives them; its file is
-        removed once read."""
-        recs = self._records(g)
-        if not recs:
+        SW5): where every slice holds a column in one type, that column's file as it lies;
+        as :meth:`read` gives them when they carry ``keep=`` columns. Its files are removed
+        once read."""
+        if not self.index[g]:
             return []
-        if any(x.startswith(KEEP_PREFIX) for rb, _ in recs for x in rb.schema.names):
-            return self._scattered(g, recs)
+        if any(sl.kept is not None for sl in self.index[g]):
+            return self.read(g)
         a, b = int(self.bounds[g]), int(self.bounds[g + 1])
-        sizes = np.array([rb.num_rows for rb, _ in recs], np.int64)
-        base = np.concatenate(([0], np.cumsum(sizes)))
+        slices, cols = self._slices(g)
+        base = np.concatenate(([0], np.cumsum([sl.rows for sl in slices])))
         n = int(base[-1])
-        names = set().union(*(rb.schema.names for rb, _ in recs))
 
         def column(name: str) -> np.ndarray | None:
-            if name not in names:
+            types = {sl.at[name][0] for sl in slices if name in sl.at}
+            if not types:
                 return None
-            types = [rb.schema.field(name).type.to_pandas_dtype() for rb, _ in recs
-                     if name in rb.schema.names]
+            if len(types) == 1 and all(name in sl.at for sl in slices):
+                return cols[name, types.pop()]  # (the file as it lies: slices end to end)
             out = np.zeros(n, np.result_type(*types))  # (a slice without it: none are set)
-            for (rb, _), lo, hi in zip(recs, base[:-1], base[1:], strict=True):
-                if name in rb.schema.names:
-                    out[lo:hi] = rb.column(name).to_numpy(zero_copy_only=False)
+            for sl, lo in zip(slices, base[:-1].tolist(), strict=True):
+                if name in sl.at:
+                    t, at = sl.at[name]
+                    out[lo:lo + sl.rows] = cols[name, t][at:at + sl.rows]
             return out
 
-        row_type = np.result_type(*[sl.row_type if sl.firsts is not None
-                                    else rb.schema.field("row").type.to_pandas_dtype()
-                                    for rb, sl in recs])
-        row = np.empty(n, row_type)
-        for (rb, sl), lo, hi in zip(recs, base[:-1], base[1:], strict=True):
-            if sl.firsts is None:
-                row[lo:hi] = rb.column("row").to_numpy()
-            else:
-                rows_from_steps(rb.column("row_step").to_numpy(), sl.offsets, sl.firsts,
-                                row.dtype, row[lo:hi])
+        whole = column("row") if all(sl.firsts is None for sl in slices) else None
+        if whole is not None:
+            row = whole
+        else:
+            row = np.empty(n, np.result_type(*[sl.row_type if sl.firsts is not None
+                                               else np.dtype(sl.at["row"][0])
+                                               for sl in slices]))
+            for sl, lo in zip(slices, base[:-1].tolist(), strict=True):
+                _slice_row(sl, cols, row[lo:lo + sl.rows])
         bad = column("bad")
         rows = Rows(row, column("batch_id"), column("scheduled"),  # type: ignore[arg-type]
                     column("computed"),  # type: ignore[arg-type]
                     np.broadcast_to(np.False_, (n,)) if bad is None else bad,
                     column("decode_threshold"), column("sm_budget"))
-        offsets = np.array([sl.offsets for _, sl in recs], np.int64).reshape(len(recs), b - a + 1)
+        offsets = np.array([sl.offsets for sl in slices], np.int64).reshape(len(slices),
+                                                                            b - a + 1)
         offsets += base[:-1, None]
         return Joined(rows, offsets, a, self.part)
+
+
+def _view(sl: _Slice, cols: dict[tuple[str, str], np.ndarray], name: str) -> np.ndarray | None:
+    if name not in sl.at:
+        return None
+    t, at = sl.at[name]
+    return cols[name, t][at:at + sl.rows]
+
+
+def _slice_row(sl: _Slice, cols: dict[tuple[str, str], np.ndarray],
+               out: np.ndarray | None = None) -> np.ndarray:
+    """A slice's row numbers: as spilled, or decoded from their steps (into ``out``)."""
+    if sl.firsts is None:
+        row = _view(sl, cols, "row")
+        assert row is not None
+        if out is None:
+            return row
+        out[:] = row
+        return out
+    steps = _view(sl, cols, "row_step")
+    assert steps is not None and sl.row_type is not None
+    return rows_from_steps(steps, sl.offsets, sl.firsts, sl.row_type, out)
+
+
+def _slice_rows(sl: _Slice, cols: dict[tuple[str, str], np.ndarray],
+                kept: pa.RecordBatch | None) -> Rows:
+    """A slice's rows, views of its group's mapped files (the row numbers decoded)."""
+    bad = _view(sl, cols, "bad")
+    extra = None if kept is None else {
+        x[len(KEEP_PREFIX):]: kept.column(x) for x in kept.schema.names}
+    return Rows(_slice_row(sl, cols), _view(sl, cols, "batch_id"),  # type: ignore[arg-type]
+                _view(sl, cols, "scheduled"), _view(sl, cols, "computed"),  # type: ignore[arg-type]
+                np.broadcast_to(np.False_, (sl.rows,)) if bad is None else bad,
+                _view(sl, cols, "decode_threshold"), _view(sl, cols, "sm_budget"), extra)
+
+
+def _allow_open_files(n: int) -> None:
+    """Raise this process's soft limit on open files to make room for ``n`` more, where the
+    hard limit allows (a spill keeps each group's column files open: up to ~2,300)."""
+    try:
+        import resource  # (optional: Unix only)
+    except ImportError:  # (not a Unix)
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = n + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        top = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        if top > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
 
 
 def _group_units(eng: Engine, files: SpillFiles) -> Iterator[Unit]:
