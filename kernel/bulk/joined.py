@@ -28,7 +28,18 @@ from . import row_loops
 from .groups import Groups
 from .partition import Partition, Scattered, plan_offsets
 
-__all__ = ["Joined", "gather_grouped", "grouping_compiled"]
+__all__ = ["Joined", "RowSteps", "gather_grouped", "grouping_compiled", "rows_from_steps"]
+
+
+@dataclass
+class RowSteps:
+    """A spill group's row numbers as they were spilled (decision SW2): ``steps`` (uint16,
+    the group's slices end to end) rising from ``firsts[s, i]``, the first row number of
+    piece ``i`` in slice ``s``; ``row_type``: their type once decoded."""
+
+    steps: np.ndarray
+    firsts: np.ndarray  # int64 [slices, pieces of the group]
+    row_type: np.dtype
 
 
 @dataclass
@@ -36,25 +47,55 @@ class Joined:
     """A spill group's slices end to end (``rows``: one array a column, slices in input
     order); ``offsets[s, i]``: where the group's ``i``-th piece starts in slice ``s``, in
     ``rows``' coordinates (``offsets[s, -1]``: where slice ``s`` ends); ``first``: the
-    group's first piece of ``part``."""
+    group's first piece of ``part``. With ``steps``, the row numbers are still the spilled
+    steps (``rows.row`` holds them): each piece decodes its own as it is gathered, so the
+    group's are never decoded whole into fresh memory (decision SW6)."""
 
     rows: Rows
     offsets: np.ndarray  # int64 [slices, pieces of the group + 1]
     first: int
     part: Partition
+    steps: RowSteps | None = None
 
     def sizes(self) -> np.ndarray:
         """Rows of each of the group's pieces."""
         return (self.offsets[:, 1:] - self.offsets[:, :-1]).sum(axis=0)
 
     def scattered(self) -> list[Scattered]:
-        """The slices as chunks scattered by the whole plan (views; the pieces of other
-        groups empty), for the gather of :func:`kernel.bulk.partition.gather_piece`."""
+        """The slices as chunks scattered by the whole plan (views, but the row numbers,
+        decoded; the pieces of other groups empty), for the gather of
+        :func:`kernel.bulk.partition.gather_piece`."""
         a = self.first
         b = a + self.offsets.shape[1] - 1
-        return [Scattered(self.rows.slice(int(off[0]), int(off[-1])),
-                          plan_offsets(off - off[0], a, b, self.part.n), self.part)
-                for off in self.offsets]
+        out = []
+        for s, off in enumerate(self.offsets):
+            rows = self.rows.slice(int(off[0]), int(off[-1]))
+            if self.steps is not None:
+                rows.row = rows_from_steps(rows.row, off - off[0], self.steps.firsts[s],
+                                           self.steps.row_type)
+            out.append(Scattered(rows, plan_offsets(off - off[0], a, b, self.part.n),
+                                 self.part))
+        return out
+
+
+def rows_from_steps(steps: np.ndarray, seg: np.ndarray, firsts: np.ndarray,
+                    row_type: np.dtype, out: np.ndarray | None = None) -> np.ndarray:
+    """The row numbers :func:`kernel.bulk.spill.row_steps` encoded (decision SW2), in their own type (into ``out``, of that
+    type and length, when given)."""
+    if out is None:
+        out = np.empty(steps.size, row_type)
+    loop = jit.compiled(row_loops.rows_from_steps)
+    if loop is not None:
+        loop(steps, seg, firsts, out)
+        return out
+    c = np.cumsum(steps, dtype=np.int64)
+    lens = np.diff(seg)
+    full = lens > 0
+    starts = seg[:-1][full]
+    # (a piece's first step is 0: its rows are its first row plus the steps since)
+    out[:] = c + np.repeat(firsts[full] - c[starts], lens[full])
+    return out
+
 
 
 def grouping_compiled() -> bool:
@@ -101,6 +142,13 @@ def gather_grouped(j: Joined, k: int) -> tuple[Rows, Groups] | None:
     assert fill is not None
     nb = fill(counts, lo, ids, inv, first_rows)
     first_rows = first_rows[:nb]
-    rows = Rows(put(r.row), ids, put(r.scheduled), put(r.computed), bad,  # type: ignore[arg-type]
+    if j.steps is None:
+        row = put(r.row)
+    else:  # (decoded as placed: SW6)
+        row = np.empty(n, np.int64)
+        steps = jit.compiled(row_loops.place_steps_into)
+        assert steps is not None
+        steps(r.row, starts, ends, np.ascontiguousarray(j.steps.firsts[:, i]), dest, row)
+    rows = Rows(row, ids, put(r.scheduled), put(r.computed), bad,  # type: ignore[arg-type]
                 put(r.decode_threshold), put(r.sm_budget))
     return rows, Groups(first_rows, ids[first_rows], inv)

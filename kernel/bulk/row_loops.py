@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["batch_keys", "grouped_ids", "ids_from_low", "piece_keys", "place_into",
-           "row_steps", "rows_from_steps", "shifted_into", "stable_order", "take_into"]
+           "place_steps_into", "row_steps", "rows_from_steps", "shifted_into", "stable_order",
+           "take_into"]
 
 
 def piece_keys(ids: np.ndarray, lo: int, shift: int, piece_of_cell: np.ndarray, n: int,
@@ -144,6 +145,20 @@ def place_into(src: np.ndarray, starts: np.ndarray, ends: np.ndarray, dest: np.n
     for s in range(starts.size):
         for i in range(starts[s], ends[s]):
             out[dest[j]] = src[i]
+            j += 1
+
+
+def place_steps_into(steps: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                     firsts: np.ndarray, dest: np.ndarray, out: np.ndarray) -> None:
+    """:func:`place_into` of row numbers spilled as steps (:func:`row_steps`), decoded as
+    they are placed: source ``s``'s rows are ``steps[starts[s]:ends[s]]``, one piece of one
+    slice, from the first row number ``firsts[s]``."""
+    j = 0
+    for s in range(starts.size):
+        acc = np.int64(firsts[s])
+        for i in range(starts[s], ends[s]):
+            acc += steps[i]
+            out[dest[j]] = acc
             j += 1
 
 

@@ -47,7 +47,7 @@ from ..model import jit
 from . import row_loops
 from .ahead import prefetched
 from .engine import PRICE_ROWS, Engine, Priced
-from .joined import Joined, gather_grouped, grouping_compiled
+from .joined import Joined, RowSteps, gather_grouped, grouping_compiled, rows_from_steps
 from .partition import (
     Partition,
     Scattered,
@@ -172,25 +172,6 @@ def row_steps(row: np.ndarray, seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     firsts = np.zeros(seg.size - 1, np.int64)
     firsts[full] = row[starts]
     return d.astype(np.uint16), firsts
-
-
-def rows_from_steps(steps: np.ndarray, seg: np.ndarray, firsts: np.ndarray,
-                    row_type: np.dtype, out: np.ndarray | None = None) -> np.ndarray:
-    """The row numbers :func:`row_steps` encoded, in their own type (into ``out``, of that
-    type and length, when given)."""
-    if out is None:
-        out = np.empty(steps.size, row_type)
-    loop = jit.compiled(row_loops.rows_from_steps)
-    if loop is not None:
-        loop(steps, seg, firsts, out)
-        return out
-    c = np.cumsum(steps, dtype=np.int64)
-    lens = np.diff(seg)
-    full = lens > 0
-    starts = seg[:-1][full]
-    # (a piece's first step is 0: its rows are its first row plus the steps since)
-    out[:] = c + np.repeat(firsts[full] - c[starts], lens[full])
-    return out
 
 
 class SpillFiles:
@@ -366,8 +347,13 @@ class SpillFiles:
             return out
 
         whole = column("row") if all(sl.firsts is None for sl in slices) else None
+        steps = None
         if whole is not None:
             row = whole
+        elif all(sl.firsts is not None for sl in slices):  # (decoded piece by piece: SW6)
+            row = column("row_step")  # type: ignore[assignment]
+            steps = RowSteps(row, np.array([sl.firsts for sl in slices], np.int64),
+                             np.result_type(*[sl.row_type for sl in slices]))
         else:
             row = np.empty(n, np.result_type(*[sl.row_type if sl.firsts is not None
                                                else np.dtype(sl.at["row"][0])
@@ -382,7 +368,7 @@ class SpillFiles:
         offsets = np.array([sl.offsets for sl in slices], np.int64).reshape(len(slices),
                                                                             b - a + 1)
         offsets += base[:-1, None]
-        return Joined(rows, offsets, a, self.part)
+        return Joined(rows, offsets, a, self.part, steps)
 
 
 def _view(sl: _Slice, cols: dict[tuple[str, str], np.ndarray], name: str) -> np.ndarray | None:
