@@ -49,7 +49,7 @@ class Joined:
     ``rows``' coordinates (``offsets[s, -1]``: where slice ``s`` ends); ``first``: the
     group's first piece of ``part``. With ``steps``, the row numbers are still the spilled
     steps (``rows.row`` holds them): each piece decodes its own as it is gathered, so the
-    group's are never decoded whole into fresh memory (decision SW6)."""
+    group's are never decoded whole into fresh memory (decision SW8)."""
 
     rows: Rows
     offsets: np.ndarray  # int64 [slices, pieces of the group + 1]
@@ -80,8 +80,8 @@ class Joined:
 
 def rows_from_steps(steps: np.ndarray, seg: np.ndarray, firsts: np.ndarray,
                     row_type: np.dtype, out: np.ndarray | None = None) -> np.ndarray:
-    """The row numbers :func:`kernel.bulk.spill.row_steps` encoded (decision SW2), in their own type (into ``out``, of that
-    type and length, when given)."""
+    """The row numbers :func:`kernel.bulk.spill.row_steps` encoded (decision SW2), in their
+    own type (into ``out``, of that type and length, when given)."""
     if out is None:
         out = np.empty(steps.size, row_type)
     loop = jit.compiled(row_loops.rows_from_steps)
@@ -95,7 +95,6 @@ def rows_from_steps(steps: np.ndarray, seg: np.ndarray, firsts: np.ndarray,
     # (a piece's first step is 0: its rows are its first row plus the steps since)
     out[:] = c + np.repeat(firsts[full] - c[starts], lens[full])
     return out
-
 
 
 def grouping_compiled() -> bool:
@@ -144,7 +143,7 @@ def gather_grouped(j: Joined, k: int) -> tuple[Rows, Groups] | None:
     first_rows = first_rows[:nb]
     if j.steps is None:
         row = put(r.row)
-    else:  # (decoded as placed: SW6)
+    else:  # (decoded as placed: SW8)
         row = np.empty(n, np.int64)
         steps = jit.compiled(row_loops.place_steps_into)
         assert steps is not None

@@ -350,7 +350,7 @@ class SpillFiles:
         steps = None
         if whole is not None:
             row = whole
-        elif all(sl.firsts is not None for sl in slices):  # (decoded piece by piece: SW6)
+        elif all(sl.firsts is not None for sl in slices):  # (decoded piece by piece: SW8)
             row = column("row_step")  # type: ignore[assignment]
             steps = RowSteps(row, np.array([sl.firsts for sl in slices], np.int64),
                              np.result_type(*[sl.row_type for sl in slices]))
