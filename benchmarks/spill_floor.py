@@ -12,12 +12,12 @@ of ``--repeat``, interleaved):
 * ``price``: ``price_file`` of the sorted trace and of the shuffled one (mode ``spill``);
 * ``read``: the trace's four columns read row group by row group (pyarrow, as ``price_file``
   reads them), sorted and shuffled: the larger read is the difference;
-* ``moves``: the kernel's own compiled counting sorts (:mod:`kernel.bulk.row_loops`), timed
-  alone on one thread (``time.thread_time``, best of three a chunk or a piece): every chunk
-  scattered to its pieces (the ids' low 16 bits, the row numbers, ``scheduled``,
-  ``computed``), and the first spill group's pieces, each gathered from its ~300 slices and
-  grouped by batch (three columns and the ids), scaled to the trace by its rows. No I/O, no
-  allocation but the loops' outputs, no validation, no pricing;
+* ``moves``: the kernel's own scatter and grouped gather (compiled counting sorts,
+  :mod:`kernel.bulk.row_loops`), timed alone on one thread (``time.thread_time``, best of
+  three a chunk or a piece): every chunk scattered to its pieces as the spill narrows it
+  (the ids' low 16 bits, the row numbers, ``scheduled``, ``computed``), and the first spill
+  group's pieces, each gathered from its ~300 slices and grouped by batch, scaled to the
+  trace by its rows. No I/O, no validation, no pricing;
 * the floor: ``(sorted CPU + moves + the larger read) / sorted CPU``, the shuffled ÷ sorted
   CPU ratio a spill would reach were everything else it does free. On two cores kept equally
   busy, the wall-time ratio is the same.
@@ -62,21 +62,23 @@ def _read(trace: str) -> dict[str, float]:
             "peak_rss": _peak_rss_bytes()}
 
 
-def _moves(trace: str, work: str) -> dict[str, float]:
-    """The two row moves of a spill alone, each timed as the compiled loops' own CPU time on
-    one thread (best of three a chunk or piece), so the figure is a floor: no I/O, no
-    orchestration, no pricing. Pass 1 on every chunk of the trace; pass 2 on the pieces of
-    the first spill group (all ~300 slices of each, as mode ``spill`` reads them), scaled to
-    the trace by its rows."""
+def _moves(trace: str) -> dict[str, float]:
+    """The two row moves of a spill alone, each timed as one thread's CPU time (best of three
+    a chunk or piece), so the figure is a floor: no I/O, no orchestration, no pricing. Pass 1
+    is :func:`kernel.bulk.partition.scatter` of every chunk as mode ``spill`` narrows it; pass
+    2 is :func:`kernel.bulk.joined.gather_grouped` of each piece of the first spill group
+    (all ~300 slices of each, end to end as a group is read back), scaled to the trace by
+    its rows."""
     import numpy as np
     import pyarrow.parquet as pq
 
-    from kernel.bulk import row_loops as rl
+    from kernel.bulk.joined import Joined, gather_grouped
+    from kernel.bulk.partition import scatter
     from kernel.bulk.spill import group_bounds, spill_plan
-    from kernel.io.trace import narrow_type
+    from kernel.io.trace import Rows
     from kernel.model import jit
 
-    loops = {name: jit.compiled(getattr(rl, name)) for name in rl.__all__}
+    assert jit.enabled(), "the spill's compiled loops are what this measures: install numba"
     f = pq.ParquetFile(trace)
     meta = f.metadata
     ranges = [(int(meta.row_group(g).column(0).statistics.min),
@@ -84,8 +86,7 @@ def _moves(trace: str, work: str) -> dict[str, float]:
               for g in range(meta.num_row_groups)]
     part = spill_plan(ranges, 1 << 30)
     assert part is not None and part.local, "a plan of local pieces (16-bit ids) expected"
-    bounds = group_bounds(part, meta.num_rows, 1 << 30)
-    last = int(bounds[1])  # (the first group's pieces: 0 .. last - 1)
+    last = int(group_bounds(part, meta.num_rows, 1 << 30)[1])  # (the first group's pieces)
 
     def best(fn: Callable[[], Any]) -> tuple[float, Any]:
         times, out = [], None
@@ -95,58 +96,26 @@ def _moves(trace: str, work: str) -> dict[str, float]:
             times.append(time.thread_time() - t0)
         return min(times), out
 
-    def scatter(first: int, ids: np.ndarray, s: np.ndarray, c: np.ndarray
-                ) -> tuple[np.ndarray, list[np.ndarray]]:
-        n = ids.size
-        low = np.empty(n, np.uint16)
-        keys, offsets = loops["piece_keys"](ids, part.lo, part.shift, part.piece_of_cell,
-                                            part.n, low)
-        order = np.empty(n, np.int32)
-        loops["stable_order"](keys, offsets, order)
-        out = []
-        for v, t in ((low, np.uint16), (None, np.int32), (s, narrow_type(s)),
-                     (c, narrow_type(c))):
-            o = np.empty(n, t)
-            if v is None:
-                loops["shifted_into"](order, first, o)
-            else:
-                loops["take_into"](order, v, o)
-            out.append(o)
-        return offsets, out
-
     pass1, first = 0.0, 0
-    kept: list[tuple[np.ndarray, list[np.ndarray]]] = []  # the first group's slices
+    kept: list[Rows] = []  # the first group's slice of each chunk
+    offsets: list[np.ndarray] = []  # and where its pieces start in it
     for g in range(meta.num_row_groups):
-        t = f.read_row_group(g, columns=TRACE_COLUMNS)
-        ids, s, c = (t.column(x).to_numpy() for x in TRACE_COLUMNS[:3])
-        dt, (offsets, out) = best(partial(scatter, first, ids, s, c))
+        t = f.read_row_group(g, columns=TRACE_COLUMNS[:3])
+        ids, sched, comp = (t.column(x).to_numpy() for x in TRACE_COLUMNS[:3])
+        n = ids.size
+        rows = Rows(np.arange(first, first + n), ids, sched, comp,
+                    np.broadcast_to(np.False_, (n,)))
+        dt, sc = best(partial(scatter, rows, part, fresh=True, narrow=True))
         pass1 += dt
-        first += ids.size
-        end = int(offsets[last])
-        kept.append((offsets[:last + 1].copy(), [o[:end].copy() for o in out]))
-    names = range(4)
-    cols = [np.concatenate([out[i] for _, out in kept]) for i in names]
-    base = np.cumsum([0] + [int(o[-1]) for o, _ in kept[:-1]])
-    seg = np.array([o for o, _ in kept], np.int64) + base[:, None]
-
-    def group_piece(k: int) -> int:
-        starts, ends = np.ascontiguousarray(seg[:, k]), np.ascontiguousarray(seg[:, k + 1])
-        n = int((ends - starts).sum())
-        span = part.piece_span(k)
-        counts = np.zeros(span, np.int64)
-        dest = np.empty(n, np.int32)
-        loops["batch_keys"](cols[0], starts, ends, part.piece_lo(k), True, counts, dest)
-        for i in (1, 2, 3):
-            loops["place_into"](cols[i], starts, ends, dest, np.empty(n, np.int64))
-        bid, inv = np.empty(n, np.int64), np.empty(n, np.int64)
-        return int(loops["grouped_ids"](counts, part.piece_lo(k), bid, inv,
-                                        np.empty(min(n, span), np.int64)))
-
-    pass2_group = 0.0
-    for k in range(last):
-        dt, _ = best(partial(group_piece, k))
-        pass2_group += dt
-    grouped = int(cols[0].size)
+        first += n
+        kept.append(sc.rows.slice(0, int(sc.offsets[last])))
+        offsets.append(sc.offsets[:last + 1])
+    base = np.cumsum([0] + [len(r) for r in kept[:-1]])
+    joined = Rows.concat(kept)
+    joined.bad = np.broadcast_to(np.False_, (len(joined),))  # (no bad row: as read back)
+    group = Joined(joined, np.array(offsets, np.int64) + base[:, None], 0, part)
+    pass2_group = sum(best(partial(gather_grouped, group, k))[0] for k in range(last))
+    grouped = len(group.rows)
     pass2 = pass2_group * first / max(grouped, 1)
     return {"seconds": pass1 + pass2, "cpu": pass1 + pass2, "pass1_cpu": pass1,
             "pass2_cpu": pass2, "rows": first, "grouped_rows": grouped,
@@ -158,7 +127,7 @@ def child(kind: str, trace: str, work: str) -> dict[str, float]:
     if kind == "read":
         return _read(trace)
     if kind == "moves":
-        return _moves(trace, work)
+        return _moves(trace)
     if kind == "price":
         import kernel
         from kernel.bulk import price_file

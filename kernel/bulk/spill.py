@@ -277,18 +277,15 @@ class SpillFiles:
         self._close_files()
 
     def _mapped(self, g: int) -> dict[tuple[str, str], np.ndarray]:
-        """Each of group ``g``'s column files as one read-only array, mapped, not read (views
-        of the page cache: no copy into fresh heap pages; the mapping outlives the file's
-        name, removed at once, until the arrays are freed)."""
+        """Each of group ``g``'s column files as one read-only array (:func:`_map_then_remove`)."""
         out = {}
         for key in [k for k in self.files if k[0] == g]:
             path = self.path(*key)
             _, name, type_name = key
             if self.files.pop(key)[1]:
-                with pa.memory_map(str(path), "r") as f:
-                    buf = f.read_buffer()
-                out[name, type_name] = np.frombuffer(buf, np.dtype(type_name))
-            path.unlink()
+                out[name, type_name] = np.frombuffer(_map_then_remove(path), np.dtype(type_name))
+            else:
+                path.unlink()
         return out
 
     def _kept_records(self, g: int) -> list[pa.RecordBatch | None]:
@@ -298,10 +295,7 @@ class SpillFiles:
             return [None] * len(slices)
         if not f.closed:
             f.close()
-        path = self.kept_path(g)
-        with pa.memory_map(str(path), "r") as m:
-            buf = m.read_buffer()
-        path.unlink()
+        buf = _map_then_remove(self.kept_path(g))
         return [None if sl.kept is None else
                 pa.ipc.open_stream(buf.slice(*sl.kept)).read_next_batch() for sl in slices]
 
@@ -341,9 +335,8 @@ class SpillFiles:
                 return cols[name, types.pop()]  # (the file as it lies: slices end to end)
             out = np.zeros(n, np.result_type(*types))  # (a slice without it: none are set)
             for sl, lo in zip(slices, base[:-1].tolist(), strict=True):
-                if name in sl.at:
-                    t, at = sl.at[name]
-                    out[lo:lo + sl.rows] = cols[name, t][at:at + sl.rows]
+                if (v := _view(sl, cols, name)) is not None:
+                    out[lo:lo + sl.rows] = v
             return out
 
         whole = column("row") if all(sl.firsts is None for sl in slices) else None
@@ -369,6 +362,15 @@ class SpillFiles:
                                                                             b - a + 1)
         offsets += base[:-1, None]
         return Joined(rows, offsets, a, self.part, steps)
+
+
+def _map_then_remove(path: Path) -> pa.Buffer:
+    """The file mapped, not read (a view of the page cache, no copy into fresh heap pages),
+    its name removed at once: the mapping lives on until the last view of it is freed."""
+    with pa.memory_map(str(path), "r") as f:
+        buf = f.read_buffer()
+    path.unlink()
+    return buf
 
 
 def _view(sl: _Slice, cols: dict[tuple[str, str], np.ndarray], name: str) -> np.ndarray | None:
